@@ -1,0 +1,1 @@
+"""The FastAPI application: routes, request/response schemas, auth, error mapping — thin."""

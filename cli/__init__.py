@@ -1,0 +1,1 @@
+"""The ``rebalancer`` command line: a thin dispatcher into the packages."""

@@ -1,0 +1,63 @@
+"""Helpers shared by the subcommands: reading JSON documents, writing output, parsing KEY=VALUE params."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+
+class CLIError(Exception):
+    """A user error on the command line: printed as one line on stderr, exit status 2."""
+
+
+def read_json(path: str, what: str = "input") -> Any:
+    """Read a JSON document from ``path`` (``-`` is stdin); a clear CLIError when missing or malformed."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except FileNotFoundError:
+        raise CLIError(f"{what} file not found: {path}") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise CLIError(f"cannot read {what} file {path}: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"{what} file {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+
+def write_json(doc: Any, output: str | None = None) -> None:
+    """Write ``doc`` as indented JSON to ``output`` or stdout."""
+    text = json.dumps(doc, indent=2, allow_nan=False) + "\n"
+    if output and output != "-":
+        try:
+            Path(output).write_text(text)
+        except OSError as exc:
+            raise CLIError(f"cannot write output file {output}: {exc}") from None
+    else:
+        sys.stdout.write(text)
+
+
+def parse_params(items: list[str] | None) -> dict[str, str]:
+    """Parse ``--param KEY=VALUE`` items into a dict of strings (the registry coerces types)."""
+    params: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CLIError(f"--param expects KEY=VALUE, got {item!r}")
+        params[key.strip()] = value.strip()
+    return params
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value

@@ -1,0 +1,64 @@
+"""Entry point of the ``rebalancer`` console script.
+
+Every subcommand lives in its own module of this package and exposes ``register(subparsers)``, which adds its
+parser and sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and returning an exit status).
+Modules are imported only when listed here, so a broken optional dependency of one command (pyspark, say) never
+breaks the others.
+
+Conventions: documents go to stdout and nothing else does; logs and progress go to stderr. Invalid input raises
+:class:`cli.common.CLIError` or :class:`solvers.errors.InvalidInput` and ends with one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from cli.common import CLIError
+from solvers.errors import InvalidInput
+
+#: subcommand modules, in the order ``--help`` lists them
+COMMAND_MODULES = [
+    "cli.plan",        # plan, evaluate, algorithms, generate
+    "cli.partition",   # partition build | route | track  (Gedik)
+    "cli.simulate",    # simulate (stream groupings)
+    "cli.serve",       # serve (the controller)
+    "cli.spark",       # spark-stats (PySpark statistics pipeline)
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rebalancer",
+        description="Rebalancing controller for stateful stream and micro-batch processing.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # the command is not built yet
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (CLIError, InvalidInput) as exc:
+        print(f"rebalancer {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `rebalancer partition route ... | head`
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

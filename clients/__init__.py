@@ -1,0 +1,1 @@
+"""Python HTTP client and the PySpark integration. Never imports api/ or controller/."""

@@ -1,0 +1,1 @@
+"""The service's brain: jobs, statistics windows, triggers, the adaptation loop, plan lifecycle, persistence."""

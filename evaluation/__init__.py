@@ -1,0 +1,1 @@
+"""Offline evaluation: scenario generators, simulators, paper reproductions and benchmarks."""
