@@ -1,0 +1,88 @@
+"""The CLI end to end in a subprocess: generate -> plan -> evaluate, and clean errors for bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def rb(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], capture_output=True, text=True, input=stdin,
+                          cwd=Path(__file__).resolve().parents[2], timeout=120)
+
+
+def test_generate_plan_evaluate(tmp_path):
+    prob = tmp_path / "p.json"
+    r = rb("generate", "albic-synthetic", "--nodes", "20", "--max-migrations", "10", "--seed", "3", "--output", str(prob))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(prob.read_text())
+    assert len(doc["nodes"]) == 20 and len(doc["key_groups"]) == 400
+    r = rb("plan", "--algorithm", "flux", "--input", str(prob))
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)  # stdout holds the document and nothing else
+    assert set(plan["assignment"]) == {kg["id"] for kg in doc["key_groups"]}
+    assert 0 < len(plan["moves"]) <= 10
+    assert plan["metrics"]["after"]["load_distance"] < plan["metrics"]["before"]["load_distance"]
+    assert plan["solver"]["status"] == "heuristic"
+    planf = tmp_path / "plan.json"
+    planf.write_text(r.stdout)
+    r = rb("evaluate", "--input", str(prob), "--plan", str(planf))
+    assert r.returncode == 0, r.stderr
+    ev = json.loads(r.stdout)
+    assert ev["after"]["load_distance"] == plan["metrics"]["after"]["load_distance"]
+    assert ev["within_budget"] is True
+
+
+def one_line_error(r):
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stdout == ""
+    return r.stderr
+
+
+def test_invalid_problem_exit_2(tmp_path):
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps({"nodes": [{"id": "a"}], "key_groups": [{"id": "k", "node": "a", "load": -1}]}))
+    err = one_line_error(rb("plan", "--algorithm", "flux", "--input", str(f)))
+    assert "key_groups[0].load" in err
+
+
+@pytest.mark.parametrize("content,needle", [("{not json", "not valid JSON"), (None, "not found")])
+def test_unreadable_input(tmp_path, content, needle):
+    f = tmp_path / "x.json"
+    if content is not None:
+        f.write_text(content)
+    assert needle in one_line_error(rb("plan", "--algorithm", "flux", "--input", str(f)))
+
+
+def test_unknown_algorithm_and_param(tmp_path):
+    f = tmp_path / "p.json"
+    f.write_text(json.dumps({"nodes": [{"id": "a"}], "key_groups": []}))
+    assert "unknown algorithm" in one_line_error(rb("plan", "--algorithm", "magic", "--input", str(f)))
+    assert "params.x" in one_line_error(rb("plan", "--algorithm", "flux", "--input", str(f), "--param", "x=1"))
+    assert "KEY=VALUE" in one_line_error(rb("plan", "--algorithm", "flux", "--input", str(f), "--param", "x"))
+
+
+def test_evaluate_rejects_a_plan_of_another_problem(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert rb("generate", "albic-synthetic", "--nodes", "4", "--output", str(a)).returncode == 0
+    assert rb("generate", "albic-synthetic", "--nodes", "5", "--output", str(b)).returncode == 0
+    r = rb("plan", "--algorithm", "flux", "--input", str(a))
+    plan = tmp_path / "plan.json"
+    plan.write_text(r.stdout)
+    err = one_line_error(rb("evaluate", "--input", str(b), "--plan", str(plan)))
+    assert "plan.assignment" in err
+
+
+def test_algorithms_lists_flux():
+    r = rb("algorithms", "--json")
+    assert r.returncode == 0
+    assert "flux" in {a["name"] for a in json.loads(r.stdout)}
+
+
+def test_generator_validation():
+    err = one_line_error(rb("generate", "skewed", "--nodes", "3", "--key-groups", "10", "--removing", "3"))
+    assert "removing" in err

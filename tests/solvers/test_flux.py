@@ -1,0 +1,70 @@
+"""Flux: never exceeds a budget, never makes the load distance worse, drains removing nodes first."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings, strategies as st
+
+from evaluation.generators import albic_synthetic, skewed
+from solvers import metrics, registry
+from solvers.model import Problem
+
+
+@st.composite
+def problems(draw):
+    n = draw(st.integers(2, 8))
+    m = draw(st.integers(0, 40))
+    seed = draw(st.integers(0, 2**31))
+    rng = np.random.default_rng(seed)
+    removing = rng.random(n) < 0.25
+    removing[rng.integers(n)] = False
+    comm = None
+    cost = 0.0
+    if draw(st.booleans()) and m > 1:
+        comm = sp.random(m, m, density=0.1, random_state=seed % 1000, format="csr") * 5
+        cost = draw(st.sampled_from([0.0, 0.1, 1.0]))
+    return Problem.from_arrays(
+        rng.pareto(1.5, m) + 0.01, rng.integers(0, n, m), rng.choice([0.5, 1.0, 3.0], n), removing=removing,
+        state_bytes=rng.integers(0, 1000, m), comm=comm, communication_cost=cost,
+        max_migrations=draw(st.one_of(st.none(), st.integers(0, 10))),
+        max_migration_bytes=draw(st.one_of(st.none(), st.floats(0, 5000))),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems())
+def test_flux_keeps_budget_and_never_worsens(p):
+    plan = registry.solve("flux", p)
+    a = plan.assignment
+    assert metrics.within_budget(p, a)
+    before = (round(metrics.load_on_removing(p, p.current), 9), metrics.load_distance(p, p.current))
+    after = (round(metrics.load_on_removing(p, a), 9), metrics.load_distance(p, a))
+    assert after <= before
+    if not p.removing.any():
+        assert after[1] <= before[1] + 1e-9
+    moved = a != p.current
+    assert not p.removing[a[moved]].any()
+
+
+def test_flux_improves_the_albic_instance_within_budget():
+    p = albic_synthetic(20, varies=0.5, seed=2, max_migrations=10)
+    plan = registry.solve("flux", p)
+    assert metrics.migrations(p, plan.assignment) <= 10
+    assert metrics.load_distance(p, plan.assignment) < 0.5 * metrics.load_distance(p, p.current)
+
+
+def test_flux_drains_removing_nodes_first():
+    p = skewed(10, 200, zipf=0.5, removing=2, seed=1, max_migrations=15)
+    before = metrics.load_on_removing(p, p.current)
+    plan = registry.solve("flux", p)
+    after = metrics.load_on_removing(p, plan.assignment)
+    assert after < before
+    moved = np.flatnonzero(plan.assignment != p.current)
+    assert len(moved) == 15
+    # with a budget smaller than the removing nodes' key groups, every move drains
+    assert p.removing[p.current[moved]].all()
+
+
+def test_flux_moves_nothing_when_balanced():
+    p = Problem.from_arrays([1.0, 1.0, 1.0, 1.0], [0, 1, 2, 3], [1.0] * 4)
+    assert registry.solve("flux", p).assignment.tolist() == [0, 1, 2, 3]

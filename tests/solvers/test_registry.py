@@ -1,0 +1,64 @@
+"""The registry: one interface, names listed, parameters validated, unknown ones rejected."""
+
+import numpy as np
+import pytest
+
+from solvers import registry
+from solvers.errors import InvalidInput
+from solvers.model import Plan, Problem
+
+
+def tiny():
+    return Problem.from_arrays([3.0, 1.0], [0, 0], [1.0, 1.0])
+
+
+def test_unknown_algorithm():
+    with pytest.raises(InvalidInput) as info:
+        registry.solve("nope", tiny())
+    assert info.value.field == "algorithm" and "flux" in info.value.reason
+
+
+def test_unknown_parameter():
+    with pytest.raises(InvalidInput) as info:
+        registry.solve("flux", tiny(), banana=3)
+    assert info.value.field == "params.banana"
+
+
+@pytest.mark.parametrize("limit", [0, -1, float("nan"), float("inf"), "1"])
+def test_invalid_time_limit(limit):
+    with pytest.raises(InvalidInput) as info:
+        registry.solve("flux", tiny(), time_limit=limit)
+    assert info.value.field == "time_limit"
+
+
+def test_param_coercion_and_ranges():
+    p = registry.Param("x", int, 3, minimum=1)
+    assert p.coerce("4") == 4
+    with pytest.raises(InvalidInput):
+        p.coerce("0")
+    with pytest.raises(InvalidInput):
+        p.coerce("2.5")
+    b = registry.Param("flag", bool, False)
+    assert b.coerce("true") is True
+    with pytest.raises(InvalidInput):
+        b.coerce("maybe")
+    c = registry.Param("backend", str, "cpsat", choices=("cpsat", "cbc"))
+    with pytest.raises(InvalidInput, match="one of"):
+        c.coerce("gurobi")
+
+
+def test_registry_rejects_a_plan_that_breaks_the_budget(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # keep the test planner out of the rest
+
+    @registry.register("_bad_for_test", "moves everything")
+    def bad(problem, *, time_limit):
+        return Plan("_bad_for_test", np.full(problem.n_key_groups, 1))
+
+    p = Problem.from_arrays([3.0, 1.0], [0, 0], [1.0, 1.0], max_migrations=1)
+    with pytest.raises(RuntimeError, match="budget"):
+        registry.solve("_bad_for_test", p)
+
+
+def test_flux_is_listed():
+    assert "flux" in registry.available_names()
+    assert registry.get("flux").describe()["name"] == "flux"
