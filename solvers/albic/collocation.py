@@ -1,0 +1,486 @@
+"""ALBIC: Autonomic Load Balancing with Integrated Collocation (Madsen, Zhou, Cao; §4.3.2, Algorithm 2).
+
+The MILP of §4.3.1 cannot see collocation (it would need a quadratic term), so ALBIC runs a heuristic on top of it
+and hands the MILP *units* — sets of key groups that must end on one node:
+
+1. **Scores** (Algorithm 2 lines 1–13): for every communication edge gi → gj, out(gi, gj) is a candidate when
+   out(gi, gj) > sF · avg(gi), avg(gi) = out(gi) / Σ_{DO ∈ O.down} |DO.keygroups| (O = operator of gi,
+   O.down = the operators gi's operator sends to). Candidates whose ends share a node are *collocated pairs*
+   (colGrps), the others are *to-be-collocated pairs* (toBeColGrps). See :func:`pair_scores`.
+2. **Maintain collocation** (lines 15–22): the collocated pairs are unioned into sets (connected components,
+   networkx); every set is split by balanced graph partitioning (METIS via pymetis) into
+   max(⌈Σ mc / maxMigrCost⌉, ⌈Σ load / maxPL⌉) parts, vertex weight = migration cost when
+   Pmc/maxMigrCost > PL/maxPL else load, edge weight = traffic; parts that still break a cap are split again.
+   Each part moves as one unit. See :func:`collocated_sets`, :func:`split_set`.
+3. **Improve collocation** (lines 24–37): the highest-traffic to-be-collocated pair is constrained onto one node —
+   case 1 (neither end in a part): the less loaded of the two nodes; case 2 (one end in a part): that part's node;
+   case 3 (both in parts): the two parts merged, on the less loaded node. The paper adds ONE pair per round;
+   here ``pairs_per_round`` (default: as many as fit) pairs are added, best first, while the moves they force fit
+   in ``pair_budget_share`` of the migration budget and the merged unit stays within maxPL (a merged unit above
+   maxPL would be split again next round, so it is skipped). ``pairs_per_round=1`` reproduces the paper.
+4. **Solve** (lines 38–43): :func:`solvers.albic.milp.solve_grouped` with the units, the step-3 node constraints
+   and a feasible warm start; if the load distance exceeds maxLD, retry with maxPL − stepPL; maxPL = 0 is the pure
+   MILP (every key group its own unit, no pair constraints). The plan with the smallest load distance is returned
+   when no level meets maxLD.
+
+Units (the paper's percentages, made explicit): ``max_ld`` is a percentage of the target utilisation t (DESIGN.md
+load distance, so on the synthetic instances with mean node load 100 it reads as load units); ``max_pl`` and
+``step_pl`` are percentages of the average load of an active node (Σ node loads / |A|, communication cost
+included), measured on the current assignment at the start of the round.
+
+Multi-round use needs no memory: the collocated sets of the next round are recomputed from the problem (pairs
+with a high score that sit on one node), so a stateless CLI call and the controller behave the same. The plan's
+``details`` report the units and counts for inspection.
+
+Complexity per round: O(E) scores, O(E α) unions, METIS O(|S| + E_S) per set, O(P log P) for P candidate pairs,
+plus the MILP solves (bounded by ``time_limit`` for the whole round).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+
+from solvers import metrics
+from solvers.errors import InvalidInput
+from solvers.model import Plan, Problem
+from solvers.registry import Param, register
+
+try:  # pymetis >= 2025 prefers a CSRAdjacency object over xadj/adjncy
+    import pymetis
+except ImportError as exc:  # pragma: no cover - pymetis is a declared dependency
+    raise ImportError("ALBIC collocation needs pymetis (pip install pymetis)") from exc
+
+_EPS = 1e-9
+
+
+# ---------------------------------------------------------------------------------------------- step 1: scores
+@dataclass
+class Pairs:
+    """Candidate pairs of step 1: ``src[p] → dst[p]`` with rate ``rate[p]`` above the score threshold.
+
+    ``collocated[p]`` tells whether both ends share a node in the assignment the scores were computed on.
+    ``threshold[p]`` is sF · avg(src[p]).
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    rate: np.ndarray
+    threshold: np.ndarray
+    collocated: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.src.shape[0])
+
+
+def pair_scores(problem: Problem, score_factor: float = 1.5, assignment: np.ndarray | None = None) -> Pairs:
+    """Step 1 of Algorithm 2: the key group pairs worth collocating.
+
+    out(gi) is the total rate gi sends; the number of downstream key groups of gi is Σ |DO| over the operators DO
+    that gi's operator O sends to (key groups without an operator name share the operator ""); avg(gi) =
+    out(gi) / that number. A directed edge gi → gj is a candidate when out(gi, gj) > sF · avg(gi).
+
+    Args:
+        problem: the problem (communication matrix, operators, current assignment).
+        score_factor: sF (paper default 1.5; 1 = "more than average").
+        assignment: assignment deciding "collocated"; default ``problem.current``.
+
+    Returns:
+        :class:`Pairs`, in edge order. O(m + E).
+    """
+    if not (score_factor >= 0) or not math.isfinite(score_factor):
+        raise InvalidInput("params.score_factor", f"must be a finite number ≥ 0, got {score_factor}")
+    a = problem.current if assignment is None else np.asarray(assignment, dtype=np.int64)
+    src, dst, rate = problem.edges()
+    keep = rate > 0
+    src, dst, rate = src[keep], dst[keep], rate[keep]
+    m = problem.n_key_groups
+    if src.size == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return Pairs(z, z, np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool))
+    _, op = np.unique(np.asarray(problem.operator, dtype=object).astype(str), return_inverse=True)
+    op = op.astype(np.int64)
+    n_ops = int(op.max()) + 1
+    op_size = np.bincount(op, minlength=n_ops)
+    # O.down: the distinct (O, DO) operator edges
+    od = np.unique(op[src] * n_ops + op[dst])
+    down_count = np.bincount(od // n_ops, weights=op_size[od % n_ops], minlength=n_ops)
+    out = np.bincount(src, weights=rate, minlength=m)
+    avg = out / np.maximum(down_count[op], 1.0)
+    thr = score_factor * avg[src]
+    cand = rate > thr
+    s, d = src[cand], dst[cand]
+    return Pairs(s, d, rate[cand], thr[cand], a[s] == a[d])
+
+
+# ---------------------------------------------------------------------------------------------- step 2: sets
+def collocated_sets(n_key_groups: int, src: np.ndarray, dst: np.ndarray) -> list[np.ndarray]:
+    """Union the collocated pairs ``(src[p], dst[p])`` into the minimum number of disjoint sets (Algorithm 2,
+    ``calcSets``): two sets that share a key group become their union. Connected components with networkx;
+    only sets of ≥ 2 key groups are returned, each sorted, largest first. O(P α(P))."""
+    g = nx.Graph()
+    g.add_edges_from(zip(np.asarray(src).tolist(), np.asarray(dst).tolist()))
+    sets = [np.array(sorted(c), dtype=np.int64) for c in nx.connected_components(g) if len(c) >= 2]
+    sets.sort(key=lambda s: (-len(s), int(s[0])))
+    return sets
+
+
+def symmetric_traffic(problem: Problem) -> sp.csr_matrix:
+    """(m, m) CSR of out(gi, gj) + out(gj, gi), no self loops: the undirected edge weights of the METIS graphs."""
+    src, dst, rate = problem.edges()
+    m = problem.n_key_groups
+    sym = sp.csr_matrix((np.concatenate([rate, rate]), (np.concatenate([src, dst]), np.concatenate([dst, src]))),
+                        shape=(m, m))
+    sym.sum_duplicates()
+    sym.eliminate_zeros()
+    return sym
+
+
+def _int_weights(w: np.ndarray, total_cap: float = 1e9) -> np.ndarray:
+    """Positive integer METIS weights proportional to ``w`` (≥ 1, sum well inside METIS' 32-bit idx_t)."""
+    w = np.asarray(w, dtype=np.float64)
+    if w.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    top = float(w.max())
+    if top <= 0:
+        return np.ones(w.size, dtype=np.int64)
+    scale = min(1e4, total_cap / w.size) / top
+    return np.maximum(1, np.rint(w * scale)).astype(np.int64)
+
+
+def metis_parts(adj: sp.csr_matrix, nparts: int, vweights: np.ndarray, *, seed: int = 0, ufactor: int | None = None,
+                tpwgts: np.ndarray | None = None) -> np.ndarray:
+    """Balanced k-way graph partitioning (METIS [Karypis & Kumar], via pymetis) of a symmetric weighted graph.
+
+    Args:
+        adj: (v, v) symmetric CSR, data = edge weights (any positive floats; scaled to integers here).
+        nparts: number of parts k ≥ 1.
+        vweights: (v,) vertex weights (floats ≥ 0; scaled to integers ≥ 1).
+        seed: METIS random seed (deterministic for a given seed).
+        ufactor: allowed imbalance in 1/1000 (METIS default 30 for k-way, 1 for recursive bisection).
+        tpwgts: (k,) target part weight fractions (e.g. node capacities), or None for equal parts.
+
+    Returns:
+        (v,) int part of each vertex. Parts may be empty when k is close to v.
+    """
+    v = adj.shape[0]
+    if nparts <= 1 or v <= 1:
+        return np.zeros(v, dtype=np.int64)
+    if nparts >= v and tpwgts is None:
+        return np.arange(v, dtype=np.int64)
+    adj = sp.csr_matrix(adj)
+    adj.sort_indices()
+    opts = {"seed": int(seed) % (2**31 - 1)}
+    if ufactor is not None:
+        opts["ufactor"] = int(ufactor)
+    kwargs: dict[str, Any] = {
+        "vweights": _int_weights(vweights),
+        "options": pymetis.Options(**opts),
+    }
+    if adj.nnz:
+        kwargs["eweights"] = _int_weights(adj.data)
+    if tpwgts is not None:
+        t = np.asarray(tpwgts, dtype=np.float64)
+        kwargs["tpwgts"] = (t / t.sum() * (1 - 1e-6)).tolist()
+    xadj = adj.indptr.astype(np.int64)
+    adjncy = adj.indices.astype(np.int64)
+    if hasattr(pymetis, "CSRAdjacency"):
+        res = pymetis.part_graph(nparts, pymetis.CSRAdjacency(xadj, adjncy), **kwargs)
+    else:  # pragma: no cover - older pymetis
+        res = pymetis.part_graph(nparts, xadj=xadj, adjncy=adjncy, **kwargs)
+    return np.asarray(res[1], dtype=np.int64)
+
+
+def migration_cost_fraction(problem: Problem) -> np.ndarray | None:
+    """(m,) mc_k / maxMigrCost, the share of one round's budget a key group's move uses (max over the count and
+    byte budgets); ``None`` when the budget is unlimited. A zero budget gives ``inf``."""
+    parts = []
+    if problem.max_migrations is not None:
+        mm = problem.max_migrations
+        parts.append(np.full(problem.n_key_groups, (1.0 / mm) if mm > 0 else math.inf))
+    if problem.max_migration_bytes is not None:
+        mb = problem.max_migration_bytes
+        with np.errstate(divide="ignore", invalid="ignore"):
+            frac = problem.state_bytes / mb if mb > 0 else np.where(problem.state_bytes > 0, math.inf, 0.0)
+        parts.append(np.asarray(frac, dtype=np.float64))
+    if not parts:
+        return None
+    return np.maximum.reduce(parts)
+
+
+def split_set(members: np.ndarray, load: np.ndarray, mc: np.ndarray | None, adj: sp.csr_matrix, max_pl: float,
+              *, seed: int = 0, _depth: int = 0) -> list[np.ndarray]:
+    """Step 2 of Algorithm 2: split one collocated set into parts that each respect both caps.
+
+    The number of parts is max(p1, p2), p1 = ⌈Σ mc / maxMigrCost⌉, p2 = ⌈Σ load / maxPL⌉ (``mc`` is already
+    divided by maxMigrCost; ``None`` = unlimited budget). Vertex weight = mc when Pmc/maxMigrCost > PL/maxPL,
+    else load; edge weight = traffic (``adj`` is the symmetric traffic of the whole problem). A part that still
+    breaks a cap is split again ("it may need to be applied again on some partitions"); single key groups are
+    always accepted. ``max_pl`` ≤ 0 means one part per key group (the pure MILP).
+
+    Returns:
+        list of parts (arrays of key group indices), covering ``members`` exactly once.
+    """
+    members = np.asarray(members, dtype=np.int64)
+    if members.size <= 1:
+        return [members] if members.size else []
+    if max_pl <= 0:
+        return [members[i:i + 1] for i in range(members.size)]
+    pl = float(load[members].sum())
+    pmc = float(mc[members].sum()) if mc is not None else 0.0
+    ratio_pl = pl / max_pl
+    if not math.isfinite(pmc):
+        return [members[i:i + 1] for i in range(members.size)]
+    if pmc <= 1 + _EPS and pl <= max_pl * (1 + _EPS):
+        return [members]
+    k = max(math.ceil(pmc - _EPS), math.ceil(ratio_pl - _EPS), 2)
+    if k >= members.size:
+        return [members[i:i + 1] for i in range(members.size)]
+    weights = mc[members] if (mc is not None and pmc > ratio_pl) else load[members]
+    sub = adj[members][:, members]
+    part = metis_parts(sub, k, weights, seed=seed + _depth)
+    out: list[np.ndarray] = []
+    groups = [members[part == p] for p in range(k)]
+    groups = [g for g in groups if g.size]
+    if len(groups) == 1:  # METIS could not split (should not happen): force a split in order
+        groups = [g for g in np.array_split(members, k) if g.size]
+    for g in groups:
+        out.extend(split_set(g, load, mc, adj, max_pl, seed=seed, _depth=_depth + 1))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- step 3: pairs
+@dataclass
+class Units:
+    """The units handed to the MILP: ``unit_of[k]`` (contiguous ids), node constraints, and bookkeeping."""
+
+    unit_of: np.ndarray
+    allowed: dict[int, np.ndarray]
+    hint: np.ndarray
+    n_set_parts: int
+    n_sets: int
+    pairs_added: list[tuple[int, int, int, int]]  # (gi, gj, target node, case)
+    moves_committed: int
+    bytes_committed: float
+
+
+def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.ndarray | None,
+                adj: sp.csr_matrix, pairs_per_round: int | None, pair_budget_share: float,
+                node_load: np.ndarray, seed: int = 0) -> Units:
+    """Steps 2 and 3 of Algorithm 2 for one maxPL level: collocated sets → parts → units, then constrained pairs.
+
+    Args:
+        max_pl_abs: maxPL in load units (≤ 0: pure MILP, every key group its own unit, no pairs).
+        mc: migration cost as a share of the budget (see :func:`migration_cost_fraction`), or None.
+        pairs_per_round: at most this many new pairs (None = as many as fit).
+        pair_budget_share: share of the migration budget the new pairs may force.
+        node_load: (n,) current node loads, for "the node with the smallest load" (capacity-normalised).
+    """
+    m = problem.n_key_groups
+    cur = problem.current
+    rng = np.random.default_rng(seed)
+    unit_of = np.arange(m, dtype=np.int64)
+    members: dict[int, np.ndarray] = {}
+    n_parts = 0
+    sets: list[np.ndarray] = []
+    if max_pl_abs > 0 and len(pairs):
+        col = pairs.collocated
+        sets = collocated_sets(m, pairs.src[col], pairs.dst[col])
+        for s in sets:
+            for part in split_set(s, problem.load, mc, adj, max_pl_abs, seed=seed):
+                n_parts += 1
+                if part.size >= 2:
+                    uid = int(part[0])
+                    unit_of[part] = uid
+                    members[uid] = part
+    hint = cur.copy()
+    target: dict[int, int] = {}
+    added: list[tuple[int, int, int, int]] = []
+    util = node_load / problem.capacity  # updated as pairs are constrained (estimated with key group loads)
+    moves = 0
+    nbytes = 0.0
+    share = pair_budget_share
+    max_moves = None if problem.max_migrations is None else math.floor(problem.max_migrations * share + _EPS)
+    max_bytes = None if problem.max_migration_bytes is None else problem.max_migration_bytes * share
+    limit = math.inf if pairs_per_round is None else pairs_per_round
+    if max_pl_abs > 0 and len(pairs) and limit > 0 and (max_moves is None or max_moves > 0):
+        todo = np.flatnonzero(~pairs.collocated)
+        # highest traffic first; ties broken at random ("random from uncolGrps w. max value")
+        todo = todo[rng.permutation(todo.size)]
+        todo = todo[np.argsort(-pairs.rate[todo], kind="stable")]
+        removing = problem.removing
+        for p in todo:
+            if len(added) >= limit:
+                break
+            if max_moves is not None and moves >= max_moves:
+                break
+            gi, gj = int(pairs.src[p]), int(pairs.dst[p])
+            ui, uj = int(unit_of[gi]), int(unit_of[gj])
+            if ui == uj:
+                continue
+            mi = members.get(ui, np.array([gi]))
+            mj = members.get(uj, np.array([gj]))
+            ni = target.get(ui, int(cur[gi]))
+            nj = target.get(uj, int(cur[gj]))
+            in_i, in_j = mi.size >= 2, mj.size >= 2
+            if in_i and not in_j:
+                case, cands = 2, [ni]
+            elif in_j and not in_i:
+                case, cands = 2, [nj]
+            else:
+                case, cands = (3 if in_i else 1), [ni, nj]
+            cands = [c for c in dict.fromkeys(cands) if not removing[c]]
+            if not cands:
+                continue
+            t = min(cands, key=lambda c: (util[c], c))
+            merged = np.concatenate([mi, mj])
+            if float(problem.load[merged].sum()) > max_pl_abs * (1 + _EPS):
+                continue
+            if mc is not None and float(mc[merged].sum()) > 1 + _EPS:
+                continue
+            away_new = merged[cur[merged] != t]
+            old_cost = [m_[cur[m_] != target[u]] for u, m_ in ((ui, mi), (uj, mj)) if u in target]
+            d_moves = away_new.size - sum(x.size for x in old_cost)
+            d_bytes = float(problem.state_bytes[away_new].sum()) - sum(float(problem.state_bytes[x].sum()) for x in old_cost)
+            if max_moves is not None and moves + d_moves > max_moves:
+                continue
+            if max_bytes is not None and nbytes + d_bytes > max_bytes * (1 + _EPS):
+                continue
+            # commit: merge uj into ui, constrain to t
+            moves += d_moves
+            nbytes += d_bytes
+            for k in merged:
+                src_node = int(hint[k])
+                if src_node != t:
+                    util[src_node] -= problem.load[k] / problem.capacity[src_node]
+                    util[t] += problem.load[k] / problem.capacity[t]
+            hint[merged] = t
+            unit_of[mj] = ui
+            members[ui] = merged
+            members.pop(uj, None)
+            target.pop(uj, None)
+            target[ui] = t
+            added.append((gi, gj, t, case))
+    # contiguous unit ids
+    uniq, inv = np.unique(unit_of, return_inverse=True)
+    pos = {int(u): i for i, u in enumerate(uniq)}
+    allowed = {pos[u]: np.array([t], dtype=np.int64) for u, t in target.items()}
+    return Units(unit_of=inv.astype(np.int64), allowed=allowed, hint=hint, n_set_parts=n_parts, n_sets=len(sets),
+                 pairs_added=added, moves_committed=moves, bytes_committed=nbytes)
+
+
+# ---------------------------------------------------------------------------------------------- step 4: solve
+def _solve_grouped():
+    from solvers.albic.milp import solve_grouped  # lazy: OR-tools is imported only when ALBIC runs
+
+    return solve_grouped
+
+
+def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, max_pl: float = 25.0,
+          step_pl: float = 5.0, score_factor: float = 1.5, pairs_per_round: int | None = None,
+          pair_budget_share: float = 1.0, backend: str = "cpsat", seed: int = 0) -> Plan:
+    """One ALBIC round (Algorithm 2). See the module docstring for the steps and the units of the parameters.
+
+    Returns:
+        a :class:`Plan` (status ``heuristic``: ALBIC proves nothing about the unconstrained problem; the MILP's own
+        status is in ``details``), whose ``details`` hold the maxPL level used, every attempt's load distance, the
+        numbers of sets, parts and new pairs, and the multi-key-group units.
+    """
+    t0 = time.perf_counter()
+    deadline = t0 + time_limit
+    if step_pl <= 0:
+        raise InvalidInput("params.step_pl", f"must be > 0, got {step_pl}")
+    solve_grouped = _solve_grouped()
+    m = problem.n_key_groups
+    loads = metrics.node_loads(problem, problem.current)
+    n_active = int(problem.active.sum())
+    avg_node = float(loads.sum()) / max(n_active, 1)
+    pairs = pair_scores(problem, score_factor)
+    mc = migration_cost_fraction(problem)
+    adj = symmetric_traffic(problem)
+    levels = []
+    pl = float(max_pl)
+    while pl > _EPS:
+        levels.append(pl)
+        pl -= step_pl
+    levels.append(0.0)
+    attempts: list[dict[str, Any]] = []
+    best: tuple[float, Plan, Units, float] | None = None
+    chosen = None
+    for idx, level in enumerate(levels):
+        units = build_units(problem, pairs, level / 100.0 * avg_node, mc=mc, adj=adj,
+                            pairs_per_round=pairs_per_round, pair_budget_share=pair_budget_share,
+                            node_load=loads, seed=seed)
+        remaining = deadline - time.perf_counter()
+        last = idx == len(levels) - 1
+        tl = max(0.05, remaining if last else remaining * 0.6)
+        plan = solve_grouped(problem, unit_of=units.unit_of, allowed=units.allowed or None, time_limit=tl,
+                             backend=backend, hint=units.hint)
+        a = plan.assignment
+        ld = metrics.load_distance(problem, a)
+        tgt = metrics.target(problem, metrics.node_loads(problem, a))
+        ld_pct = 100.0 * ld / tgt if tgt > 0 else 0.0
+        attempts.append({"max_pl": level, "load_distance_pct": round(ld_pct, 4), "status": plan.status,
+                         "units": int(units.unit_of.max()) + 1 if m else 0, "new_pairs": len(units.pairs_added),
+                         "seconds": round(float(plan.seconds), 4)})
+        if best is None or ld_pct < best[0] - _EPS:
+            best = (ld_pct, plan, units, level)
+        if ld_pct <= max_ld + _EPS:
+            chosen = (ld_pct, plan, units, level)
+            break
+        if time.perf_counter() >= deadline and not last:
+            # out of time: still try the pure MILP once more only if nothing was found yet
+            continue
+    if chosen is None:
+        chosen = best
+    assert chosen is not None
+    ld_pct, plan, units, level = chosen
+    a = np.asarray(plan.assignment, dtype=np.int64)
+    groups: dict[int, list[int]] = {}
+    counts = np.bincount(units.unit_of, minlength=1) if m else np.zeros(0, dtype=np.int64)
+    for k in np.flatnonzero(counts[units.unit_of] >= 2):
+        groups.setdefault(int(units.unit_of[k]), []).append(int(k))
+    details = {
+        "max_pl": level,
+        "max_ld": max_ld,
+        "load_distance_pct": round(ld_pct, 4),
+        "milp_status": plan.status,
+        "attempts": attempts,
+        "candidate_pairs": len(pairs),
+        "collocated_pairs": int(pairs.collocated.sum()),
+        "sets": units.n_sets,
+        "set_parts": units.n_set_parts,
+        "new_pairs": [[problem.kg_ids[gi], problem.kg_ids[gj], problem.node_ids[t], case]
+                      for gi, gj, t, case in units.pairs_added],
+        "units": [[problem.kg_ids[k] for k in g] for g in groups.values()],
+    }
+    return Plan("albic", a, status="heuristic", lower_bound=None, seconds=time.perf_counter() - t0, details=details)
+
+
+@register(
+    "albic",
+    "ALBIC (§4.3.2, Algorithm 2): MILP load balancing with integrated collocation — scores pairs, keeps collocated "
+    "sets together (METIS-split by maxPL and budget), constrains the top uncollocated pairs onto one node.",
+    params=[
+        Param("max_ld", float, 10.0, "maxLD: retry with a smaller maxPL above this load distance, percent of the "
+              "target utilisation", minimum=0.0),
+        Param("max_pl", float, 25.0, "maxPL: initial max load of a collocated part, percent of the average node load",
+              minimum=0.0),
+        Param("step_pl", float, 5.0, "stepPL: decrease of maxPL per retry (percent points)", minimum=1e-6),
+        Param("score_factor", float, 1.5, "sF: a pair scores when out(gi,gj) > sF · avg(gi)", minimum=0.0),
+        Param("pairs_per_round", int, None, "new pairs constrained per round (null = as many as fit; 1 = the paper)",
+              minimum=0, nullable=True),
+        Param("pair_budget_share", float, 1.0, "share of the migration budget new pairs may use", minimum=0.0,
+              maximum=1.0),
+        Param("backend", str, "cpsat", "MILP backend passed to solve_grouped"),
+        Param("seed", int, 0, "seed for METIS and random tie breaks", minimum=0),
+    ],
+)
+def solve(problem: Problem, *, time_limit: float = 1.0, **params: Any) -> Plan:
+    return albic(problem, time_limit=time_limit, **params)
