@@ -1,0 +1,407 @@
+"""Gedik's partitioning function p = ⟨H_p, H_c⟩ as a document: build (spec → document), load, route (Alg. 1).
+
+The function document (JSON; what ``rebalancer partition build`` prints and ``POST /v1/partitioning`` returns)
+---------------------------------------------------------------------------------------------------------------
+``format``            "rebalancer.gedik-function/1"
+``algorithm``         scan | redist | readj | uniform | consistent (how it was built)
+``lookup``            "explicit+consistent" (scan/redist/readj), "consistent" or "uniform"
+``channels``          N; channels are 0-based integers 0..N-1
+``hash``              ``{"function": "solvers.hashing.hash64", "seed": S, "key_encoding": "utf-8"}``: a key's
+                      position is ``hash64(key.encode("utf-8"), S)``, an unsigned 64-bit integer (see
+                      ``solvers/hashing.py`` for the exact, documented bit-level definition)
+``consistent_hash``   ``{"replicas": R, "seed": S, "point": "hash64(channel * 2**32 + replica, seed)"}`` or null
+                      (uniform). The ring holds R points per channel, ``hash64`` of the *integer*
+                      ``c·2^32 + r`` (r = 0..R−1); a key goes to the owner of the smallest point ≥ its position,
+                      wrapping around to the smallest point; equal points ordered by (channel, replica).
+``explicit``          ``{key: channel}`` — H_p, the keys with f ≥ δ. A key whose position equals the position of an
+                      explicit key takes that key's channel (64-bit hashes; a collision has probability about
+                      |H_p|/2^64 per key and keeps routing deterministic).
+``frequencies``       ``{key: f}`` of the explicit keys, as used for the construction (feeds the next ``previous``)
+``delta``, ``delta_k``  the frequency threshold δ = min_k δ_k (Eq. 17 and the post-processing step of §4.1.3)
+``params``            resources, imbalance_tolerance (α_k), sigma, utility, domain_size, move_limit
+``metrics``           ``b`` and ``b_k``/``r_k`` per resource (Eq. 11; ``null`` = a channel with zero load),
+                      ``m`` (Eq. 12, ``null`` without previous), ``migration`` {moved, ideal, tracked_moved,
+                      untracked_moved_expected}, ``explicit_entries``, ``construction_seconds`` and ``model``.
+
+Lookup (Algorithm 1) of key k: h = hash64(k, S); if h is the position of an explicit key → its channel; else
+``uniform``: h mod N; otherwise the consistent-hash owner of h. :func:`route_keys` does this for many keys at once
+(numpy; about 10 M keys/s for short keys, the CLI adds reading and printing).
+
+Metrics are computed from what the spec knows: keys with a given frequency are placed exactly; the rest of the
+domain (``domain_size`` − #known keys, sharing the remaining frequency mass evenly — the assumption of §4.1.3) is
+spread by the consistent hash in proportion to each channel's arc of the ring; its migration is the exact fraction
+of the ring whose owner changed. ``metrics.model`` says so.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from solvers.errors import InvalidInput
+from solvers.gedik._hash import hash_spans, hash_strings, split_lines
+from solvers.gedik.construct import ALGORITHMS as CONSTRUCTIONS, Instance, construct
+from solvers.gedik.model import (FUNCTIONS, RESOURCES, UTILITIES, Config, balance_metrics, beta,
+                                 select_tracked)
+from solvers.gedik.ring import DEFAULT_REPLICAS, DEFAULT_SEED, ConsistentHash, uniform_lookup
+
+__all__ = ["FORMAT", "ALGORITHMS", "PartitionFunction", "build_document", "route_keys", "validate_spec",
+           "load_function"]
+
+FORMAT = "rebalancer.gedik-function/1"
+ALGORITHMS = ("scan", "redist", "readj", "uniform", "consistent")
+SPEC_FIELDS = {"algorithm", "channels", "previous", "frequencies", "domain_size", "resources",
+               "imbalance_tolerance", "sigma", "utility", "seed", "replicas", "move_limit"}
+DEFAULT_DOMAIN_SIZE = 10**6  # Table 1
+FREQ_TOLERANCE = 1e-6
+MAX_CHANNELS = 4096
+HASH_NAME = "solvers.hashing.hash64"
+POINT_RULE = "hash64(channel * 2**32 + replica, seed)"
+
+
+class PartitionFunction:
+    """A loaded partitioning function: explicit positions (sorted) + consistent hash or uniform hash."""
+
+    def __init__(self, channels: int, lookup: str, seed: int, replicas: int | None, explicit: dict[str, int]):
+        self.channels = int(channels)
+        self.lookup_mode = lookup
+        self.seed = int(seed)
+        self.replicas = replicas
+        self.explicit = dict(explicit)
+        self.ring = ConsistentHash(self.channels, replicas, self.seed) if lookup != "uniform" else None
+        keys = list(self.explicit)
+        pos = hash_strings(keys, self.seed)
+        order = np.argsort(pos, kind="stable")
+        self._exp_pos = pos[order]
+        self._exp_ch = np.array([self.explicit[k] for k in keys], dtype=np.int32)[order] if keys else \
+            np.empty(0, dtype=np.int32)
+
+    # -- lookups -------------------------------------------------------------------------------------------
+    def base_lookup(self, positions: np.ndarray) -> np.ndarray:
+        """H_c (or the uniform hash) of key positions."""
+        if self.ring is None:
+            return uniform_lookup(positions, self.channels)
+        return self.ring.lookup(positions)
+
+    def route_positions(self, positions: np.ndarray) -> np.ndarray:
+        """Algorithm 1 on key positions (``np.uint64``): explicit hash first, then H_c. int32 channels."""
+        out = self.base_lookup(positions)
+        if len(self._exp_pos):
+            idx = np.searchsorted(self._exp_pos, positions)
+            idx[idx == len(self._exp_pos)] = 0
+            hit = self._exp_pos[idx] == positions
+            out[hit] = self._exp_ch[idx[hit]]
+        return out
+
+    def route_keys(self, keys) -> np.ndarray:
+        """Channels of a list of str/bytes keys."""
+        return self.route_positions(hash_strings(list(keys), self.seed))
+
+    def route_buffer(self, data: bytes) -> np.ndarray:
+        """Channels of the lines of ``data`` (one key per line), without a Python object per key."""
+        starts, lengths = split_lines(data)
+        return self.route_positions(hash_spans(data, starts, lengths, self.seed))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# validation
+def _num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def load_function(doc: Any, where: str = "function") -> PartitionFunction:
+    """Validate a function document and load it (InvalidInput with a field path when malformed)."""
+    if isinstance(doc, PartitionFunction):
+        return doc
+    if not isinstance(doc, dict):
+        raise InvalidInput(where, "must be a function document (an object)")
+    n = doc.get("channels")
+    if not _int(n) or n < 1 or n > MAX_CHANNELS:
+        raise InvalidInput(f"{where}.channels", f"must be an integer in [1, {MAX_CHANNELS}]")
+    lookup = doc.get("lookup", "explicit+consistent")
+    if lookup not in ("explicit+consistent", "consistent", "uniform"):
+        raise InvalidInput(f"{where}.lookup", "must be explicit+consistent, consistent or uniform")
+    h = doc.get("hash", {})
+    if not isinstance(h, dict):
+        raise InvalidInput(f"{where}.hash", "must be an object")
+    if h.get("function", HASH_NAME) != HASH_NAME:
+        raise InvalidInput(f"{where}.hash.function", f"unsupported hash function (only {HASH_NAME})")
+    seed = h.get("seed", DEFAULT_SEED)
+    if not _int(seed) or not (0 <= seed < 2**64):
+        raise InvalidInput(f"{where}.hash.seed", "must be an integer in [0, 2**64)")
+    replicas = None
+    if lookup != "uniform":
+        ch = doc.get("consistent_hash")
+        if not isinstance(ch, dict):
+            raise InvalidInput(f"{where}.consistent_hash", "must be an object with replicas and seed")
+        replicas = ch.get("replicas", DEFAULT_REPLICAS)
+        if not _int(replicas) or not (1 <= replicas <= 100_000):
+            raise InvalidInput(f"{where}.consistent_hash.replicas", "must be an integer in [1, 100000]")
+        if ch.get("seed", seed) != seed:
+            raise InvalidInput(f"{where}.consistent_hash.seed", "must equal hash.seed")
+    explicit = doc.get("explicit", {}) or {}
+    if not isinstance(explicit, dict):
+        raise InvalidInput(f"{where}.explicit", "must be an object {key: channel}")
+    if explicit and lookup != "explicit+consistent":
+        raise InvalidInput(f"{where}.explicit", f"must be empty for lookup {lookup!r}")
+    for k, c in explicit.items():
+        if not _int(c) or not (0 <= c < n):
+            raise InvalidInput(f"{where}.explicit.{k}", f"must be a channel in [0, {n})")
+    freqs = doc.get("frequencies", {}) or {}
+    if not isinstance(freqs, dict):
+        raise InvalidInput(f"{where}.frequencies", "must be an object {key: frequency}")
+    for k, f in freqs.items():
+        if not _num(f) or not math.isfinite(f) or f < 0:
+            raise InvalidInput(f"{where}.frequencies.{k}", "must be a finite number >= 0")
+    fn = PartitionFunction(n, lookup, seed, replicas, explicit)
+    fn.frequencies = {str(k): float(v) for k, v in freqs.items()}
+    return fn
+
+
+def validate_spec(spec: Any) -> dict:
+    """Check a build spec (the format of ``partition build``) and return it normalised with defaults."""
+    if not isinstance(spec, dict):
+        raise InvalidInput("", "the spec must be a JSON object")
+    for k in spec:
+        if k not in SPEC_FIELDS:
+            raise InvalidInput(str(k), f"unknown field (expected one of {', '.join(sorted(SPEC_FIELDS))})")
+    out: dict = {}
+    alg = spec.get("algorithm", "readj")
+    if alg not in ALGORITHMS:
+        raise InvalidInput("algorithm", f"unknown algorithm {alg!r} (one of {', '.join(ALGORITHMS)})")
+    out["algorithm"] = alg
+    n = spec.get("channels")
+    if not _int(n) or n < 1:
+        raise InvalidInput("channels", "must be an integer >= 1")
+    if n > MAX_CHANNELS:
+        raise InvalidInput("channels", f"must be <= {MAX_CHANNELS}")
+    out["channels"] = n
+    freqs = spec.get("frequencies", {})
+    if freqs is None:
+        freqs = {}
+    if not isinstance(freqs, dict):
+        raise InvalidInput("frequencies", "must be an object {key: relative frequency}")
+    total = 0.0
+    for k, f in freqs.items():
+        if not _num(f) or not math.isfinite(f):
+            raise InvalidInput(f"frequencies.{k}", "must be a finite number")
+        if f < 0:
+            raise InvalidInput(f"frequencies.{k}", "must be >= 0")
+        if f > 1:
+            raise InvalidInput(f"frequencies.{k}", "must be <= 1 (relative frequency)")
+        total += float(f)
+    if total > 1 + FREQ_TOLERANCE:
+        raise InvalidInput("frequencies", f"relative frequencies sum to {total:.6g} > 1")
+    out["frequencies"] = {str(k): float(v) for k, v in freqs.items()}
+    dom = spec.get("domain_size", DEFAULT_DOMAIN_SIZE)
+    if dom is None:
+        dom = DEFAULT_DOMAIN_SIZE
+    if not _num(dom) or not math.isfinite(dom) or dom < 1 or dom != int(dom):
+        raise InvalidInput("domain_size", "must be an integer >= 1")
+    if dom < len(freqs):
+        raise InvalidInput("domain_size", f"must be >= the number of keys with a frequency ({len(freqs)})")
+    out["domain_size"] = int(dom)
+    res = spec.get("resources", {}) or {}
+    if not isinstance(res, dict):
+        raise InvalidInput("resources", "must be an object {state|computation|communication: function}")
+    defaults = dict(zip(RESOURCES, Config().resources))
+    for k, v in res.items():
+        if k not in RESOURCES:
+            raise InvalidInput(f"resources.{k}", f"unknown resource (one of {', '.join(RESOURCES)})")
+        if v not in FUNCTIONS:
+            raise InvalidInput(f"resources.{k}", f"unknown resource function {v!r} (one of {', '.join(FUNCTIONS)})")
+    out["resources"] = {k: res.get(k, defaults[k]) for k in RESOURCES}
+    tol = spec.get("imbalance_tolerance", 1.2)
+    if tol is None:
+        tol = 1.2
+    if isinstance(tol, dict):
+        for k in tol:
+            if k not in RESOURCES:
+                raise InvalidInput(f"imbalance_tolerance.{k}", "unknown resource")
+        alphas = {k: tol.get(k, 1.2) for k in RESOURCES}
+        paths = {k: f"imbalance_tolerance.{k}" for k in RESOURCES}
+    else:
+        alphas = {k: tol for k in RESOURCES}
+        paths = {k: "imbalance_tolerance" for k in RESOURCES}
+    for k, a in alphas.items():
+        if not _num(a) or not math.isfinite(a) or a <= 1:
+            raise InvalidInput(paths[k], "must be a finite number > 1 (α_k, Eq. 2)")
+    out["imbalance_tolerance"] = {k: float(a) for k, a in alphas.items()}
+    sigma = spec.get("sigma", 0.1)
+    if sigma is None:
+        sigma = 0.1
+    if not _num(sigma) or not math.isfinite(sigma) or not (0 < sigma <= 1):
+        raise InvalidInput("sigma", "must be in (0, 1] (§4.1.3)")
+    out["sigma"] = float(sigma)
+    util = spec.get("utility", "APM")
+    if util is None:
+        util = "APM"
+    if isinstance(util, str) and util.upper().removeprefix("U^") in UTILITIES:
+        util = util.upper().removeprefix("U^")
+    else:
+        raise InvalidInput("utility", f"unknown utility {util!r} (one of {', '.join(UTILITIES)})")
+    out["utility"] = util
+    ml = spec.get("move_limit", 5)
+    if not _int(ml) or ml < 1:
+        raise InvalidInput("move_limit", "must be an integer >= 1")
+    out["move_limit"] = ml
+    prev = spec.get("previous")
+    out["previous"] = None if prev is None else load_function(prev, "previous")
+    seed = spec.get("seed")
+    if seed is None:
+        seed = out["previous"].seed if out["previous"] is not None else DEFAULT_SEED
+    if not _int(seed) or not (0 <= seed < 2**64):
+        raise InvalidInput("seed", "must be an integer in [0, 2**64)")
+    out["seed"] = seed
+    rep = spec.get("replicas")
+    if rep is None:
+        p = out["previous"]
+        rep = p.replicas if (p is not None and p.replicas) else DEFAULT_REPLICAS
+    if not _int(rep) or not (1 <= rep <= 100_000):
+        raise InvalidInput("replicas", "must be an integer in [1, 100000]")
+    out["replicas"] = rep
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+def _config(s: dict) -> Config:
+    return Config(resources=tuple(s["resources"][k] for k in RESOURCES),
+                  alpha=tuple(s["imbalance_tolerance"][k] for k in RESOURCES),
+                  sigma=s["sigma"], utility=s["utility"], move_limit=s["move_limit"])
+
+
+def build_document(spec: dict) -> dict:
+    """Validate ``spec`` and build the partitioning function document (see the module docstring).
+
+    Spec (``partition build --input``): ``{"algorithm": "readj", "channels": 10, "previous": null | document,
+    "frequencies": {"k0": 0.0772, ...}, "domain_size": 1000000, "resources": {"state": "linear", "computation":
+    "constant", "communication": "linear"}, "imbalance_tolerance": 1.2 | {resource: α}, "sigma": 0.1,
+    "utility": "APM"}``; optional ``seed`` and ``replicas`` of the consistent hash (default: the previous
+    function's, else 0 and 1000) and ``move_limit`` (readj's c, default 5). The frequencies are the relative
+    frequencies tracked by the caller; the function keeps those ≥ δ (Eq. 17, §4.1.3) in the explicit hash.
+    Raises :class:`solvers.errors.InvalidInput` on bad input.
+    """
+    s = validate_spec(spec)
+    cfg = _config(s)
+    n, alg, prev = s["channels"], s["algorithm"], s["previous"]
+    t0 = time.perf_counter()
+    keys = list(s["frequencies"])
+    f = np.array([s["frequencies"][k] for k in keys], dtype=np.float64)
+    delta, dk, mask = select_tracked(f, n, cfg, s["domain_size"])
+    if alg not in CONSTRUCTIONS:
+        mask = np.zeros(len(keys), dtype=bool)
+    lookup = {"uniform": "uniform", "consistent": "consistent"}.get(alg, "explicit+consistent")
+    new = PartitionFunction(n, lookup, s["seed"], s["replicas"] if lookup != "uniform" else None, {})
+    pos = hash_strings(keys, s["seed"])
+    tracked = np.flatnonzero(mask)
+    # D_o: explicit keys of the previous function that are not tracked now
+    prev_f = getattr(prev, "frequencies", {}) if prev is not None else {}
+    o_keys = [k for k in (prev.explicit if prev is not None else {}) if not (k in s["frequencies"]
+                                                                               and mask[keys.index(k)])] \
+        if prev is not None and prev.explicit else []
+    assign = np.empty(0, dtype=np.int64)
+    stats: dict = {}
+    if alg in CONSTRUCTIONS and len(tracked):
+        tpos = pos[tracked]
+        hc_new = new.base_lookup(tpos)
+        old = prev.route_positions(hash_strings([keys[i] for i in tracked], prev.seed)) if prev is not None \
+            else np.full(len(tracked), -1)
+        o_f = np.array([s["frequencies"].get(k, prev_f.get(k, 0.0)) for k in o_keys], dtype=np.float64)
+        o_pos_new = hash_strings(o_keys, s["seed"])
+        o_old = prev.route_positions(hash_strings(o_keys, prev.seed)) if o_keys else np.empty(0, np.int64)
+        inst = Instance(channels=n, freqs=f[tracked], old=old, hc_new=hc_new, o_freqs=o_f, o_old=o_old,
+                        o_hc_new=new.base_lookup(o_pos_new) if o_keys else np.empty(0, np.int64),
+                        has_previous=prev is not None)
+        assign = construct(alg, inst, cfg, stats)
+    explicit = {keys[i]: int(c) for i, c in zip(tracked.tolist(), assign.tolist())}
+    new = PartitionFunction(n, lookup, s["seed"], new.replicas, explicit)
+    seconds = time.perf_counter() - t0
+    metrics = _estimate_metrics(new, prev, s, cfg, keys, f, pos, o_keys, prev_f)
+    metrics["explicit_entries"] = len(explicit)
+    metrics["construction_seconds"] = seconds
+    if "readj_steps" in stats:
+        metrics["readj_steps"] = stats["readj_steps"]
+    return {
+        "format": FORMAT,
+        "algorithm": alg,
+        "lookup": lookup,
+        "channels": n,
+        "hash": {"function": HASH_NAME, "seed": s["seed"], "key_encoding": "utf-8"},
+        "consistent_hash": None if lookup == "uniform" else
+        {"replicas": new.replicas, "seed": s["seed"], "point": POINT_RULE},
+        "explicit": explicit,
+        "frequencies": {keys[i]: float(f[i]) for i in tracked.tolist()},
+        "delta": float(delta),
+        "delta_k": {k: float(v) for k, v in dk.items()},
+        "params": {"resources": s["resources"], "imbalance_tolerance": s["imbalance_tolerance"],
+                   "sigma": s["sigma"], "utility": s["utility"], "domain_size": s["domain_size"],
+                   "move_limit": s["move_limit"]},
+        "metrics": metrics,
+    }
+
+
+def _shares(fn: PartitionFunction) -> np.ndarray:
+    if fn.ring is None:
+        return np.full(fn.channels, 1.0 / fn.channels)
+    return fn.ring.arc_shares()
+
+
+def _moved_fraction(prev: PartitionFunction, new: PartitionFunction) -> float:
+    """Fraction of the (position) key space whose base channel changes between two functions."""
+    if prev.seed != new.seed:
+        return 1.0 - 1.0 / max(new.channels, 1)  # independent hashes: a random key keeps its channel w.p. ~1/N
+    if prev.ring is not None and new.ring is not None:
+        return prev.ring.moved_fraction(new.ring)
+    from solvers.hashing import hash64_array
+    pos = hash64_array(np.arange(1 << 18, dtype=np.uint64), 0x5EED)
+    return float(np.mean(prev.base_lookup(pos) != new.base_lookup(pos)))
+
+
+def _estimate_metrics(new: PartitionFunction, prev, s, cfg: Config, keys, f, pos, o_keys, prev_f) -> dict:
+    n = new.channels
+    known_ch = new.route_positions(pos) if len(keys) else np.empty(0, dtype=np.int32)
+    rest_n = max(s["domain_size"] - len(keys), 0)
+    rest_f = max(1.0 - float(f.sum()), 0.0)
+    q = rest_f / rest_n if rest_n else 0.0
+    shares = _shares(new)
+    loads = np.zeros((3, n))
+    for k in range(3):
+        fn = cfg.resources[k]
+        if len(keys):
+            loads[k] += np.bincount(known_ch, weights=beta(fn, f), minlength=n)
+        loads[k] += rest_n * float(beta(fn, np.array([q]))[0]) * shares
+    out = balance_metrics(loads, cfg.alpha)
+    bs = cfg.resources[0]
+    ideal = (float(beta(bs, f).sum()) + rest_n * float(beta(bs, np.array([q]))[0])) / n
+    out["model"] = ("keys with a frequency placed exactly; the other domain_size - #keys keys share the remaining "
+                    "frequency evenly and follow the consistent hash's arc shares")
+    if prev is None:
+        out["m"] = None
+        out["migration"] = {"moved": None, "ideal": ideal, "tracked_moved": None, "untracked_moved_expected": None}
+        return out
+    # keys known now or explicit before: exact; their frequency from the spec, else from the previous document
+    extra = [k for k in o_keys if k not in s["frequencies"]]
+    all_keys = list(keys) + extra
+    all_f = np.concatenate([f, np.array([prev_f.get(k, 0.0) for k in extra])])
+    old_ch = prev.route_keys(all_keys) if all_keys else np.empty(0)
+    new_ch = new.route_keys(all_keys) if all_keys else np.empty(0)
+    tracked_moved = float(beta(bs, all_f)[old_ch != new_ch].sum()) if all_keys else 0.0
+    untracked = rest_n * float(beta(bs, np.array([q]))[0]) * _moved_fraction(prev, new)
+    moved = tracked_moved + untracked
+    out["m"] = moved / ideal if ideal > 0 else None
+    out["migration"] = {"moved": moved, "ideal": ideal, "tracked_moved": tracked_moved,
+                        "untracked_moved_expected": untracked}
+    return out
+
+
+def route_keys(function, keys) -> np.ndarray:
+    """Channels (``np.int32``) of ``keys`` (list of str/bytes) under a function document or
+    :class:`PartitionFunction` — vectorised Algorithm 1 (for the Spark adapter and the controller)."""
+    return load_function(function).route_keys(keys)
