@@ -16,8 +16,9 @@ and hands the MILP *units* — sets of key groups that must end on one node:
    case 1 (neither end in a part): the less loaded of the two nodes; case 2 (one end in a part): that part's node;
    case 3 (both in parts): the two parts merged, on the less loaded node. The paper adds ONE pair per round;
    here ``pairs_per_round`` (default: as many as fit) pairs are added, best first, while the moves they force fit
-   in ``pair_budget_share`` of the migration budget and the merged unit stays within maxPL (a merged unit above
-   maxPL would be split again next round, so it is skipped). ``pairs_per_round=1`` reproduces the paper.
+   in ``pair_budget_share`` of the migration budget (a pair whose moves do not fit is skipped and the next one
+   tried). As in the paper, a merged unit may exceed maxPL: it is pinned to a node this round and split again by
+   step 2 next round. ``pairs_per_round=1`` reproduces the paper.
 4. **Solve** (lines 38–43): :func:`solvers.albic.milp.solve_grouped` with the units, the step-3 node constraints
    and a feasible warm start; if the load distance exceeds maxLD, retry with maxPL − stepPL; maxPL = 0 is the pure
    MILP (every key group its own unit, no pair constraints). The plan with the smallest load distance is returned
@@ -340,10 +341,6 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
                 continue
             t = min(cands, key=lambda c: (util[c], c))
             merged = np.concatenate([mi, mj])
-            if float(problem.load[merged].sum()) > max_pl_abs * (1 + _EPS):
-                continue
-            if mc is not None and float(mc[merged].sum()) > 1 + _EPS:
-                continue
             away_new = merged[cur[merged] != t]
             old_cost = [m_[cur[m_] != target[u]] for u, m_ in ((ui, mi), (uj, mj)) if u in target]
             d_moves = away_new.size - sum(x.size for x in old_cost)
