@@ -191,11 +191,13 @@ def readj(inst: Instance, cfg: Config, stats: dict | None = None) -> np.ndarray:
     the current mapping". Only readjustments involving a channel that holds a max or min load of some active
     resource are evaluated: any other one cannot lower ρ (exact pruning). With ``cfg.readj_require_gain`` a step
     must also lower U (the text's "until there are no readjustments that improve the utility"); the default follows
-    the listing, where the utility only ranks the ρ-reducing steps.
+    the listing, where the utility only ranks the ρ-reducing steps. With ``stats={"trace": True}`` the applied
+    steps (d1, d2 or -1, i, j) are recorded in ``stats["readj_trace"]``, the start mapping in ``stats["readj_start"]``.
     """
     ctx = _Ctx(inst, cfg)
     n, R = inst.channels, len(inst.freqs)
     ch = np.where((ctx.old >= 0) & (ctx.old < n), ctx.old, inst.hc_new).astype(np.int64)
+    start = ch.copy()
     if ctx.K == 0 or R == 0 or n == 1:
         return ch
     f = inst.freqs
@@ -208,6 +210,7 @@ def readj(inst: Instance, cfg: Config, stats: dict | None = None) -> np.ndarray:
     u_cur = float(utility(ctx.U, rho_cur, ctx.gamma(m)))
     moves = np.zeros(R, dtype=np.int64)
     steps = 0
+    trace = stats.setdefault("readj_trace", []) if (stats is not None and stats.get("trace")) else None
     tol = 1e-12
     while True:
         free = np.flatnonzero(moves < cfg.move_limit)
@@ -286,11 +289,14 @@ def readj(inst: Instance, cfg: Config, stats: dict | None = None) -> np.ndarray:
             ch[y] = ci
             moves[y] += 1
         m += float(M[b])
+        if trace is not None:
+            trace.append((x, y, ci, cj))
         rho_cur = float(a[c])
         u_cur = float(u_new[b])
         steps += 1
     if stats is not None:
         stats["readj_steps"] = steps
+        stats["readj_start"] = start
     return ch
 
 
