@@ -1,0 +1,107 @@
+"""Error mapping: every failure the user can cause becomes a 4xx with a body naming the field and the reason.
+
+Body of every error: ``{"detail": [{"field": "key_groups[3].load", "reason": "..."}]}`` for 422, and
+``{"detail": "<message>"}`` for 401/404/409/413/429/501.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from controller.errors import Busy, Conflict, NotFound, TooLarge, Unavailable
+from solvers.errors import InvalidInput
+
+log = logging.getLogger("rebalancer.api")
+
+
+def field_path(loc: Iterable[Any]) -> str:
+    """``("body", "key_groups", 3, "load")`` -> ``key_groups[3].load`` (the foundation's path style)."""
+    out = ""
+    for part in loc:
+        if part == "body" and not out:
+            continue
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _is_union_tag(part: Any) -> bool:
+    # pydantic adds the union member's name to the location ("JobNode", "str", "int", "ScalingChange")
+    return isinstance(part, str) and (part[:1].isupper() or part in ("str", "int", "float", "bool"))
+
+
+def pydantic_errors(errors: Iterable[dict]) -> list[dict[str, str]]:
+    out = []
+    seen = set()
+    for e in errors:
+        loc = [p for p in e.get("loc", ()) if not _is_union_tag(p) and not str(p).startswith("function-")]
+        if e.get("type") == "json_invalid":
+            item = {"field": "body", "reason": f"invalid JSON: {e.get('msg')}"}
+        else:
+            msg = e.get("msg", "invalid")
+            if e.get("type") == "missing":
+                msg = "is required"
+            elif e.get("type") == "extra_forbidden":
+                msg = "unknown field"
+            item = {"field": field_path(loc) or "body", "reason": msg}
+        key = (item["field"], item["reason"])
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+def invalid(items: list[dict[str, str]]) -> JSONResponse:
+    return JSONResponse({"detail": items}, status_code=422)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_req: Request, exc: RequestValidationError) -> JSONResponse:
+        return invalid(pydantic_errors(exc.errors()))
+
+    @app.exception_handler(ValidationError)
+    async def _pyd(_req: Request, exc: ValidationError) -> JSONResponse:
+        return invalid(pydantic_errors(exc.errors()))
+
+    @app.exception_handler(InvalidInput)
+    async def _invalid(_req: Request, exc: InvalidInput) -> JSONResponse:
+        return invalid([{"field": exc.field or "body", "reason": exc.reason}])
+
+    @app.exception_handler(NotFound)
+    async def _nf(_req: Request, exc: NotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_req: Request, exc: Conflict) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    @app.exception_handler(TooLarge)
+    async def _large(_req: Request, exc: TooLarge) -> JSONResponse:
+        return JSONResponse({"detail": f"request too large: {exc}"}, status_code=413)
+
+    @app.exception_handler(Busy)
+    async def _busy(_req: Request, exc: Busy) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=429, headers={"Retry-After": "1"})
+
+    @app.exception_handler(Unavailable)
+    async def _unavail(_req: Request, exc: Unavailable) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=501)
+
+    @app.exception_handler(RuntimeError)
+    async def _runtime(_req: Request, exc: RuntimeError) -> JSONResponse:
+        log.error("server error: %s", exc)
+        return JSONResponse({"detail": f"planner failed: {exc}"}, status_code=500)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)

@@ -1,0 +1,1 @@
+"""Routers of the /v1 API: stateless planning, stateful jobs, operations."""

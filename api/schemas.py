@@ -1,0 +1,355 @@
+"""Request and response schemas of the /v1 API (pydantic v2).
+
+The problem and plan documents follow DESIGN.md ("The problem and plan contract") field for field; the job,
+statistics, proposal and execution documents are the controller's own (issue 7). Request models forbid unknown
+fields so that a typo is a 422 naming the field, never silently ignored. Semantic checks (unknown node of a key
+group, duplicate ids, every node removing…) are done by ``solvers.model.Problem.from_dict`` and come back as 422
+with the same field paths.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NonNeg = Field(ge=0, allow_inf_nan=False)
+
+
+class _Req(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Resp(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# ---------------------------------------------------------------- problem document (DESIGN.md)
+class NodeDoc(_Req):
+    id: str = Field(min_length=1)
+    capacity: float = Field(1.0, gt=0, allow_inf_nan=False)
+    removing: bool = False
+    limits: Optional[dict[str, float]] = None
+
+
+class KeyGroupDoc(_Req):
+    id: str = Field(min_length=1)
+    operator: Optional[str] = ""
+    node: str
+    load: float = Field(ge=0, allow_inf_nan=False)
+    state_bytes: Optional[float] = Field(0, ge=0, allow_inf_nan=False)
+    resources: Optional[dict[str, float]] = None
+
+
+class EdgeDoc(_Req):
+    src: str
+    dst: str
+    rate: float = Field(ge=0, allow_inf_nan=False)
+
+
+class BudgetDoc(_Req):
+    max_migrations: Optional[int] = Field(None, ge=0)
+    max_migration_bytes: Optional[float] = Field(None, ge=0, allow_inf_nan=False)
+
+
+class ProblemDoc(_Req):
+    """The problem document of DESIGN.md."""
+
+    nodes: list[NodeDoc] = Field(min_length=1)
+    key_groups: list[KeyGroupDoc] = []
+    communication: Optional[list[EdgeDoc]] = None
+    communication_cost: Optional[float] = Field(0.0, ge=0, allow_inf_nan=False)
+    budget: Optional[BudgetDoc] = None
+
+
+# ---------------------------------------------------------------- plan document (DESIGN.md)
+class StateMetrics(_Resp):
+    load_distance: float
+    load_on_removing: float
+    collocation_factor: Optional[float] = None
+
+
+class PlanMetrics(_Resp):
+    before: StateMetrics
+    after: StateMetrics
+    migrations: int
+    migration_bytes: Union[int, float]
+
+
+class Move(_Resp):
+    key_group: str
+    from_: str = Field(alias="from")
+    to: str
+    state_bytes: Union[int, float]
+
+
+class SolverInfo(_Resp):
+    status: Literal["optimal", "feasible", "heuristic"]
+    lower_bound: Optional[float] = None
+    seconds: float
+
+
+class PlanDoc(_Resp):
+    """The plan document of DESIGN.md: the full assignment, the moves, before/after metrics, solver status."""
+
+    algorithm: str
+    assignment: dict[str, str]
+    moves: list[Move]
+    metrics: PlanMetrics
+    solver: SolverInfo
+    details: Optional[dict[str, Any]] = None
+
+
+class PlanInput(BaseModel):
+    """A plan document as input to ``/v1/evaluate`` (only ``assignment`` is required; ``moves`` are checked)."""
+
+    model_config = ConfigDict(extra="allow")
+    assignment: dict[str, str]
+    moves: Optional[list[dict[str, Any]]] = None
+    algorithm: Optional[str] = None
+    solver: Optional[dict[str, Any]] = None
+
+
+# ---------------------------------------------------------------- stateless endpoints
+class PlanRequest(_Req):
+    problem: ProblemDoc
+    algorithm: Optional[str] = Field(None, description="planner name (default: the server's default planner)")
+    params: dict[str, Any] = {}
+    time_limit_s: float = Field(1.0, gt=0, allow_inf_nan=False, description="capped by the server's maximum")
+
+
+class EvaluateRequest(_Req):
+    problem: ProblemDoc
+    plan: PlanInput
+
+
+class EvaluateResponse(_Resp):
+    before: StateMetrics
+    after: StateMetrics
+    migrations: int
+    migration_bytes: float
+    moves: list[Move]
+    within_budget: bool
+
+
+class ScalingChange(_Req):
+    add: list[Union[NodeDoc, str]] = []
+    remove: list[str] = []
+
+
+class ScalingRequest(_Req):
+    problem: ProblemDoc
+    candidates: list[Union[int, ScalingChange]] = Field(min_length=1)
+    target_load_distance: Optional[float] = Field(
+        None, ge=0, allow_inf_nan=False,
+        description="the goal a recommended cluster must meet (default: the current load distance)")
+    algorithm: Optional[str] = None
+    params: dict[str, Any] = {}
+    time_limit_s: float = Field(1.0, gt=0, allow_inf_nan=False)
+
+
+class ScalingCandidate(_Resp):
+    candidate: Union[int, dict[str, Any]]
+    nodes: int = Field(description="active nodes of the candidate cluster")
+    added: list[str]
+    removed: list[str]
+    load_distance: float = Field(description="after a full rebalance (no budget)")
+    load_on_removing: float
+    max_utilisation: float
+    migrations: int
+    migration_bytes: float
+    rounds: Optional[int] = Field(description="rounds needed under the problem's per-round budget (null: never, the budget is 0)")
+    meets_target: bool
+    solver: SolverInfo
+
+
+class ScalingResponse(_Resp):
+    current: StateMetrics
+    target_load_distance: float
+    algorithm: str
+    candidates: list[ScalingCandidate]
+    recommendation: Optional[int] = Field(description="index in candidates of the smallest cluster meeting the "
+                                                      "target, or null when none does")
+    recommended: Optional[ScalingCandidate] = None
+
+
+# ---------------------------------------------------------------- jobs
+class JobNode(_Req):
+    id: str = Field(min_length=1)
+    capacity: float = Field(1.0, gt=0, allow_inf_nan=False)
+    removing: bool = False
+
+
+class JobKeyGroup(_Req):
+    id: str = Field(min_length=1)
+    operator: Optional[str] = ""
+    node: str
+    state_bytes: Optional[float] = Field(0, ge=0, allow_inf_nan=False)
+
+
+class OperatorSpec(_Req):
+    id: str = Field(min_length=1)
+    key_groups: int = Field(ge=1, description="number of key groups, named '<id>/0' … '<id>/<n-1>'")
+
+
+class AutoSpec(_Req):
+    enabled: bool = False
+    load_distance_threshold: Optional[float] = Field(
+        None, ge=0, allow_inf_nan=False,
+        description="fire when the windowed load distance exceeds it (null: whenever a plan improves it)")
+    cooldown_batches: int = Field(3, ge=0, description="batches between two automatic rounds")
+    time_limit_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
+
+
+class JobSpec(_Req):
+    """``PUT /v1/jobs/{job_id}``: either ``key_groups`` (explicit placement) or ``operators`` (contiguous ranges
+    of key groups per node, as Flink assigns key groups to subtasks)."""
+
+    nodes: list[Union[JobNode, str]] = Field(min_length=1)
+    key_groups: Optional[list[JobKeyGroup]] = None
+    operators: Optional[list[OperatorSpec]] = None
+    algorithm: Optional[str] = None
+    params: dict[str, Any] = {}
+    budget: BudgetDoc = BudgetDoc()
+    window_batches: int = Field(5, ge=1)
+    communication_cost: float = Field(0.0, ge=0, allow_inf_nan=False)
+    time_limit_s: float = Field(1.0, gt=0, allow_inf_nan=False, description="default time limit of proposals")
+    auto: AutoSpec = AutoSpec()
+
+
+class WindowState(_Resp):
+    size: int = Field(description="window_batches of the job")
+    batches: list[int] = Field(description="batch ids in the window, oldest first")
+    covered_batches: int
+    coverage: float = Field(description="covered_batches / size")
+    key_groups_covered: int = Field(description="key groups with at least one statistic in the window")
+    key_groups: int
+    ready: bool = Field(description="the window is full (auto triggers only fire then)")
+
+
+class JobState(_Resp):
+    job_id: str
+    epoch: int
+    nodes: list[dict[str, Any]]
+    assignment: dict[str, str]
+    algorithm: str
+    params: dict[str, Any]
+    budget: dict[str, Any]
+    window_batches: int
+    communication_cost: float
+    time_limit_s: float
+    auto: dict[str, Any]
+    window: WindowState
+    metrics: Optional[dict[str, Any]] = Field(None, description="metrics of the current assignment under the "
+                                                                "windowed statistics (null before any)")
+    created_at: float
+    updated_at: float
+
+
+class StatKeyGroup(_Req):
+    id: str
+    load: float = Field(ge=0, allow_inf_nan=False)
+    state_bytes: Optional[float] = Field(None, ge=0, allow_inf_nan=False)
+
+
+class StatsRequest(_Req):
+    batch_id: int = Field(ge=0)
+    epoch: int = Field(ge=0, description="the epoch the driver ran this batch with")
+    key_groups: list[StatKeyGroup] = []
+    communication: list[EdgeDoc] = []
+
+
+class ApplyDoc(_Resp):
+    """A plan the controller executed on its own (auto mode): apply it at the next batch boundary."""
+
+    proposal_id: str
+    base_epoch: int
+    epoch: int
+    assignment: dict[str, str]
+    moves: list[Move]
+    metrics: PlanMetrics
+    solver: SolverInfo
+
+
+class StatsResponse(_Resp):
+    job_id: str
+    batch_id: int
+    epoch: int = Field(description="the job's current epoch (may be newer than the batch's)")
+    counted: bool = Field(description="false for a duplicate batch id or a batch older than the window")
+    duplicate: bool
+    window: WindowState
+    apply: Optional[ApplyDoc] = Field(None, description="auto mode: the plan executed now (new epoch); apply it at "
+                                                        "the next batch boundary")
+
+
+class ProposalRequest(_Req):
+    algorithm: Optional[str] = None
+    params: Optional[dict[str, Any]] = None
+    time_limit_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
+    wait_s: Optional[float] = Field(None, ge=0, allow_inf_nan=False,
+                                    description="how long to wait for the solve before answering 202 "
+                                                "(capped by the server's request_wait_s)")
+
+
+class ProposalDoc(_Resp):
+    id: str
+    job_id: str
+    base_epoch: int
+    status: Literal["pending", "ready", "failed", "executed"]
+    algorithm: str
+    params: dict[str, Any]
+    time_limit_s: float
+    window: Optional[dict[str, Any]] = None
+    plan: Optional[PlanDoc] = None
+    error: Optional[str] = None
+    executed_epoch: Optional[int] = None
+    created_at: float
+
+
+class ExecuteResponse(_Resp):
+    job_id: str
+    proposal_id: str
+    base_epoch: int
+    epoch: int
+    assignment: dict[str, str]
+    moves: list[Move]
+
+
+class NodesRequest(_Req):
+    """Scale out (``add``), mark for scale-in (``remove``: the nodes drain over the next rounds), and delete
+    empty removing nodes (``delete``)."""
+
+    add: list[Union[JobNode, str]] = []
+    remove: list[str] = []
+    delete: list[str] = []
+
+
+class HistoryEntry(_Resp):
+    epoch: int
+    kind: str
+    created_at: float
+    proposal_id: Optional[str] = None
+    nodes: list[dict[str, Any]]
+    moves: Optional[list[Move]] = None
+    metrics: Optional[dict[str, Any]] = None
+    solver: Optional[dict[str, Any]] = None
+    algorithm: Optional[str] = None
+
+
+class HistoryResponse(_Resp):
+    job_id: str
+    epoch: int
+    epochs: list[HistoryEntry]
+
+
+class ErrorItem(_Resp):
+    field: str
+    reason: str
+
+
+class ErrorDoc(_Resp):
+    detail: Union[list[ErrorItem], str]
+
+
+class HealthDoc(_Resp):
+    status: str

@@ -1,0 +1,23 @@
+"""Controller errors; the API maps each to one HTTP status (InvalidInput from the foundation is 422)."""
+
+from __future__ import annotations
+
+
+class NotFound(Exception):
+    """Unknown job or proposal (404)."""
+
+
+class Conflict(Exception):
+    """State conflict: stale epoch, proposal not executable, topology mismatch (409)."""
+
+
+class TooLarge(Exception):
+    """Request exceeds a configured size cap (413)."""
+
+
+class Unavailable(Exception):
+    """A feature whose implementation is not installed yet (501)."""
+
+
+class Busy(Exception):
+    """Too many solves in flight (429)."""

@@ -1,0 +1,337 @@
+"""Persistence behind one small module (SQLAlchemy 2 Core): jobs, versioned assignments (epochs), statistics
+windows, proposals.
+
+Durability: every write the API acknowledges has been committed first. SQLite runs in WAL mode (``synchronous``
+NORMAL by default: a committed transaction survives a kill -9 of the server; FULL also survives power loss);
+PostgreSQL is used by URL through psycopg 3.
+
+Writes go through one writer thread (:class:`Writer`) that drains a queue and commits many queued operations in
+one transaction (group commit): 50 drivers posting statistics cost one commit per burst, not 50. An operation is a
+function ``op(conn) -> result``; should one raise, the burst is rolled back and its operations are replayed one
+transaction each, so a failing operation never takes others down with it.
+
+The epoch compare-and-set of an execute is one ``UPDATE jobs SET epoch = :new WHERE job_id = :id AND epoch =
+:base`` in the same transaction as the new assignment and the history row: of two executes from one epoch exactly
+one updates a row, whatever the number of processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from sqlalchemy import (Column, Float, Integer, LargeBinary, MetaData, String, Table, Text, create_engine, delete,
+                        event, insert, select, update)
+from sqlalchemy.engine import Connection, Engine
+
+log = logging.getLogger("rebalancer.repository")
+
+metadata = MetaData()
+
+jobs = Table(
+    "jobs", metadata,
+    Column("job_id", String(200), primary_key=True),
+    Column("spec", Text, nullable=False),          # JSON: algorithm, params, budget, window_batches, auto, …
+    Column("registration", Text, nullable=False),  # JSON: the topology as registered (for idempotent PUT)
+    Column("kgs", Text, nullable=False),           # JSON: {"ids": [...], "operators": [...], "state_bytes": [...]}
+    Column("nodes", Text, nullable=False),         # JSON: [{"id", "capacity", "removing"}]
+    Column("assignment", Text, nullable=False),    # JSON: [node id per key group, in kgs order]
+    Column("epoch", Integer, nullable=False),
+    Column("last_round_batch", Integer, nullable=True),  # batch id of the last auto round (cooldown)
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+epochs = Table(
+    "epochs", metadata,
+    Column("job_id", String(200), primary_key=True),
+    Column("epoch", Integer, primary_key=True),
+    Column("kind", String(20), nullable=False),    # register | execute | auto | nodes
+    Column("proposal_id", String(64), nullable=True),
+    Column("nodes", Text, nullable=False),
+    Column("assignment", Text, nullable=False),
+    Column("plan", Text, nullable=True),           # JSON: moves, metrics, solver, algorithm
+    Column("created_at", Float, nullable=False),
+)
+
+stats = Table(
+    "stats_batches", metadata,
+    Column("job_id", String(200), primary_key=True),
+    Column("batch_id", Integer, primary_key=True),
+    Column("epoch", Integer, nullable=False),
+    Column("kg_index", LargeBinary, nullable=False),   # int32 array: key group indices
+    Column("load", LargeBinary, nullable=False),       # float64 array
+    Column("state_bytes", LargeBinary, nullable=True),  # float64 array (NaN = not reported)
+    Column("comm", LargeBinary, nullable=True),        # int32 src, int32 dst, float64 rate (concatenated)
+    Column("received_at", Float, nullable=False),
+)
+
+proposals = Table(
+    "proposals", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("job_id", String(200), nullable=False, index=True),
+    Column("base_epoch", Integer, nullable=False),
+    Column("status", String(20), nullable=False),  # pending | ready | failed | executed
+    Column("algorithm", String(100), nullable=False),
+    Column("params", Text, nullable=False),
+    Column("time_limit_s", Float, nullable=False),
+    Column("window", Text, nullable=True),
+    Column("plan", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("executed_epoch", Integer, nullable=True),
+    Column("created_at", Float, nullable=False),
+)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:
+    """An engine for ``url``; SQLite gets WAL, the chosen ``synchronous`` level and its directory created."""
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if path and path != ":memory:":
+            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        sync = sqlite_synchronous.upper()
+        if sync not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            sync = "NORMAL"
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # noqa: ANN001
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA synchronous={sync}")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+    else:
+        engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    return engine
+
+
+def create_schema(engine: Engine) -> None:
+    metadata.create_all(engine)
+
+
+# ---------------------------------------------------------------------- group-commit writer
+class Writer:
+    """One thread that commits queued write operations in batches (group commit).
+
+    ``await writer.run(op)`` returns ``op(conn)``'s result once the transaction containing it has committed.
+    """
+
+    def __init__(self, engine: Engine, batch: int = 256):
+        self.engine = engine
+        self.batch = batch
+        self._q: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="rebalancer-writer", daemon=True)
+        self._stopped = False
+        self.commits = 0
+        self.ops = 0
+        self._thread.start()
+
+    async def run(self, op: Callable[[Connection], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._q.put((op, fut, loop))
+        return await fut
+
+    def run_sync(self, op: Callable[[Connection], Any]) -> Any:
+        """Run ``op`` in its own transaction in the calling thread (startup, tests)."""
+        with self.engine.begin() as conn:
+            return op(conn)
+
+    def close(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            self._q.put(None)
+            self._thread.join(timeout=10)
+
+    # -------------------------------------------------------------- internals
+    def _loop(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            items = [item]
+            stop = False
+            while len(items) < self.batch:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                items.append(nxt)
+            self._commit(items)
+            if stop:
+                return
+
+    def _commit(self, items: list) -> None:
+        results: list[tuple[bool, Any]] = []
+        try:
+            with self.engine.begin() as conn:
+                for op, _fut, _loop in items:
+                    results.append((True, op(conn)))
+            self.commits += 1
+        except Exception:  # replay one by one so one bad op does not fail the others
+            if len(items) == 1:
+                op, fut, loop = items[0]
+                import sys
+
+                exc = sys.exc_info()[1]
+                log.exception("write failed")
+                loop.call_soon_threadsafe(_set_exc, fut, exc)
+                return
+            for it in items:
+                self._commit([it])
+            return
+        self.ops += len(items)
+        for (ok, res), (_op, fut, loop) in zip(results, items):
+            loop.call_soon_threadsafe(_set_result, fut, res)
+
+
+def _set_result(fut: asyncio.Future, res: Any) -> None:
+    if not fut.done():
+        fut.set_result(res)
+
+
+def _set_exc(fut: asyncio.Future, exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+# ---------------------------------------------------------------------- operations
+def insert_job(row: dict[str, Any], epoch_row: dict[str, Any]) -> Callable[[Connection], None]:
+    def op(conn: Connection) -> None:
+        conn.execute(insert(jobs).values(**row))
+        conn.execute(insert(epochs).values(**epoch_row))
+    return op
+
+
+def update_job_config(job_id: str, spec: str, now: float) -> Callable[[Connection], None]:
+    def op(conn: Connection) -> None:
+        conn.execute(update(jobs).where(jobs.c.job_id == job_id).values(spec=spec, updated_at=now))
+    return op
+
+
+def delete_job(job_id: str) -> Callable[[Connection], int]:
+    def op(conn: Connection) -> int:
+        conn.execute(delete(stats).where(stats.c.job_id == job_id))
+        conn.execute(delete(proposals).where(proposals.c.job_id == job_id))
+        conn.execute(delete(epochs).where(epochs.c.job_id == job_id))
+        return conn.execute(delete(jobs).where(jobs.c.job_id == job_id)).rowcount
+    return op
+
+
+def add_batch(row: dict[str, Any], evict: int | None) -> Callable[[Connection], None]:
+    def op(conn: Connection) -> None:
+        conn.execute(insert(stats).values(**row))
+        if evict is not None:
+            conn.execute(delete(stats).where(stats.c.job_id == row["job_id"], stats.c.batch_id == evict))
+    return op
+
+
+def insert_proposal(row: dict[str, Any]) -> Callable[[Connection], None]:
+    def op(conn: Connection) -> None:
+        conn.execute(insert(proposals).values(**row))
+    return op
+
+
+def finish_proposal(pid: str, status: str, plan: str | None, error: str | None) -> Callable[[Connection], None]:
+    def op(conn: Connection) -> None:
+        conn.execute(update(proposals).where(proposals.c.id == pid, proposals.c.status == "pending")
+                     .values(status=status, plan=plan, error=error))
+    return op
+
+
+def advance_epoch(job_id: str, base_epoch: int, new_values: dict[str, Any], epoch_row: dict[str, Any],
+                  proposal_id: str | None = None, proposal_row: dict[str, Any] | None = None,
+                  last_round_batch: int | None = None) -> Callable[[Connection], bool]:
+    """The atomic epoch compare-and-set: new assignment/nodes + history row + proposal marked executed, or nothing.
+
+    Returns False (and changes nothing) when the job's epoch is no longer ``base_epoch``.
+    """
+
+    def op(conn: Connection) -> bool:
+        new_epoch = base_epoch + 1
+        values = dict(new_values, epoch=new_epoch)
+        if last_round_batch is not None:
+            values["last_round_batch"] = last_round_batch
+        res = conn.execute(update(jobs).where(jobs.c.job_id == job_id, jobs.c.epoch == base_epoch).values(**values))
+        if res.rowcount != 1:
+            return False
+        conn.execute(insert(epochs).values(**epoch_row))
+        if proposal_row is not None:
+            conn.execute(insert(proposals).values(**proposal_row))
+        elif proposal_id is not None:
+            conn.execute(update(proposals).where(proposals.c.id == proposal_id)
+                         .values(status="executed", executed_epoch=new_epoch))
+        return True
+
+    return op
+
+
+def set_last_round(job_id: str, batch_id: int) -> Callable[[Connection], None]:
+    def op(conn: Connection) -> None:
+        conn.execute(update(jobs).where(jobs.c.job_id == job_id).values(last_round_batch=batch_id))
+    return op
+
+
+# ---------------------------------------------------------------------- reads (any thread)
+def load_all(engine: Engine) -> tuple[list[dict], dict[str, list[dict]]]:
+    """Every job and the statistics rows of its window (used at startup)."""
+    with engine.connect() as conn:
+        job_rows = [dict(r._mapping) for r in conn.execute(select(jobs))]
+        by_job: dict[str, list[dict]] = {}
+        for r in conn.execute(select(stats).order_by(stats.c.job_id, stats.c.batch_id)):
+            by_job.setdefault(r.job_id, []).append(dict(r._mapping))
+    return job_rows, by_job
+
+
+def fail_pending_proposals(engine: Engine) -> int:
+    """Solves in flight when the server stopped are lost: mark their proposals failed (startup)."""
+    with engine.begin() as conn:
+        return conn.execute(update(proposals).where(proposals.c.status == "pending")
+                            .values(status="failed", error="interrupted: the server restarted during the solve")
+                            ).rowcount
+
+
+def get_proposal(engine: Engine, job_id: str, pid: str) -> dict | None:
+    with engine.connect() as conn:
+        r = conn.execute(select(proposals).where(proposals.c.id == pid, proposals.c.job_id == job_id)).first()
+    return None if r is None else dict(r._mapping)
+
+
+def get_history(engine: Engine, job_id: str, limit: int | None = None) -> list[dict]:
+    q = select(epochs).where(epochs.c.job_id == job_id).order_by(epochs.c.epoch.desc())
+    if limit:
+        q = q.limit(limit)
+    with engine.connect() as conn:
+        rows = [dict(r._mapping) for r in conn.execute(q)]
+    rows.reverse()
+    return rows
+
+
+def database_kind(url: str) -> str:
+    return "sqlite" if url.startswith("sqlite") else url.split(":", 1)[0]
+
+
+def sqlite_path(url: str) -> str | None:
+    if not url.startswith("sqlite") or "///" not in url:
+        return None
+    p = url.split("///", 1)[1]
+    return None if p in ("", ":memory:") else os.path.abspath(p)
