@@ -1,0 +1,6 @@
+"""ALBIC (Madsen, Zhou, Cao): the load-balancing MILP (§4.3.1) and integrated collocation (§4.3.2, Algorithm 2).
+
+- :mod:`solvers.albic.milp` — planner ``albic-milp`` and :func:`solvers.albic.milp.solve_grouped`, the MILP over
+  movable units (key groups or collocated sets of key groups) used by the collocation planner.
+- ``milp_units`` / ``milp_search`` / ``milp_bounds`` / ``milp_cpsat`` / ``milp_cbc`` — its building blocks.
+"""
