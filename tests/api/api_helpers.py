@@ -1,0 +1,29 @@
+"""Small builders shared by the API tests."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+
+
+def new_id(prefix: str = "job") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def register(client, job_id: str, nodes=("w0", "w1", "w2"), key_groups: int = 12, **extra) -> dict:
+    body = {"nodes": list(nodes), "operators": [{"id": "agg", "key_groups": key_groups}], **extra}
+    r = client.put(f"/v1/jobs/{job_id}", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def skewed_stats(job: dict, batch_id: int, epoch: int, seed: int = 0, hot: float = 10.0) -> dict:
+    """Loads that make the first node of the registration hot."""
+    rng = np.random.default_rng(seed + batch_id)
+    first = job["nodes"][0]["id"]
+    kgs = []
+    for kg, node in job["assignment"].items():
+        base = float(rng.uniform(1.0, 2.0))
+        kgs.append({"id": kg, "load": base * (hot if node == first else 1.0), "state_bytes": 1000})
+    return {"batch_id": batch_id, "epoch": epoch, "key_groups": kgs}

@@ -1,0 +1,324 @@
+"""The full flow over real HTTP: register -> stats x N -> proposal -> execute -> stats with the new epoch, plus
+duplicates, stale executes, concurrent executes, scaling, history and the stateless endpoints."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from evaluation.generators import albic_synthetic
+from solvers import metrics
+from solvers.model import Problem, plan_from_dict
+sys.path.insert(0, str(Path(__file__).parent))
+from api_helpers import new_id, register, skewed_stats  # noqa: E402
+
+
+def _fill_window(client, job_id, job, first_batch=1, n=3, epoch=0):
+    last = None
+    for b in range(first_batch, first_batch + n):
+        r = client.post(f"/v1/jobs/{job_id}/stats", json=skewed_stats(job, b, epoch))
+        assert r.status_code == 202, r.text
+        last = r.json()
+    return last
+
+
+def test_full_flow(client):
+    jid = new_id()
+    job = register(client, jid, window_batches=3, budget={"max_migrations": 3}, algorithm="flux")
+    assert job["epoch"] == 0
+    # contiguous ranges like Flink: 12 key groups over 3 nodes -> 4 each, in order
+    assert [job["assignment"][f"agg/{k}"] for k in range(12)] == ["w0"] * 4 + ["w1"] * 4 + ["w2"] * 4
+    state = _fill_window(client, jid, job, n=3)
+    assert state["window"]["ready"] and state["window"]["covered_batches"] == 3
+    assert state["window"]["key_groups_covered"] == 12
+
+    r = client.post(f"/v1/jobs/{jid}/proposals", json={})
+    assert r.status_code == 201, r.text
+    prop = r.json()
+    assert prop["base_epoch"] == 0 and prop["status"] == "ready"
+    plan = prop["plan"]
+    assert 0 < plan["metrics"]["migrations"] <= 3
+    assert plan["metrics"]["after"]["load_distance"] < plan["metrics"]["before"]["load_distance"]
+    # dry run: nothing changed
+    assert client.get(f"/v1/jobs/{jid}").json()["epoch"] == 0
+
+    # the plan's metrics agree with the foundation's metrics on the windowed loads
+    g = client.get(f"/v1/jobs/{jid}").json()
+    assert g["metrics"]["load_distance"] == pytest.approx(plan["metrics"]["before"]["load_distance"], rel=1e-6)
+
+    r = client.post(f"/v1/jobs/{jid}/proposals/{prop['id']}/execute")
+    assert r.status_code == 200, r.text
+    ex = r.json()
+    assert ex["epoch"] == 1 and ex["base_epoch"] == 0
+    assert ex["assignment"] == plan["assignment"]  # applied as computed
+    after = client.get(f"/v1/jobs/{jid}").json()
+    assert after["epoch"] == 1 and after["assignment"] == plan["assignment"]
+    assert after["metrics"]["load_distance"] == pytest.approx(plan["metrics"]["after"]["load_distance"], rel=1e-6)
+
+    # stats with the new epoch are accepted; a future epoch is refused
+    r = client.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, 4, 1))
+    assert r.status_code == 202 and r.json()["epoch"] == 1 and r.json()["counted"]
+    r = client.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, 5, 7))
+    assert r.status_code == 409
+
+    hist = client.get(f"/v1/jobs/{jid}/history").json()
+    assert [e["epoch"] for e in hist["epochs"]] == [0, 1]
+    assert hist["epochs"][1]["kind"] == "execute" and hist["epochs"][1]["proposal_id"] == prop["id"]
+    assert hist["epochs"][1]["moves"] == plan["moves"]
+
+
+def test_window_mean_and_duplicates(client):
+    jid = new_id()
+    job = register(client, jid, window_batches=2, key_groups=3, nodes=["a", "b"])
+    post = lambda b, load: client.post(f"/v1/jobs/{jid}/stats", json={  # noqa: E731
+        "batch_id": b, "epoch": 0, "key_groups": [{"id": "agg/0", "load": load}]})
+    assert post(10, 4.0).json()["counted"]
+    dup = post(10, 400.0).json()
+    assert dup["duplicate"] and not dup["counted"]
+    assert post(11, 8.0).json()["window"]["batches"] == [10, 11]
+    # mean over the window: (4 + 8) / 2 = 6 on node a; the duplicate's 400 was not counted
+    m = client.get(f"/v1/jobs/{jid}").json()["metrics"]
+    assert m["total_load"] == pytest.approx(6.0)
+    assert post(12, 2.0).json()["window"]["batches"] == [11, 12]
+    assert client.get(f"/v1/jobs/{jid}").json()["metrics"]["total_load"] == pytest.approx(5.0)
+    old = post(10, 1000.0).json()  # evicted long ago: not counted again
+    assert not old["counted"]
+    assert client.get(f"/v1/jobs/{jid}").json()["metrics"]["total_load"] == pytest.approx(5.0)
+
+
+def test_stale_execute_is_409(client):
+    jid = new_id()
+    job = register(client, jid, window_batches=2, algorithm="flux")
+    _fill_window(client, jid, job, n=2)
+    p1 = client.post(f"/v1/jobs/{jid}/proposals", json={}).json()
+    p2 = client.post(f"/v1/jobs/{jid}/proposals", json={}).json()
+    assert client.post(f"/v1/jobs/{jid}/proposals/{p1['id']}/execute").status_code == 200
+    r = client.post(f"/v1/jobs/{jid}/proposals/{p2['id']}/execute")
+    assert r.status_code == 409 and "epoch" in r.json()["detail"]
+    # executing the same proposal again is also refused, and nothing changed
+    assert client.post(f"/v1/jobs/{jid}/proposals/{p1['id']}/execute").status_code == 409
+    assert client.get(f"/v1/jobs/{jid}").json()["epoch"] == 1
+
+
+def test_concurrent_executes_exactly_one_wins(server):
+    with server.client() as c:
+        jid = new_id()
+        job = register(c, jid, window_batches=2, algorithm="flux", key_groups=30)
+        _fill_window(c, jid, job, n=2)
+        props = [c.post(f"/v1/jobs/{jid}/proposals", json={}).json() for _ in range(6)]
+    assert all(p["base_epoch"] == 0 and p["status"] == "ready" for p in props)
+    codes: list[int] = []
+    barrier = threading.Barrier(len(props))
+
+    def go(pid: str) -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as cc:
+            barrier.wait()
+            codes.append(cc.post(f"/v1/jobs/{jid}/proposals/{pid}/execute").status_code)
+
+    threads = [threading.Thread(target=go, args=(p["id"],)) for p in props]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(codes) == [200] + [409] * (len(props) - 1)
+    with server.client() as c:
+        g = c.get(f"/v1/jobs/{jid}").json()
+        assert g["epoch"] == 1
+        winner = [p for p in props if p["plan"]["assignment"] == g["assignment"]]
+        assert winner, "the job's assignment is one of the proposals, applied as computed"
+        assert len(c.get(f"/v1/jobs/{jid}/history").json()["epochs"]) == 2
+
+
+def test_scale_in_drains_over_rounds_then_delete(client):
+    jid = new_id()
+    job = register(client, jid, window_batches=1, algorithm="flux", budget={"max_migrations": 2}, key_groups=6)
+    _fill_window(client, jid, job, n=1)
+    r = client.post(f"/v1/jobs/{jid}/nodes", json={"remove": ["w2"], "add": [{"id": "w3", "capacity": 2.0}]})
+    assert r.status_code == 200, r.text
+    st = r.json()
+    assert st["epoch"] == 1
+    assert {n["id"]: n["removing"] for n in st["nodes"]} == {"w0": False, "w1": False, "w2": True, "w3": False}
+    assert client.post(f"/v1/jobs/{jid}/nodes", json={"delete": ["w2"]}).status_code == 409  # not empty yet
+    rounds = 0
+    while any(n["id"] == "w2" and n["key_groups"] for n in client.get(f"/v1/jobs/{jid}").json()["nodes"]):
+        p = client.post(f"/v1/jobs/{jid}/proposals", json={}).json()
+        assert p["plan"]["metrics"]["migrations"] <= 2
+        assert client.post(f"/v1/jobs/{jid}/proposals/{p['id']}/execute").status_code == 200
+        rounds += 1
+        assert rounds <= 5
+    assert rounds >= 1  # w2 had 2 key groups and a budget of 2 per round
+    r = client.post(f"/v1/jobs/{jid}/nodes", json={"delete": ["w2"]})
+    assert r.status_code == 200 and "w2" not in [n["id"] for n in r.json()["nodes"]]
+    assert client.post(f"/v1/jobs/{jid}/nodes", json={"delete": ["w0"]}).status_code == 409  # not removing
+
+
+def test_node_change_makes_old_proposals_stale(client):
+    jid = new_id()
+    job = register(client, jid, window_batches=1, algorithm="flux")
+    _fill_window(client, jid, job, n=1)
+    p = client.post(f"/v1/jobs/{jid}/proposals", json={}).json()
+    assert client.post(f"/v1/jobs/{jid}/nodes", json={"add": ["w9"]}).status_code == 200
+    assert client.post(f"/v1/jobs/{jid}/proposals/{p['id']}/execute").status_code == 409
+
+
+def test_put_is_idempotent_and_topology_conflicts(client):
+    jid = new_id()
+    register(client, jid)
+    again = client.put(f"/v1/jobs/{jid}", json={"nodes": ["w0", "w1", "w2"],
+                                               "operators": [{"id": "agg", "key_groups": 12}], "window_batches": 9})
+    assert again.status_code == 200 and again.json()["window_batches"] == 9
+    other = client.put(f"/v1/jobs/{jid}", json={"nodes": ["w0"], "operators": [{"id": "agg", "key_groups": 12}]})
+    assert other.status_code == 409
+    assert client.delete(f"/v1/jobs/{jid}").status_code == 204
+    assert client.get(f"/v1/jobs/{jid}").status_code == 404
+    assert client.delete(f"/v1/jobs/{jid}").status_code == 404
+
+
+def test_explicit_key_groups_and_404s(client):
+    jid = new_id()
+    r = client.put(f"/v1/jobs/{jid}", json={
+        "nodes": [{"id": "a", "capacity": 2}, "b"],
+        "key_groups": [{"id": "x", "operator": "op", "node": "a", "state_bytes": 10}, {"id": "y", "node": "b"}]})
+    assert r.status_code == 201 and r.json()["assignment"] == {"x": "a", "y": "b"}
+    assert client.post(f"/v1/jobs/{jid}/proposals", json={}).status_code == 409  # no statistics yet
+    assert client.get(f"/v1/jobs/{jid}/proposals/deadbeef").status_code == 404
+    assert client.post(f"/v1/jobs/{jid}/proposals/deadbeef/execute").status_code == 404
+    assert client.get("/v1/jobs/nope-nope").status_code == 404
+    assert client.post("/v1/jobs/nope-nope/stats", json={"batch_id": 1, "epoch": 0}).status_code == 404
+
+
+def test_slow_solve_returns_202_then_poll(client):
+    jid = new_id()
+    job = register(client, jid, window_batches=1, algorithm="flux")
+    _fill_window(client, jid, job, n=1)
+    r = client.post(f"/v1/jobs/{jid}/proposals", json={"wait_s": 0})
+    assert r.status_code == 202 and r.json()["status"] == "pending"
+    assert r.headers["location"].endswith(r.json()["id"])
+    import time
+
+    for _ in range(200):
+        g = client.get(r.headers["location"])
+        assert g.status_code == 200
+        if g.json()["status"] != "pending":
+            break
+        time.sleep(0.05)
+    assert g.json()["status"] == "ready" and g.json()["plan"]["assignment"]
+    assert client.post(r.headers["location"] + "/execute").status_code == 200
+
+
+def test_auto_mode_applies_within_the_stats_round_trip(client):
+    jid = new_id()
+    job = register(client, jid, window_batches=2, algorithm="flux",
+                   auto={"enabled": True, "load_distance_threshold": 1.0, "cooldown_batches": 3})
+    r1 = client.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, 1, 0)).json()
+    assert r1["apply"] is None  # window not full yet
+    r2 = client.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, 2, 0)).json()
+    ap = r2["apply"]
+    assert ap is not None and ap["base_epoch"] == 0 and ap["epoch"] == 1 and ap["moves"]
+    assert r2["epoch"] == 1
+    g = client.get(f"/v1/jobs/{jid}").json()
+    assert g["epoch"] == 1 and g["assignment"] == ap["assignment"]
+    # cooldown: the next batches (even if still imbalanced) do not fire again
+    for b in (3, 4):
+        assert client.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, b, 1, hot=50)).json()["apply"] is None
+    # after the cooldown, with the driver on epoch 1, a heavy imbalance fires again
+    r5 = client.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, 5, 1, hot=50)).json()
+    assert r5["apply"] is not None and r5["apply"]["epoch"] == 2
+    hist = client.get(f"/v1/jobs/{jid}/history").json()["epochs"]
+    assert [e["kind"] for e in hist] == ["register", "auto", "auto"]
+    # a driver still on an old epoch never triggers a round
+    r6 = client.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, 9, 1, hot=80)).json()
+    assert r6["apply"] is None
+
+
+def test_auto_threshold_not_exceeded_does_nothing(client):
+    jid = new_id()
+    job = register(client, jid, window_batches=1, algorithm="flux",
+                   auto={"enabled": True, "load_distance_threshold": 1e9, "cooldown_batches": 0})
+    for b in range(1, 4):
+        assert client.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, b, 0)).json()["apply"] is None
+    assert client.get(f"/v1/jobs/{jid}").json()["epoch"] == 0
+
+
+# ---------------------------------------------------------------------- stateless
+def test_plans_endpoint_matches_foundation(client):
+    problem = albic_synthetic(6, key_groups_per_node=10, seed=3, max_migrations=5)
+    doc = problem.to_dict()
+    for algo in ["flux"] + (["albic-milp"] if any(a["name"] == "albic-milp" for a in
+                                                  client.get("/v1/algorithms").json()) else []):
+        r = client.post("/v1/plans", json={"problem": doc, "algorithm": algo, "time_limit_s": 1})
+        assert r.status_code == 200, r.text
+        plan = r.json()
+        assert plan["algorithm"] == algo
+        p = plan_from_dict(problem, plan)  # a valid plan of this problem (moves consistent)
+        assert metrics.migrations(problem, p.assignment) == plan["metrics"]["migrations"] <= 5
+        assert plan["metrics"]["after"]["load_distance"] == pytest.approx(
+            metrics.load_distance(problem, p.assignment), rel=1e-5)
+        assert plan["metrics"]["after"]["load_distance"] <= plan["metrics"]["before"]["load_distance"]
+
+
+def test_evaluate_endpoint(client):
+    problem = albic_synthetic(4, key_groups_per_node=5, seed=1)
+    doc = problem.to_dict()
+    plan = client.post("/v1/plans", json={"problem": doc, "algorithm": "flux"}).json()
+    r = client.post("/v1/evaluate", json={"problem": doc, "plan": plan})
+    assert r.status_code == 200
+    ev = r.json()
+    assert ev["after"] == plan["metrics"]["after"] and ev["migrations"] == plan["metrics"]["migrations"]
+    assert ev["within_budget"] is True
+    bad = dict(plan, assignment={**plan["assignment"], problem.kg_ids[0]: "nowhere"})
+    r = client.post("/v1/evaluate", json={"problem": doc, "plan": bad})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"].startswith("plan.assignment")
+
+
+def test_what_if_scaling(client):
+    problem = albic_synthetic(4, key_groups_per_node=10, seed=2, max_migrations=4)
+    doc = problem.to_dict()
+    r = client.post("/v1/what-if/scaling", json={
+        "problem": doc, "candidates": [2, 4, 6, {"add": ["x1"], "remove": ["w0", "w1"]}],
+        "target_load_distance": 5.0, "algorithm": "flux"})
+    assert r.status_code == 200, r.text
+    out = r.json()
+    c = out["candidates"]
+    assert [x["nodes"] for x in c] == [2, 4, 6, 3]
+    assert len(c[0]["removed"]) == 2 and len(c[2]["added"]) == 2 and c[3]["removed"] == ["w0", "w1"]
+    for x in c:
+        assert x["rounds"] == (0 if x["migrations"] == 0 else -(-x["migrations"] // 4))
+        assert x["meets_target"] == (x["load_distance"] <= 5.0 + 1e-9 and x["load_on_removing"] <= 1e-9)
+    meeting = [i for i, x in enumerate(c) if x["meets_target"]]
+    if meeting:
+        assert out["recommendation"] in meeting
+        assert c[out["recommendation"]]["nodes"] == min(c[i]["nodes"] for i in meeting)
+    else:
+        assert out["recommendation"] is None
+    r = client.post("/v1/what-if/scaling", json={"problem": doc, "candidates": [0]})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "candidates[0]"
+    r = client.post("/v1/what-if/scaling", json={"problem": doc, "candidates": [{"remove": ["zz"]}]})
+    assert r.status_code == 422 and r.json()["detail"][0]["field"] == "candidates[0].remove[0]"
+
+
+def test_partitioning_is_501_or_a_document(client):
+    r = client.post("/v1/partitioning", json={"nonsense": True})
+    assert r.status_code in (422, 501), r.text
+    if r.status_code == 501:
+        assert "gedik" in r.json()["detail"]
+    else:
+        assert r.json()["detail"][0]["field"]
+
+
+def test_metrics_endpoint(client):
+    client.get("/healthz")
+    text = client.get("/metrics").text
+    assert 'rebalancer_requests_total{method="GET",route="/healthz",status="200"}' in text
+    assert "rebalancer_request_seconds_bucket" in text
+    assert "rebalancer_jobs " in text
+
+
+def test_size_caps_413(client):
+    jid = new_id()
+    r = client.put(f"/v1/jobs/{jid}", json={"nodes": ["a"], "operators": [{"id": "o", "key_groups": 10_000_000}]})
+    assert r.status_code == 413
