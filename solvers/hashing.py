@@ -30,6 +30,7 @@ Functions
                               O(max words) passes for strings)
 ``bucket(h, n)``              hash(es) → bucket in [0, n) (``h mod n``), scalar or array
 ``derive_seed(seed, i)``      the seed of the i-th independent hash function (H1, H2, … of PKG / PORC)
+``hash64_int_seeds(k, mixed)`` one integer key under many (pre-mixed) seeds at once, for probe sequences
 
 Cost: integer arrays hash at ~100 M keys/s per core; lists of short strings at ~2–4 M keys/s (the UTF-8 encode
 and padding run in Python, the mixing in numpy).
@@ -41,7 +42,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["hash64", "hash64_array", "bucket", "derive_seed", "fmix64", "MASK64"]
+__all__ = ["hash64", "hash64_array", "bucket", "derive_seed", "fmix64", "mixed_seed", "hash64_int_seeds", "MASK64"]
 
 MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -87,6 +88,22 @@ def _mixed_seed(seed: int) -> int:
 def derive_seed(seed: int, i: int) -> int:
     """Seed of the i-th independent hash function derived from ``seed`` (i = 0, 1, 2, ...)."""
     return fmix64((int(seed) * 0x100000001B3 + (int(i) + 1) * _GOLDEN) & MASK64)
+
+
+def mixed_seed(seed: int) -> int:
+    """The mixed seed ``s = fmix64(seed + 0x9E3779B97F4A7C15)`` of the definition (for :func:`hash64_int_seeds`)."""
+    return _mixed_seed(seed)
+
+
+def hash64_int_seeds(key: int, mixed: np.ndarray) -> np.ndarray:
+    """Hash ONE integer key under many seeds at once: ``out[i] == hash64(key, seeds[i])`` where
+    ``mixed[i] == mixed_seed(seeds[i])`` (a ``np.uint64`` array). Used for probe sequences H_1(k), H_2(k), …"""
+    x = int(key)
+    if not -(1 << 63) <= x <= MASK64:
+        raise ValueError("hash64_int_seeds takes 64-bit integer keys")
+    h = np.asarray(mixed, dtype=np.uint64) ^ np.uint64(x & MASK64)
+    h *= _U_GOLDEN
+    return _fmix64_arr(h)
 
 
 def _hash_bytes(data: bytes, s: int) -> int:

@@ -1,0 +1,317 @@
+"""The offline grouping simulator: s sources fed by shuffle, n workers with capacities, a discrete-time queue model.
+
+Model (the papers' simulation DAG: D-C paper §V-A "Simulation", CG paper §7.1 and §6 "Supermarket Model"):
+
+* The stream arrives at ``arrival_rate`` messages per simulated second (default ``load`` × total service rate).
+  Message i goes to source i mod s (shuffle grouping upstream; the start offset rotates so every source gets its
+  share). Each source routes its messages, in order, with its own instance of the grouping (local state).
+* Time advances in ticks of ``tick`` simulated seconds (the chunk of messages arriving in a tick is routed as one
+  array). Groupings with wall-clock rules (DKG, CG) get the tick's start time; CG gets the workers' utilisation
+  at the end of each tick (its own period t0 limits how often it acts).
+* Worker w serves ``service_rate`` × c_w messages per second, FIFO, deterministic service (fluid at tick
+  resolution): q ← q + arrivals; served = min(q, μ_w·dt). Utilisation (CG paper Table 4) = queue length /
+  (``queue_capacity`` · c_w); busy fraction = served / (μ_w·dt).
+* Latency of the messages arriving at worker w in tick k: departure time of their middle message read off the
+  cumulative service curve (linear within a tick), minus the middle of the tick; at least one service time.
+  Messages still queued at the end are extrapolated at the final service rate. Percentiles are weighted by
+  message counts.
+* Capacity changes (``capacity_changes``: list of ``(fraction_of_messages, capacities)``) model the CG paper's
+  Fig. 12.
+
+Metrics (DESIGN.md "Stream groupings"): worker load L_w = messages routed to w; imbalance I = max L/m − avg L/m
+(D-C paper §II-B, normalised by messages), normalised imbalance (max − avg)/avg (CG paper Table 1),
+replication = Σ_keys |workers that saw the key| / |keys seen|; throughput at saturation = the largest arrival
+rate no worker exceeds: min_w μ_w / share_w (and relative to Σ μ_w).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from evaluation.simulator.streams import Stream
+from solvers.errors import InvalidInput
+from solvers.groupings import make_grouping
+
+__all__ = ["SimulationConfig", "simulate", "weighted_percentiles"]
+
+#: largest number of (key, worker) cells tracked with a dense table; beyond, a set of codes is used
+DENSE_REPLICATION_CELLS = 20_000_000
+MAX_CHUNK = 65_536
+
+
+@dataclass
+class SimulationConfig:
+    """Parameters of one simulation run (see the module docstring)."""
+
+    grouping: str
+    workers: int
+    sources: int = 5
+    capacities: Sequence[float] | None = None
+    seed: int = 0
+    params: dict = field(default_factory=dict)
+    service_rate: float = 1000.0
+    load: float = 0.8
+    arrival_rate: float | None = None
+    tick: float = 1.0
+    queue_capacity: float = 1000.0
+    capacity_changes: Sequence[tuple[float, Sequence[float]]] = ()
+    series_points: int = 200
+    progress: bool = False
+
+    def validate(self) -> None:
+        if isinstance(self.workers, bool) or not isinstance(self.workers, (int, np.integer)) or self.workers < 1:
+            raise InvalidInput("workers", f"must be an integer >= 1, got {self.workers!r}")
+        if isinstance(self.sources, bool) or not isinstance(self.sources, (int, np.integer)) or self.sources < 1:
+            raise InvalidInput("sources", f"must be an integer >= 1, got {self.sources!r}")
+        if self.capacities is not None:
+            _check_capacities(self.capacities, self.workers, "capacities")
+        for i, (frac, caps) in enumerate(self.capacity_changes):
+            if not (0.0 <= float(frac) <= 1.0):
+                raise InvalidInput(f"capacity_changes[{i}].at", f"must be a fraction in [0, 1], got {frac}")
+            _check_capacities(caps, self.workers, f"capacity_changes[{i}].capacities")
+        for name in ("service_rate", "load", "tick", "queue_capacity"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+                raise InvalidInput(name, f"must be a finite number > 0, got {v!r}")
+        if self.arrival_rate is not None and not (math.isfinite(self.arrival_rate) and self.arrival_rate > 0):
+            raise InvalidInput("arrival_rate", f"must be a finite number > 0, got {self.arrival_rate!r}")
+
+
+def _check_capacities(caps, n, field_name) -> np.ndarray:
+    arr = np.asarray(caps, dtype=float)
+    if arr.shape != (n,):
+        raise InvalidInput(field_name, f"expected {n} capacities, got {arr.size}")
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr <= 0))
+    if bad.size:
+        raise InvalidInput(f"{field_name}[{bad[0]}]", f"capacity must be a finite number > 0, got {arr[bad[0]]}")
+    return arr
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[float]) -> list[float]:
+    """Percentiles (q in [0, 100]) of ``values`` where value i occurs ``weights[i]`` times."""
+    mask = weights > 0
+    v = values[mask]
+    w = weights[mask].astype(float)
+    if v.size == 0:
+        return [0.0 for _ in qs]
+    order = np.argsort(v, kind="stable")
+    v = v[order]
+    cw = np.cumsum(w[order])
+    total = cw[-1]
+    out = []
+    for q in qs:
+        idx = int(np.searchsorted(cw, q / 100.0 * total, side="left"))
+        out.append(float(v[min(idx, v.size - 1)]))
+    return out
+
+
+class _Replication:
+    """Distinct (key, worker) pairs seen, dense when small."""
+
+    def __init__(self, n_keys: int, n: int):
+        self.n = n
+        self.dense = n_keys * n <= DENSE_REPLICATION_CELLS
+        if self.dense:
+            self.table = np.zeros((n_keys, n), dtype=bool)
+        else:
+            self.codes: set = set()
+        self.seen_keys: set | None = None if self.dense else set()
+
+    def add(self, keys: np.ndarray, workers: np.ndarray) -> None:
+        if self.dense:
+            self.table[keys, workers] = True
+        else:
+            self.codes.update(np.unique(keys * self.n + workers).tolist())
+            self.seen_keys.update(np.unique(keys).tolist())
+
+    def per_key(self) -> np.ndarray:
+        if self.dense:
+            c = self.table.sum(axis=1)
+            return c[c > 0]
+        codes = np.fromiter(self.codes, dtype=np.int64, count=len(self.codes))
+        _, counts = np.unique(codes // self.n, return_counts=True)
+        return counts
+
+    def value(self) -> float:
+        c = self.per_key()
+        return float(c.mean()) if c.size else 0.0
+
+
+def _downsample(idx_count: int, points: int) -> np.ndarray:
+    if idx_count <= points:
+        return np.arange(idx_count)
+    return np.unique(np.linspace(0, idx_count - 1, points).round().astype(int))
+
+
+def simulate(stream: Stream, config: SimulationConfig, on_tick: Callable[[int, int], None] | None = None) -> dict:
+    """Run ``config.grouping`` on ``stream``; return the metrics document (see the module docstring)."""
+    config.validate()
+    n = int(config.workers)
+    s = int(config.sources)
+    caps = np.ones(n) if config.capacities is None else np.asarray(config.capacities, dtype=float)
+    mu = caps * config.service_rate
+    lam = config.arrival_rate if config.arrival_rate is not None else config.load * float(mu.sum())
+    chunk = int(min(MAX_CHUNK, max(1, round(lam * config.tick))))
+    m_total = int(stream.n_messages)
+    changes = sorted(((int(round(float(f) * m_total)), np.asarray(c, dtype=float))
+                      for f, c in config.capacity_changes), key=lambda x: x[0])
+    sources = [make_grouping(config.grouping, n, seed=config.seed, source_index=j, **dict(config.params))
+               for j in range(s)]
+    uses_signals = sources[0].uses_signals
+    rep = _Replication(int(stream.n_keys), n)
+
+    loads = np.zeros(n, dtype=np.int64)
+    q = np.zeros(n)
+    served_cum = np.zeros(n)
+    rows_arr, rows_srv, rows_t, rows_dt, rows_mu = [], [], [], [], []
+    ser = {k: [] for k in ("time", "messages", "imbalance", "imbalance_normalized", "queue_spread",
+                           "utilisation_spread", "busy_spread", "max_queue")}
+    now = 0.0
+    done = 0
+    offset = 0
+    route_seconds = 0.0
+    t_start = time.perf_counter()
+    bar = None
+    if config.progress:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=m_total, unit="msg", unit_scale=True, file=sys.stderr,
+                       desc=f"simulate {config.grouping}", leave=False)
+        except ImportError:  # pragma: no cover - tqdm is a dependency
+            bar = None
+    for keys in stream.chunks(chunk):
+        while changes and changes[0][0] <= done:
+            caps = changes.pop(0)[1]
+            mu = caps * config.service_rate
+        m = len(keys)
+        dt = m / lam
+        workers = np.empty(m, dtype=np.int64)
+        t0 = time.perf_counter()
+        for j in range(s):
+            first = (j - offset) % s
+            if first >= m:
+                continue
+            sel = slice(first, m, s)
+            workers[sel] = sources[j].route(keys[sel], now)
+        route_seconds += time.perf_counter() - t0
+        offset = (offset + m) % s
+        counts = np.bincount(workers, minlength=n)
+        loads += counts
+        rep.add(keys, workers)
+        # queue model
+        q += counts
+        served = np.minimum(q, mu * dt)
+        q -= served
+        served_cum += served
+        rows_arr.append(counts)
+        rows_srv.append(served_cum.copy())
+        rows_t.append(now)
+        rows_dt.append(dt)
+        rows_mu.append(mu.copy())
+        now += dt
+        done += m
+        util = q / (config.queue_capacity * caps)
+        busy = served / (mu * dt)
+        if uses_signals:
+            for g in sources:
+                g.observe(now, util)
+        avg = done / n
+        mx = float(loads.max())
+        ser["time"].append(now)
+        ser["messages"].append(done)
+        ser["imbalance"].append((mx - avg) / done)
+        ser["imbalance_normalized"].append((mx - avg) / avg)
+        ser["queue_spread"].append(float(q.max() - q.min()))
+        ser["utilisation_spread"].append(float(util.max() - util.min()))
+        ser["busy_spread"].append(float(busy.max() - busy.min()))
+        ser["max_queue"].append(float(q.max()))
+        if bar is not None:
+            bar.update(m)
+        if on_tick is not None:
+            on_tick(done, m_total)
+    if bar is not None:
+        bar.close()
+    if done == 0:
+        raise InvalidInput("messages", "the stream is empty")
+
+    # ---- latency from the cumulative arrival / service curves
+    A = np.asarray(rows_arr, dtype=float)            # (ticks, n) arrivals per tick
+    S = np.asarray(rows_srv, dtype=float)            # (ticks, n) cumulative service at tick end
+    T0 = np.asarray(rows_t)
+    DT = np.asarray(rows_dt)
+    MU = np.asarray(rows_mu)
+    A_before = np.cumsum(A, axis=0) - A
+    mid = A_before + A / 2.0
+    lat = np.zeros_like(A)
+    S_start = np.vstack([np.zeros((1, n)), S[:-1]])
+    for w in range(n):
+        k = np.searchsorted(S[:, w], mid[:, w], side="left")
+        inside = k < len(T0)
+        kk = np.minimum(k, len(T0) - 1)
+        span = S[kk, w] - S_start[kk, w]
+        frac = np.where(span > 0, (mid[:, w] - S_start[kk, w]) / np.where(span > 0, span, 1.0), 1.0)
+        dep = np.where(inside, T0[kk] + np.clip(frac, 0.0, 1.0) * DT[kk],
+                       now + (mid[:, w] - S[-1, w]) / mu[w])
+        arr_t = T0 + DT / 2.0
+        lat[:, w] = np.maximum(dep - arr_t, 1.0 / MU[:, w])
+    p50, p95, p99, pmax = weighted_percentiles(lat.ravel(), A.ravel(), [50, 95, 99, 100])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lat_mean_tick = np.where(A.sum(1) > 0, (lat * A).sum(1) / np.maximum(A.sum(1), 1), 0.0)
+    lat_max_tick = np.where(A > 0, lat, 0.0).max(axis=1)
+
+    shares = loads / done
+    pos = shares > 0
+    sat = float(np.min(mu[pos] / shares[pos])) if pos.any() else 0.0
+    avg = done / n
+    mx = float(loads.max())
+    sel = _downsample(len(ser["time"]), config.series_points)
+    series = {k: [float(v[i]) for i in sel] for k, v in ser.items()}
+    series["latency_mean"] = [float(lat_mean_tick[i]) for i in sel]
+    series["latency_max"] = [float(lat_max_tick[i]) for i in sel]
+    util_arr = np.asarray(ser["utilisation_spread"])
+    busy_arr = np.asarray(ser["busy_spread"])
+    qs_arr = np.asarray(ser["queue_spread"])
+    last = slice(int(len(util_arr) * 0.75), None)
+    wall = time.perf_counter() - t_start
+    result: dict[str, Any] = {
+        "grouping": config.grouping,
+        "params": {k: v for k, v in dict(config.params).items()},
+        "workers": n,
+        "sources": s,
+        "capacities": [float(c) for c in caps],
+        "stream": stream.describe(),
+        "messages": int(done),
+        "keys_seen": int(rep.per_key().size),
+        "imbalance": (mx - avg) / done,
+        "imbalance_normalized": (mx - avg) / avg,
+        "replication": rep.value(),
+        "worker_loads": [int(x) for x in loads],
+        "queue_length_spread": {"final": float(qs_arr[-1]), "mean": float(qs_arr.mean()),
+                                "max": float(qs_arr.max())},
+        "utilisation_spread": {"final": float(util_arr[-1]), "mean": float(util_arr.mean()),
+                               "last_quarter_mean": float(util_arr[last].mean())},
+        "busy_spread": {"final": float(busy_arr[-1]), "last_quarter_mean": float(busy_arr[last].mean())},
+        "latency": {"p50": p50, "p95": p95, "p99": p99, "max": pmax,
+                    "mean": float((lat * A).sum() / max(A.sum(), 1.0))},
+        "throughput_at_saturation": {"messages_per_second": sat, "relative": sat / float(mu.sum())},
+        "arrival_rate": float(lam),
+        "simulated_seconds": float(now),
+        "seconds": wall,
+        "routing_seconds": route_seconds,
+        "routing_rate": done / route_seconds if route_seconds > 0 else None,
+        "series": series,
+    }
+    if uses_signals and hasattr(sources[0], "virtual_worker_counts"):
+        result["virtual_workers"] = [int(x) for x in sources[0].virtual_worker_counts()]
+        result["virtual_worker_moves"] = len(sources[0].moves)
+    if hasattr(sources[0], "max_d"):
+        result["max_d"] = int(max(g.max_d for g in sources))
+        result["d"] = [int(g.d) for g in sources]
+    return result

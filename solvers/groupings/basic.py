@@ -1,0 +1,104 @@
+"""The classic groupings: Key Grouping, Shuffle Grouping, Partial Key Grouping and Power of Two Choices.
+
+Definitions follow ``d-choices-w-choices.txt`` §II-B (KG, SG, PKG) and ``consistent-grouping-heterogeneous-
+cluster.txt`` §4.1/§4.3 (PoTC).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from solvers.groupings.base import Grouping, choice
+from solvers.hashing import derive_seed
+
+__all__ = ["KeyGrouping", "ShuffleGrouping", "PartialKeyGrouping", "PowerOfTwoChoices"]
+
+
+class KeyGrouping(Grouping):
+    """KG: every message of a key goes to worker F_1(k) = hash(k) mod n (D-C paper §II-B; CG paper §4.1).
+
+    Stateless and fully vectorised: O(m) numpy work for m keys. One worker per key (replication 1).
+    """
+
+    name = "kg"
+
+    def _route(self, ids, now):
+        out = choice(ids, self.n, self.seed, 0)
+        self.loads += np.bincount(out, minlength=self.n)
+        return out
+
+    def worker_count_bound(self):
+        return 1
+
+
+class ShuffleGrouping(Grouping):
+    """SG: round-robin over the workers, ignoring keys (D-C paper §II-B: "SG is usually implemented via
+    round-robin selection of workers"). Each source starts at worker ``source_index mod n``. Vectorised."""
+
+    name = "sg"
+
+    def __init__(self, n_workers, *, seed=0, source_index=0):
+        super().__init__(n_workers, seed=seed, source_index=source_index)
+        self._next = self.source_index % self.n
+
+    def _route(self, ids, now):
+        out = (self._next + np.arange(len(ids), dtype=np.int64)) % self.n
+        self._next = int((self._next + len(ids)) % self.n)
+        self.loads += np.bincount(out, minlength=self.n)
+        return out
+
+
+class PartialKeyGrouping(Grouping):
+    """PKG: key splitting over two hash choices F_1(k), F_2(k), each message to the one with the smaller LOCAL
+    load (local load estimation: messages this source sent), ties to F_1 (D-C paper §II-B, Greedy-2 of §III-B;
+    CG paper Eq. "P_t(j) = argmin_i L_i(t)").
+
+    The two hashes are computed for the whole array in numpy; the greedy decisions are an exact sequential loop
+    (the result equals routing the messages one at a time). At most two workers per key.
+    """
+
+    name = "pkg"
+
+    def _route(self, ids, now):
+        c1 = choice(ids, self.n, self.seed, 0).tolist()
+        c2 = choice(ids, self.n, self.seed, 1).tolist()
+        L = self.loads.tolist()
+        out = [0] * len(c1)
+        i = 0
+        for a, b in zip(c1, c2):
+            if L[b] < L[a]:
+                a = b
+            L[a] += 1
+            out[i] = a
+            i += 1
+        self.loads[:] = L
+        return np.asarray(out, dtype=np.int64)
+
+    def worker_count_bound(self):
+        return 2
+
+
+class PowerOfTwoChoices(Grouping):
+    """PoTC (Azar et al.): each MESSAGE picks two workers uniformly at random and goes to the less loaded one
+    (CG paper §4.3 and §6.1.1: "two hashes are applied to the messages, rather than the keys"). A key may reach
+    every worker. The random choices come from a per-source generator seeded by (seed, source_index)."""
+
+    name = "potc"
+
+    def __init__(self, n_workers, *, seed=0, source_index=0):
+        super().__init__(n_workers, seed=seed, source_index=source_index)
+        self._rng = np.random.default_rng([derive_seed(self.seed, 101) & 0xFFFFFFFF, self.source_index])
+
+    def _route(self, ids, now):
+        r = self._rng.integers(0, self.n, size=(2, len(ids)))
+        L = self.loads.tolist()
+        out = [0] * len(ids)
+        i = 0
+        for a, b in zip(r[0].tolist(), r[1].tolist()):
+            if L[b] < L[a]:
+                a = b
+            L[a] += 1
+            out[i] = a
+            i += 1
+        self.loads[:] = L
+        return np.asarray(out, dtype=np.int64)
