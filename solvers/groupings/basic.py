@@ -81,20 +81,23 @@ class PartialKeyGrouping(Grouping):
 class PowerOfTwoChoices(Grouping):
     """PoTC (Azar et al.): each MESSAGE picks two workers uniformly at random and goes to the less loaded one
     (CG paper §4.3 and §6.1.1: "two hashes are applied to the messages, rather than the keys"). A key may reach
-    every worker. The random choices come from a per-source generator seeded by (seed, source_index)."""
+    every worker. The two choices are hashes of the message's sequence number at this source, with a per-source
+    seed, so the result does not depend on how the stream is cut into arrays."""
 
     name = "potc"
 
     def __init__(self, n_workers, *, seed=0, source_index=0):
         super().__init__(n_workers, seed=seed, source_index=source_index)
-        self._rng = np.random.default_rng([derive_seed(self.seed, 101) & 0xFFFFFFFF, self.source_index])
+        self._mseed = derive_seed(self.seed, 1000 + self.source_index)
 
     def _route(self, ids, now):
-        r = self._rng.integers(0, self.n, size=(2, len(ids)))
+        seq = np.arange(self.sent, self.sent + len(ids), dtype=np.int64)
+        r1 = choice(seq, self.n, self._mseed, 0)
+        r2 = choice(seq, self.n, self._mseed, 1)
         L = self.loads.tolist()
         out = [0] * len(ids)
         i = 0
-        for a, b in zip(r[0].tolist(), r[1].tolist()):
+        for a, b in zip(r1.tolist(), r2.tolist()):
             if L[b] < L[a]:
                 a = b
             L[a] += 1
