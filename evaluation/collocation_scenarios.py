@@ -120,7 +120,7 @@ def real_job_2(
     key_groups_per_operator_per_node: int = 5,
     *,
     max_migrations: int | None = 10,
-    load_spread: float = 0.5,
+    load_spread: float = 0.2,
     seed: int = 0,
 ) -> Problem:
     """A §5.4 "Real Job 2"-like job: two operators parallelised on the same attribute, worst initial allocation.

@@ -21,8 +21,10 @@ and hands the MILP *units* — sets of key groups that must end on one node:
    step 2 next round. ``pairs_per_round=1`` reproduces the paper.
 4. **Solve** (lines 38–43): :func:`solvers.albic.milp.solve_grouped` with the units, the step-3 node constraints
    and a feasible warm start; if the load distance exceeds maxLD, retry with maxPL − stepPL; maxPL = 0 is the pure
-   MILP (every key group its own unit, no pair constraints). The plan with the smallest load distance is returned
-   when no level meets maxLD.
+   MILP (every key group its own unit, no pair constraints). Going beyond the paper (which adds one pair, so it
+   never needed this), the share of the budget the new pairs may use falls with maxPL too:
+   ``pair_budget_share × maxPL_level / maxPL``, so a retry also frees migrations for balancing. The plan with the
+   smallest load distance is returned when no level meets maxLD.
 
 Units (the paper's percentages, made explicit): ``max_ld`` is a percentage of the target utilisation t (DESIGN.md
 load distance, so on the synthetic instances with mean node load 100 it reads as load units); ``max_pl`` and
@@ -273,7 +275,8 @@ class Units:
 
 def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.ndarray | None,
                 adj: sp.csr_matrix, pairs_per_round: int | None, pair_budget_share: float,
-                node_load: np.ndarray, seed: int = 0) -> Units:
+                node_load: np.ndarray, seed: int = 0, pin: str = "paper",
+                max_ld_band: float | None = None) -> Units:
     """Steps 2 and 3 of Algorithm 2 for one maxPL level: collocated sets → parts → units, then constrained pairs.
 
     Args:
@@ -282,6 +285,11 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         pairs_per_round: at most this many new pairs (None = as many as fit).
         pair_budget_share: share of the migration budget the new pairs may force.
         node_load: (n,) current node loads, for "the node with the smallest load" (capacity-normalised).
+        pin: ``"paper"`` pins a pair to the node the paper's case picks; ``"either"`` lets the MILP choose between
+            the two candidate nodes of cases 1 and 3 (the paper's node is the warm start and the budget estimate).
+        max_ld_band: when set, a pair is skipped if its forced moves would push an active node whose estimated
+            utilisation is already more than ``max_ld_band`` × t away from the target t further away (a node
+            inside the band may take one step out; this spreads the pins' load changes over the nodes).
     """
     m = problem.n_key_groups
     cur = problem.current
@@ -302,8 +310,12 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
                     members[uid] = part
     hint = cur.copy()
     target: dict[int, int] = {}
+    choice: dict[int, list[int]] = {}
     added: list[tuple[int, int, int, int]] = []
     util = node_load / problem.capacity  # updated as pairs are constrained (estimated with key group loads)
+    t_util = float(node_load.sum() / problem.capacity[problem.active].sum())
+    band = None if max_ld_band is None else max_ld_band * t_util
+    ccost = problem.communication_cost
     moves = 0
     nbytes = 0.0
     share = pair_budget_share
@@ -340,6 +352,7 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
             if not cands:
                 continue
             t = min(cands, key=lambda c: (util[c], c))
+            options = cands if pin == "either" else [t]
             merged = np.concatenate([mi, mj])
             away_new = merged[cur[merged] != t]
             old_cost = [m_[cur[m_] != target[u]] for u, m_ in ((ui, mi), (uj, mj)) if u in target]
@@ -349,30 +362,59 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
                 continue
             if max_bytes is not None and nbytes + d_bytes > max_bytes * (1 + _EPS):
                 continue
-            # commit: merge uj into ui, constrain to t
-            moves += d_moves
-            nbytes += d_bytes
+            # estimated utilisation change: moved members' loads, and the pair's edge is no longer cut
+            delta: dict[int, float] = {}
             for k in merged:
                 src_node = int(hint[k])
                 if src_node != t:
-                    util[src_node] -= problem.load[k] / problem.capacity[src_node]
-                    util[t] += problem.load[k] / problem.capacity[t]
+                    delta[src_node] = delta.get(src_node, 0.0) - problem.load[k] / problem.capacity[src_node]
+                    delta[t] = delta.get(t, 0.0) + problem.load[k] / problem.capacity[t]
+            if ccost > 0:
+                w = ccost * float(adj[gi, gj])
+                for node in {int(hint[gi]), int(hint[gj])}:
+                    delta[node] = delta.get(node, 0.0) - w / problem.capacity[node]
+            if band is not None and any(
+                    abs(util[nd] - t_util) > band and abs(util[nd] + dv - t_util) > abs(util[nd] - t_util) + _EPS
+                    for nd, dv in delta.items() if not removing[nd]):
+                continue  # a node already out of the band would move further out: leave the pair for later
+            # commit: merge uj into ui, constrain to t
+            moves += d_moves
+            nbytes += d_bytes
+            for nd, dv in delta.items():
+                util[nd] += dv
             hint[merged] = t
             unit_of[mj] = ui
             members[ui] = merged
             members.pop(uj, None)
             target.pop(uj, None)
             target[ui] = t
+            choice[ui] = options
+            choice.pop(uj, None)
             added.append((gi, gj, t, case))
     # contiguous unit ids
     uniq, inv = np.unique(unit_of, return_inverse=True)
     pos = {int(u): i for i, u in enumerate(uniq)}
-    allowed = {pos[u]: np.array([t], dtype=np.int64) for u, t in target.items()}
+    allowed = {pos[u]: np.array(sorted(choice[u]), dtype=np.int64) for u in target}
     return Units(unit_of=inv.astype(np.int64), allowed=allowed, hint=hint, n_set_parts=n_parts, n_sets=len(sets),
                  pairs_added=added, moves_committed=moves, bytes_committed=nbytes)
 
 
 # ---------------------------------------------------------------------------------------------- step 4: solve
+def _feasible_hint(problem: Problem, a: np.ndarray, units: Units) -> bool:
+    """Whether assignment ``a`` keeps every unit on one node, every pinned unit on an allowed node, and the
+    budget — i.e. whether it can warm-start the solve of ``units``."""
+    u = units.unit_of
+    if u.size:
+        first = np.full(int(u.max()) + 1, -1, dtype=np.int64)
+        first[u] = a  # any member's node
+        if np.any(first[u] != a):
+            return False
+        for uid, nodes in units.allowed.items():
+            if first[uid] not in nodes:
+                return False
+    return metrics.within_budget(problem, a)
+
+
 def _solve_grouped():
     from solvers.albic.milp import solve_grouped  # lazy: OR-tools is imported only when ALBIC runs
 
@@ -381,7 +423,8 @@ def _solve_grouped():
 
 def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, max_pl: float = 25.0,
           step_pl: float = 5.0, score_factor: float = 1.5, pairs_per_round: int | None = None,
-          pair_budget_share: float = 1.0, backend: str = "cpsat", seed: int = 0) -> Plan:
+          pair_budget_share: float = 1.0, pin: str = "paper", pair_band: float | None = 5.0,
+          backend: str = "cpsat", seed: int = 0) -> Plan:
     """One ALBIC round (Algorithm 2). See the module docstring for the steps and the units of the parameters.
 
     Returns:
@@ -408,32 +451,41 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
         pl -= step_pl
     levels.append(0.0)
     attempts: list[dict[str, Any]] = []
+    prev: np.ndarray | None = None
     best: tuple[float, Plan, Units, float] | None = None
     chosen = None
     for idx, level in enumerate(levels):
+        # the new pairs' share of the budget shrinks with maxPL (full at the first level, none at maxPL = 0), so a
+        # retry also frees migrations for balancing (see module docstring, step 4)
+        share = pair_budget_share * (level / max_pl if max_pl > 0 else 0.0)
         units = build_units(problem, pairs, level / 100.0 * avg_node, mc=mc, adj=adj,
-                            pairs_per_round=pairs_per_round, pair_budget_share=pair_budget_share,
-                            node_load=loads, seed=seed)
+                            pairs_per_round=pairs_per_round, pair_budget_share=share,
+                            node_load=loads, seed=seed, pin=pin,
+                            max_ld_band=None if pair_band is None else pair_band / 100.0)
+        hint = units.hint
+        if prev is not None and _feasible_hint(problem, prev, units):
+            hint = prev  # warm start from the previous level: same or fewer pins, so it stays feasible
         remaining = deadline - time.perf_counter()
         last = idx == len(levels) - 1
-        tl = max(0.05, remaining if last else remaining * 0.6)
+        tl = max(0.02, remaining if last else remaining * 0.5)
         plan = solve_grouped(problem, unit_of=units.unit_of, allowed=units.allowed or None, time_limit=tl,
-                             backend=backend, hint=units.hint)
-        a = plan.assignment
+                             backend=backend, hint=hint, seed=seed)
+        a = np.asarray(plan.assignment, dtype=np.int64)
+        prev = a
         ld = metrics.load_distance(problem, a)
         tgt = metrics.target(problem, metrics.node_loads(problem, a))
         ld_pct = 100.0 * ld / tgt if tgt > 0 else 0.0
         attempts.append({"max_pl": level, "load_distance_pct": round(ld_pct, 4), "status": plan.status,
                          "units": int(units.unit_of.max()) + 1 if m else 0, "new_pairs": len(units.pairs_added),
+                         "warm_start": "previous level" if hint is prev and idx else "pins",
                          "seconds": round(float(plan.seconds), 4)})
         if best is None or ld_pct < best[0] - _EPS:
             best = (ld_pct, plan, units, level)
         if ld_pct <= max_ld + _EPS:
             chosen = (ld_pct, plan, units, level)
             break
-        if time.perf_counter() >= deadline and not last:
-            # out of time: still try the pure MILP once more only if nothing was found yet
-            continue
+        if time.perf_counter() >= deadline:
+            break  # out of time: the best plan so far
     if chosen is None:
         chosen = best
     assert chosen is not None
@@ -475,7 +527,12 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
               minimum=0, nullable=True),
         Param("pair_budget_share", float, 1.0, "share of the migration budget new pairs may use", minimum=0.0,
               maximum=1.0),
-        Param("backend", str, "cpsat", "MILP backend passed to solve_grouped"),
+        Param("pin", str, "paper", "where a new pair goes: 'paper' = the node of the paper's case (less loaded / "
+              "the set's node), 'either' = the MILP picks one of the pair's two nodes", choices=("paper", "either")),
+        Param("pair_band", float, 5.0, "skip a new pair whose moves would push a node that is already this far "
+              "from the target further away, percent of the target utilisation (null = no check, as the paper)",
+              minimum=0.0, nullable=True),
+        Param("backend", str, "cpsat", "MILP backend passed to solve_grouped", choices=("cpsat", "cbc")),
         Param("seed", int, 0, "seed for METIS and random tie breaks", minimum=0),
     ],
 )
