@@ -59,15 +59,24 @@ class Instance:
 
 
 class _Ctx:
-    """Per-construction precomputation: β values of the active resources, θ, migration baseline."""
+    """Per-construction precomputation: β values of the active resources, θ, migration baseline.
+
+    Active resources with the same function and tolerance have identical ρ_k; they are kept once with a weight
+    (ρ = Π_k ρ_k^(w_k), Σ w_k = 1, the geometric mean of Eq. 20), which halves the work for LCL and LLL.
+    """
 
     def __init__(self, inst: Instance, cfg: Config):
         self.n = inst.channels
         self.cfg = cfg
         act = cfg.active
-        self.B = np.array([beta(cfg.resources[k], inst.freqs) for k in act]).reshape(len(act), len(inst.freqs))
-        self.theta = np.array([theta(cfg.alpha[k], self.n) for k in act]).reshape(len(act))
-        self.K = len(act)
+        groups: dict = {}
+        for k in act:
+            groups.setdefault((cfg.resources[k], float(cfg.alpha[k])), []).append(k)
+        keys = list(groups)
+        self.K = len(keys)
+        self.B = np.array([beta(fn, inst.freqs) for fn, _ in keys]).reshape(self.K, len(inst.freqs))
+        self.theta = np.array([theta(a, self.n) for _, a in keys]).reshape(self.K)
+        self.w = np.array([len(groups[k]) / len(act) for k in keys]).reshape(self.K)
         self.s = beta(cfg.resources[0], inst.freqs)
         s_o = beta(cfg.resources[0], inst.o_freqs)
         self.mig = inst.has_previous
@@ -82,6 +91,13 @@ class _Ctx:
             return np.zeros_like(np.asarray(m, dtype=np.float64))
         return np.asarray(m, dtype=np.float64) / self.mbar
 
+    def combine(self, rk):
+        """ρ from per-resource penalties rk (K, ...): weighted geometric mean (Eq. 20)."""
+        if self.K == 1:
+            return rk[0]
+        w = self.w.reshape((self.K,) + (1,) * (rk.ndim - 1))
+        return np.prod(rk ** w, axis=0)
+
     def rho(self, newmax, newmin, total):
         """ρ from (K, ...) arrays of new max/min and (K, ...) totals (geometric mean over K)."""
         if self.K == 0:
@@ -90,9 +106,7 @@ class _Ctx:
         th = self.theta.reshape((self.K,) + (1,) * (newmax.ndim - 1))
         with np.errstate(divide="ignore", invalid="ignore"):
             rk = np.where(mean > 0, (newmax - newmin) / (th * mean), 0.0)
-        if self.K == 1:
-            return rk[0]
-        return np.prod(rk, axis=0) ** (1.0 / self.K)
+        return self.combine(rk)
 
 
 def _add_eval(ctx: _Ctx, L: np.ndarray, V: np.ndarray):
@@ -188,111 +202,116 @@ def readj(inst: Instance, cfg: Config, stats: dict | None = None) -> np.ndarray:
     Start: tracked items keep p^t(d) (new items their old consistent-hash channel); items whose channel no longer
     exists (N decreased) take H_c^{t+1}(d); without a previous function, items start at H_c^{t+1}(d).
     Each item moves at most ``cfg.move_limit`` (c = 5) times. The listing's ``u ← 0`` is read as "the utility of
-    the current mapping". Only readjustments involving a channel that holds a max or min load of some active
-    resource are evaluated: any other one cannot lower ρ (exact pruning). With ``cfg.readj_require_gain`` a step
-    must also lower U (the text's "until there are no readjustments that improve the utility"); the default follows
-    the listing, where the utility only ranks the ρ-reducing steps. With ``stats={"trace": True}`` the applied
-    steps (d1, d2 or -1, i, j) are recorded in ``stats["readj_trace"]``, the start mapping in ``stats["readj_start"]``.
+    the current mapping". With ``cfg.readj_require_gain`` a step must also lower U (the text's "until there are no
+    readjustments that improve the utility"); the default follows the listing, where the utility only ranks the
+    ρ-reducing steps ("only uses the utility function for picking the best among those").
+
+    Evaluation: a readjustment that touches no channel holding a max or min load of some active resource cannot
+    lower any ρ_k (its max and min stay), so only readjustments with one end on such a channel S are evaluated
+    (exact pruning). For each i ∈ S, one (items on i + ∅) × (items elsewhere + one empty slot per channel) block of
+    numpy arrays holds all swaps and moves with an end on i; max/min of the untouched channels come from the
+    top-3/bottom-3 loads. O(|S|·(R/N)·(R+N)) per step, at most c·R steps.
+
+    With ``stats={"trace": True}`` the applied steps are recorded in ``stats["readj_trace"]`` as (mover, other or
+    -1, from, to) — the mover goes from → to, the other (swaps) to → from — and the start in ``stats["readj_start"]``.
     """
     ctx = _Ctx(inst, cfg)
     n, R = inst.channels, len(inst.freqs)
     ch = np.where((ctx.old >= 0) & (ctx.old < n), ctx.old, inst.hc_new).astype(np.int64)
     start = ch.copy()
-    if ctx.K == 0 or R == 0 or n == 1:
-        return ch
-    f = inst.freqs
-    L = np.zeros((ctx.K, n))
-    for k in range(ctx.K):
-        L[k] = np.bincount(ch, weights=ctx.B[k], minlength=n)
-    total = L.sum(axis=1)
-    m = ctx.m0 + (float(ctx.s[(ch != ctx.old)].sum()) if ctx.mig else 0.0)
-    rho_cur = float(ctx.rho(L.max(axis=1)[:, None], L.min(axis=1)[:, None], total[:, None])[0])
-    u_cur = float(utility(ctx.U, rho_cur, ctx.gamma(m)))
-    moves = np.zeros(R, dtype=np.int64)
     steps = 0
     trace = stats.setdefault("readj_trace", []) if (stats is not None and stats.get("trace")) else None
+    if ctx.K == 0 or R == 0 or n == 1:
+        if stats is not None:
+            stats["readj_steps"], stats["readj_start"] = 0, start
+        return ch
+    f, B, s, old = inst.freqs, ctx.B, ctx.s, ctx.old
+    K = ctx.K
+    L = np.array([np.bincount(ch, weights=B[k], minlength=n) for k in range(K)])
+    total = L.sum(axis=1)
+    with np.errstate(divide="ignore"):
+        scale = np.where(total > 0, 1.0 / (ctx.theta * total / n), 0.0)
+    sc3 = scale[:, None, None]
+    m = ctx.m0 + (float(s[ch != old].sum()) if ctx.mig else 0.0)
+    rho_cur = float(ctx.combine((L.max(axis=1) - L.min(axis=1)) * scale))
+    u_cur = float(utility(ctx.U, rho_cur, ctx.gamma(m)))
+    moves = np.zeros(R, dtype=np.int64)
+    lanes = np.arange(n)
     tol = 1e-12
+    zcol = np.zeros((K, 1))
     while True:
-        free = np.flatnonzero(moves < cfg.move_limit)
-        if len(free) == 0:
-            break
+        free = moves < cfg.move_limit
         Lmax, Lmin = L.max(axis=1), L.min(axis=1)
         S = np.zeros(n, dtype=bool)
-        for k in range(ctx.K):
-            S |= (L[k] >= Lmax[k] * (1 - 1e-12)) | (L[k] <= Lmin[k] * (1 + 1e-12) + 0.0)
-        chf = ch[free]
-        onS = S[chf]
-        # moves: (d1 on i) -> j, with i ∈ S or j ∈ S
-        d_mv = np.repeat(free, n)
-        j_mv = np.tile(np.arange(n), len(free))
-        i_mv = ch[d_mv]
-        keep = (j_mv != i_mv) & (S[i_mv] | S[j_mv])
-        d1 = [d_mv[keep]]
-        d2 = [np.full(int(keep.sum()), -1)]
-        # swaps: d1 on an S channel with any d2 elsewhere (pairs with both on S channels counted once)
-        a_idx = free[onS]
-        if len(a_idx):
-            A = np.repeat(a_idx, len(free))
-            Bq = np.tile(free, len(a_idx))
-            ok = (ch[A] != ch[Bq]) & (~S[ch[Bq]] | (A < Bq)) & (f[A] != f[Bq])
-            d1.append(A[ok])
-            d2.append(Bq[ok])
-        d1 = np.concatenate(d1)
-        d2 = np.concatenate(d2)
-        if len(d1) == 0:
-            break
-        is_swap = d2 >= 0
-        d2c = np.where(is_swap, d2, 0)
-        i = ch[d1]
-        j = np.where(is_swap, ch[d2c], 0)
-        j[~is_swap] = j_mv[keep]
-        v1 = ctx.B[:, d1]
-        v2 = np.where(is_swap[None, :], ctx.B[:, d2c], 0.0)
-        delta = v1 - v2                                   # (K, C): leaves i, arrives at j
-        new_i = L[:, i] - delta
-        new_j = L[:, j] + delta
+        for k in range(K):
+            S |= (L[k] >= Lmax[k] - tol * abs(Lmax[k])) | (L[k] <= Lmin[k] + tol * abs(Lmin[k]))
         tv, ti = _top3(L, True)
         bv, bi = _top3(L, False)
-        newmax = np.maximum(np.maximum(_excl(tv, ti, i, j), new_i), new_j)
-        newmin = np.minimum(np.minimum(_excl(bv, bi, i, j), new_i), new_j)
-        a = ctx.rho(newmax, newmin, np.broadcast_to(total[:, None], newmax.shape))
-        good = a < rho_cur * (1 - tol) - tol
-        if not good.any():
+        best = None  # (gain, a, u', M, d1, d2, i, j, dvec)
+        for i in np.flatnonzero(S).tolist():
+            D1 = np.flatnonzero(free & (ch == i))
+            colmask = free & (ch != i) & (~S[ch] | (ch > i))
+            D2 = np.flatnonzero(colmask)
+            jv = lanes[lanes != i]
+            V1 = np.concatenate([B[:, D1], zcol], axis=1)                   # (K, r): last row = ∅
+            V2 = np.concatenate([B[:, D2], np.zeros((K, n - 1))], axis=1)   # (K, c): empty slot per channel
+            jcol = np.concatenate([ch[D2], jv])
+            # max / min of the channels other than i and j, per j
+            exmax = _excl(tv, ti, np.full(n, i), lanes)[:, jcol]           # (K, c)
+            exmin = _excl(bv, bi, np.full(n, i), lanes)[:, jcol]
+            delta = V1[:, :, None] - V2[:, None, :]                         # (K, r, c): leaves i, arrives at j
+            new_i = L[:, i][:, None, None] - delta
+            new_j = delta + L[:, jcol][:, None, :]
+            nmax = np.maximum(new_i, new_j)
+            np.maximum(nmax, exmax[:, None, :], out=nmax)
+            nmin = np.minimum(new_i, new_j, out=new_i)
+            np.minimum(nmin, exmin[:, None, :], out=nmin)
+            nmax -= nmin
+            nmax *= sc3
+            a = ctx.combine(nmax)                                           # (r, c)
+            rr, cc = np.nonzero(a < rho_cur * (1 - tol) - tol)
+            if len(rr) == 0:
+                continue
+            d1 = np.where(rr < len(D1), D1[np.minimum(rr, len(D1) - 1)] if len(D1) else -1, -1)
+            d2 = np.where(cc < len(D2), D2[np.minimum(cc, len(D2) - 1)] if len(D2) else -1, -1)
+            j = jcol[cc]
+            av = a[rr, cc]
+            f1 = np.where(d1 >= 0, f[np.maximum(d1, 0)], 0.0)
+            f2 = np.where(d2 >= 0, f[np.maximum(d2, 0)], 0.0)
+            if ctx.mig:
+                s1 = np.where(d1 >= 0, s[np.maximum(d1, 0)], 0.0)
+                s2 = np.where(d2 >= 0, s[np.maximum(d2, 0)], 0.0)
+                o1 = np.where(d1 >= 0, old[np.maximum(d1, 0)], -1)
+                o2 = np.where(d2 >= 0, old[np.maximum(d2, 0)], -1)
+                M = s1 * (o1 == i) - s1 * (o1 == j) + s2 * (o2 == j) - s2 * (o2 == i)   # Eq. 22
+            else:
+                M = np.zeros(len(rr))
+            u_new = utility(ctx.U, av, ctx.gamma(m + M))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                gain = (u_cur - u_new) / np.abs(f1 - f2)
+            if cfg.readj_require_gain:
+                gain = np.where(u_new < u_cur - tol, gain, -np.inf)
+            bidx = int(np.argmax(gain))
+            if not np.isfinite(gain[bidx]) and gain[bidx] < 0:
+                continue
+            if best is None or gain[bidx] > best[0]:
+                best = (float(gain[bidx]), float(av[bidx]), float(u_new[bidx]), float(M[bidx]), int(d1[bidx]),
+                        int(d2[bidx]), i, int(j[bidx]), delta[:, rr[bidx], cc[bidx]].copy())
+        if best is None:
             break
-        sel = np.flatnonzero(good)
-        if ctx.mig:
-            s1, s2 = ctx.s[d1[sel]], np.where(is_swap[sel], ctx.s[d2c[sel]], 0.0)
-            o1, o2 = ctx.old[d1[sel]], ctx.old[d2c[sel]]
-            isel, jsel = i[sel], j[sel]
-            M = (s1 * (o1 == isel) - s1 * (o1 == jsel)
-                 + np.where(is_swap[sel], s2 * (o2 == jsel) - s2 * (o2 == isel), 0.0))   # Eq. 22
-        else:
-            M = np.zeros(len(sel))
-        u_new = utility(ctx.U, a[sel], ctx.gamma(m + M))
-        df = np.abs(f[d1[sel]] - np.where(is_swap[sel], f[d2c[sel]], 0.0))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            gain = (u_cur - u_new) / df
-        if cfg.readj_require_gain:
-            ok = u_new < u_cur - tol
-            if not ok.any():
-                break
-            gain = np.where(ok, gain, -np.inf)
-        b = int(np.argmax(gain))
-        c = sel[b]
-        x, y = int(d1[c]), int(d2[c])
-        ci, cj = int(i[c]), int(j[c])
-        L[:, ci] -= delta[:, c]
-        L[:, cj] += delta[:, c]
-        ch[x] = cj
-        moves[x] += 1
+        _, a_b, u_b, M_b, x, y, i, j, dvec = best
+        L[:, i] -= dvec
+        L[:, j] += dvec
+        if x >= 0:
+            ch[x] = j
+            moves[x] += 1
         if y >= 0:
-            ch[y] = ci
+            ch[y] = i
             moves[y] += 1
-        m += float(M[b])
         if trace is not None:
-            trace.append((x, y, ci, cj))
-        rho_cur = float(a[c])
-        u_cur = float(u_new[b])
+            trace.append((x, y, i, j) if x >= 0 else (y, -1, j, i))
+        m += M_b
+        rho_cur, u_cur = a_b, u_b
         steps += 1
     if stats is not None:
         stats["readj_steps"] = steps

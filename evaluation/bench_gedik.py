@@ -1,0 +1,459 @@
+"""Benchmark: reproduction of Gedik's experiments (§5, Fig. 3–8 and 12–14) → bench-results/gedik.json + PNGs.
+
+Protocol of §5.1: Zipf(z) frequencies over a domain of |D| keys (the k-th most frequent key has f ∝ 1/k^z);
+start at N = 1 and build the function for N = 1, 2, …, N_max, each from the previous one; report the metrics of
+the last step (N−1 → N): relative imbalance b and b_k (Eq. 11, over the whole domain), relative migration m
+(Eq. 12, over the whole domain), explicit-hash size and construction time; average over 5 runs (seeds of the
+key hash and of the ring). Defaults (Table 1): N = 10, z = 1, |D| = 10^6, α = 1.2, LCL, σ = 0.1, U^APM, consistent
+hash with 1000 replicas. Algorithms: scan, redist, readj and the baselines uniform and consistent hash.
+
+The frequencies are the exact Zipf frequencies (what lossy counting converges to for ε → 0); the tracked items
+are those with f ≥ δ (Eq. 17 / §4.1.3). Untracked keys are routed with the consistent hash; their loads and
+migrations are computed exactly over all |D| keys (cached per N, shared by all algorithms).
+
+Also measured: ``partition route`` throughput through the CLI (keys/s) and the construction-time targets.
+
+Usage: ``python -m evaluation.bench_gedik [--quick] [--runs R] [--max-domain D] [--out DIR]``
+(default: a few minutes on one core; ``--quick``: under a minute).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from solvers.gedik.construct import Instance, construct
+from solvers.gedik.model import Config, RESOURCES, balance_metrics, beta, select_tracked
+from solvers.gedik.ring import ConsistentHash, uniform_lookup
+from solvers.hashing import hash64_array
+
+ALGOS = ("uniform", "consistent", "scan", "redist", "readj")
+FN = {"C": "constant", "L": "linear", "Q": "quadratic"}
+REPLICAS = 1000
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class Domain:
+    """Key positions of a domain of |D| keys for one run (seed); cached channel arrays per N."""
+
+    def __init__(self, size: int, seed: int):
+        self.size, self.seed = size, seed
+        self.pos = hash64_array(np.arange(size, dtype=np.uint64), 1000 + seed)
+        self._hc: dict[int, np.ndarray] = {}
+        self._uni: dict[int, np.ndarray] = {}
+
+    def hc(self, n: int) -> np.ndarray:
+        if n not in self._hc:
+            self._hc[n] = ConsistentHash(n, REPLICAS, seed=seed_ring(self.seed)).lookup(self.pos).astype(np.int16)
+        return self._hc[n]
+
+    def uni(self, n: int) -> np.ndarray:
+        if n not in self._uni:
+            self._uni[n] = uniform_lookup(self.pos, n).astype(np.int16)
+        return self._uni[n]
+
+
+def seed_ring(seed: int) -> int:
+    return 7 + seed
+
+
+class Workload:
+    """Zipf frequencies on a domain; cached per-channel loads and moved mass of the base hashes."""
+
+    def __init__(self, dom: Domain, z: float):
+        self.dom, self.z = dom, z
+        w = np.arange(1, dom.size + 1, dtype=np.float64) ** (-z)
+        self.f = w / w.sum()
+        self._beta: dict[str, np.ndarray] = {}
+        self._loads: dict = {}
+        self._moved: dict = {}
+
+    def beta(self, fn: str) -> np.ndarray:
+        if fn not in self._beta:
+            self._beta[fn] = beta(fn, self.f)
+        return self._beta[fn]
+
+    def base(self, kind: str, n: int) -> np.ndarray:
+        return self.dom.hc(n) if kind == "consistent" else self.dom.uni(n)
+
+    def loads(self, kind: str, fn: str, n: int) -> np.ndarray:
+        key = (kind, fn, n)
+        if key not in self._loads:
+            self._loads[key] = np.bincount(self.base(kind, n), weights=self.beta(fn), minlength=n)
+        return self._loads[key]
+
+    def moved(self, kind: str, fn: str, n: int) -> float:
+        key = (kind, fn, n)
+        if key not in self._moved:
+            a, b = self.base(kind, n - 1), self.base(kind, n)
+            self._moved[key] = float(self.beta(fn)[a != b].sum())
+        return self._moved[key]
+
+
+def run_sequence(wl: Workload, alg: str, cfg: Config, n_max: int) -> list[dict]:
+    """Build the function for N = 1..n_max (§5.1) and return the metrics of every step N ≥ 2."""
+    f = wl.f
+    kind = "uniform" if alg == "uniform" else "consistent"
+    out = []
+    r_prev, a_prev = 0, np.empty(0, dtype=np.int64)
+    for n in range(1, n_max + 1):
+        if alg in ("uniform", "consistent"):
+            r, a, secs = 0, np.empty(0, dtype=np.int64), 0.0
+        else:
+            _, _, mask = select_tracked(f, n, cfg, wl.dom.size)
+            r = int(mask.sum())
+            hc_new = wl.dom.hc(n)
+            old = np.empty(r, dtype=np.int64)
+            k = min(r, r_prev)
+            old[:k] = a_prev[:k]
+            if n > 1:
+                old[k:] = wl.dom.hc(n - 1)[k:r]
+            inst = Instance(channels=n, freqs=f[:r], old=old if n > 1 else np.full(r, -1), hc_new=hc_new[:r],
+                            o_freqs=f[r:r_prev], o_old=a_prev[r:r_prev], o_hc_new=hc_new[r:r_prev],
+                            has_previous=n > 1)
+            t0 = time.perf_counter()
+            a = construct(alg, inst, cfg)
+            secs = time.perf_counter() - t0
+        if n >= 2:
+            out.append(_metrics(wl, kind, cfg, n, r, a, r_prev, a_prev, secs))
+        r_prev, a_prev = r, a
+    return out
+
+
+def _metrics(wl, kind, cfg, n, r, a, r_prev, a_prev, secs) -> dict:
+    f = wl.f
+    base_now = wl.base(kind, n)
+    loads = np.zeros((3, n))
+    for k in range(3):
+        fn = cfg.resources[k]
+        L = wl.loads(kind, fn, n).copy()
+        if r:
+            bv = beta(fn, f[:r])
+            L -= np.bincount(base_now[:r], weights=bv, minlength=n)
+            L += np.bincount(a, weights=bv, minlength=n)
+        loads[k] = L
+    met = balance_metrics(loads, cfg.alpha)
+    fs = cfg.resources[0]
+    u = max(r, r_prev)
+    base_prev = wl.base(kind, n - 1)
+    bs = beta(fs, f[:u])
+    p_prev = base_prev[:u].astype(np.int64)
+    p_prev[:r_prev] = a_prev
+    p_new = base_now[:u].astype(np.int64)
+    p_new[:r] = a
+    moved = wl.moved(kind, fs, n) - float(bs[base_prev[:u] != base_now[:u]].sum()) + float(bs[p_prev != p_new].sum())
+    ideal = float(wl.beta(fs).sum()) / n
+    b_k = met["b_k"]
+    return {"N": n, "b": met["b"], "b_s": b_k["state"], "b_c": b_k["computation"], "b_n": b_k["communication"],
+            "m": moved / ideal, "explicit": r, "seconds": secs}
+
+
+# ---------------------------------------------------------------------------------------------------------
+class Bench:
+    def __init__(self, runs: int):
+        self.runs = runs
+        self._domains: dict = {}
+        self._workloads: dict = {}
+
+    def workload(self, size: int, seed: int, z: float) -> Workload:
+        key = (size, seed, z)
+        if key not in self._workloads:
+            dk = (size, seed)
+            if dk not in self._domains:
+                # keep memory bounded: drop domains of other sizes
+                for other in [d for d in self._domains if d[0] != size]:
+                    del self._domains[other]
+                    for w in [w for w in self._workloads if w[0] == other[0]]:
+                        del self._workloads[w]
+                self._domains[dk] = Domain(size, seed)
+            self._workloads[key] = Workload(self._domains[dk], z)
+        return self._workloads[key]
+
+    def point(self, algs, res="LCL", z=1.0, size=10**6, sigma=0.1, utility="APM", n_max=10, alpha=1.2,
+              all_steps=False) -> dict:
+        """Average over runs of the metrics at N = n_max (or of every step when all_steps)."""
+        cfg = Config(resources=tuple(FN[c] for c in res), alpha=(alpha,) * 3, sigma=sigma, utility=utility)
+        out = {}
+        for alg in algs:
+            seqs = [run_sequence(self.workload(size, s, z), alg, cfg, n_max) for s in range(self.runs)]
+            if all_steps:
+                out[alg] = [_avg([sq[i] for sq in seqs]) for i in range(len(seqs[0]))]
+            else:
+                out[alg] = _avg([sq[-1] for sq in seqs])
+        return out
+
+
+def _avg(rows: list[dict]) -> dict:
+    keys = rows[0].keys()
+    res = {}
+    for k in keys:
+        vals = [r[k] for r in rows]
+        if any(v is None for v in vals):
+            res[k] = None
+        else:
+            res[k] = float(np.mean(vals))
+    res["seconds_max"] = float(max(r["seconds"] for r in rows))
+    return res
+
+
+# ---------------------------------------------------------------------------------------------------------
+def measure_route(keys_count: int, tmp: Path) -> dict:
+    """Throughput of ``rebalancer partition route`` (a subprocess, stdin → stdout), keys/s incl. start-up."""
+    from solvers.gedik import build_document
+
+    h = np.sum(1.0 / np.arange(1, 10**6 + 1))
+    freqs = {f"k{i}": 1.0 / (i * h) for i in range(1, 3001)}
+    doc = build_document({"algorithm": "readj", "channels": 10, "frequencies": freqs, "domain_size": 10**6})
+    fpath = tmp / "fn.json"
+    fpath.write_text(json.dumps(doc))
+    rng = np.random.default_rng(0)
+    ranks = rng.zipf(1.05, keys_count) % 10**6
+    kpath = tmp / "keys.txt"
+    kpath.write_bytes(("\n".join(f"k{r}" for r in ranks.tolist()) + "\n").encode())
+    best = None
+    for _ in range(3):
+        with open(kpath, "rb") as fin:
+            t0 = time.perf_counter()
+            r = subprocess.run([sys.executable, "-m", "cli.main", "partition", "route", "--function", str(fpath)],
+                               stdin=fin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               cwd=Path(__file__).resolve().parents[1])
+            dt = time.perf_counter() - t0
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.decode())
+        lines = r.stdout.count(b"\n")
+        assert lines == keys_count
+        best = dt if best is None else min(best, dt)
+    # in-process lookup only (hash + explicit + ring), no I/O
+    from solvers.gedik import load_function
+    fn = load_function(doc)
+    data = kpath.read_bytes()
+    t0 = time.perf_counter()
+    fn.route_buffer(data)
+    inproc = time.perf_counter() - t0
+    return {"keys": keys_count, "cli_seconds_best_of_3": best, "cli_keys_per_second": keys_count / best,
+            "in_process_keys_per_second": keys_count / inproc}
+
+
+# ---------------------------------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="reduced run (< 1 minute)")
+    ap.add_argument("--runs", type=int, default=None, help="runs averaged per point (default 5, quick 2)")
+    ap.add_argument("--max-domain", type=float, default=None, help="largest domain size of Fig. 8 (default 1e7)")
+    ap.add_argument("--out", default="bench-results", help="output directory")
+    args = ap.parse_args(argv)
+    quick = args.quick
+    runs = args.runs or (2 if quick else 5)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    B = Bench(runs)
+    res: dict = {"config": {"runs": runs, "quick": quick, "replicas": REPLICAS, "defaults": {
+        "N": 10, "z": 1.0, "domain": 10**6, "alpha": 1.2, "resources": "LCL", "sigma": 0.1, "utility": "APM"}}}
+
+    log("[gedik] Fig. 3: resource functions")
+    res["fig3_resources"] = {rc: B.point(ALGOS, res=rc) for rc in ["CCL", "LCL", "LLL", "LQL"]}
+
+    log("[gedik] Fig. 6/13: number of channels")
+    n_max = 16 if quick else 32
+    steps = B.point(ALGOS, n_max=n_max, all_steps=True)
+    res["fig6_channels"] = {"N": [s["N"] for s in steps["readj"]], **{a: steps[a] for a in ALGOS}}
+
+    log("[gedik] Fig. 4/14: skew")
+    zs = [0.2, 0.5, 0.8, 1.0] if quick else [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+    zq = [0.25, 0.5] if quick else [0.25, 0.3, 0.35, 0.4, 0.45, 0.5]
+    res["fig4_skew"] = {}
+    for rc, zz in [("LCL", zs), ("LLL", zs), ("LQL", zq)]:
+        pts = [B.point(ALGOS, res=rc, z=z) for z in zz]
+        res["fig4_skew"][rc] = {"z": zz, **{a: [p[a] for p in pts] for a in ALGOS}}
+
+    log("[gedik] Fig. 5/12: sigma")
+    sig = [0.008, 0.025, 0.1, 0.5, 1.0] if quick else [0.008, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0]
+    res["fig5_sigma"] = {}
+    for rc in ["LCL", "LQL"]:
+        pts = [B.point(ALGOS, res=rc, sigma=s) for s in sig]
+        res["fig5_sigma"][rc] = {"sigma": sig, **{a: [p[a] for p in pts] for a in ALGOS}}
+        log(f"[gedik]   {rc} done ({time.perf_counter() - t_start:.0f}s)")
+
+    log("[gedik] Fig. 7: utility functions")
+    res["fig7_utility"] = {}
+    for rc in (["LCL", "LQL"] if quick else ["CCL", "LCL", "LLL", "LQL"]):
+        res["fig7_utility"][rc] = {u: B.point(("redist", "readj"), res=rc, utility=u)
+                                   for u in ["A", "APM", "APLM", "ATM", "ATLM"]}
+
+    log("[gedik] Fig. 8: domain size")
+    max_dom = args.max_domain or (10**6 if quick else 10**7)
+    doms = [d for d in [10**4, 10**5, 10**6, 10**7, 10**8] if d <= max_dom]
+    pts = []
+    for d in doms:
+        pts.append(B.point(ALGOS, size=d))
+        log(f"[gedik]   |D|={d:.0e} done ({time.perf_counter() - t_start:.0f}s)")
+    res["fig8_domain"] = {"domain": doms, **{a: [p[a] for p in pts] for a in ALGOS}}
+    B._domains.clear()
+    B._workloads.clear()
+
+    log("[gedik] lookup throughput through `partition route`")
+    with tempfile.TemporaryDirectory() as td:
+        res["lookup"] = measure_route(1_000_000 if quick else 3_000_000, Path(td))
+
+    res["targets"] = targets(res)
+    res["seconds"] = time.perf_counter() - t_start
+    (out_dir / "gedik.json").write_text(json.dumps(res, indent=1))
+    try:
+        plots(res, out_dir)
+    except Exception as exc:  # plots are a convenience; never lose the JSON because of them
+        log(f"[gedik] plotting failed: {exc}")
+    log(table(res))
+    log(f"[gedik] wrote {out_dir / 'gedik.json'} in {res['seconds']:.0f}s")
+    return 0
+
+
+def targets(res: dict) -> list[dict]:
+    f3 = res["fig3_resources"]
+    f6 = res["fig6_channels"]
+    Ns = f6["N"]
+    i10 = Ns.index(10)
+    t = []
+
+    def add(name, value, op, thr):
+        ok = (value >= thr) if op == ">=" else (value < thr) if op == "<" else bool(value)
+        t.append({"target": name, "value": value, "threshold": thr if op != "true" else None, "holds": bool(ok)})
+
+    add("uniform hash m at N=10 >= 6 (paper ~8)", f3["LCL"]["uniform"]["m"], ">=", 6.0)
+    worst = all(f3[rc]["consistent"]["b"] >= max(f3[rc][a]["b"] for a in ("scan", "redist", "readj", "uniform"))
+                for rc in ["LCL", "LLL"])
+    add("consistent hash has the worst balance b (LCL, LLL)", worst, "true", None)
+    for rc in ["LCL", "LLL"]:
+        best = f3[rc]["readj"]["b"] <= min(f3[rc][a]["b"] for a in ("scan", "redist", "uniform", "consistent"))
+        add(f"readj best balance b for {rc}", best, "true", None)
+    red = [s["m"] for s in f6["redist"]]
+    add("redist m roughly flat in N (max/min over N=4..N_max < 1.6)", max(red[2:]) / min(red[2:]), "<", 1.6)
+    last = -1
+    add(f"scan highest m of scan/redist/readj at N={Ns[last]}",
+        f6["scan"][last]["m"] >= max(f6["redist"][last]["m"], f6["readj"][last]["m"]), "true", None)
+    for a in ("scan", "redist", "readj"):
+        add(f"{a} construction < 0.05 s at sigma=0.1 (N=10, max over runs)", f6[a][i10]["seconds_max"], "<", 0.05)
+    s5 = res["fig5_sigma"]["LCL"]
+    j = s5["sigma"].index(0.008)
+    add("readj construction < 1 s at sigma=0.008 (N=10, max over runs)", s5["readj"][j]["seconds_max"], "<", 1.0)
+    add("partition route >= 1M keys/s through the CLI", res["lookup"]["cli_keys_per_second"], ">=", 1e6)
+    return t
+
+
+def table(res: dict) -> str:
+    lines = ["", "Fig. 3 (N=10, z=1, |D|=1e6, alpha=1.2, sigma=0.1, U^APM): m / b / b_s b_c b_n / explicit / build s",
+             "| resources | algorithm | m | b | b_s | b_c | b_n | explicit | build s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v: "∞" if v is None else f"{v:.3f}"
+    for rc, d in res["fig3_resources"].items():
+        for a in ALGOS:
+            x = d[a]
+            lines.append(f"| {rc} | {a} | {fmt(x['m'])} | {fmt(x['b'])} | {fmt(x['b_s'])} | {fmt(x['b_c'])} | "
+                         f"{fmt(x['b_n'])} | {x['explicit']:.0f} | {x['seconds']:.4f} |")
+    f6 = res["fig6_channels"]
+    lines += ["", "Fig. 6 (LCL): m and b against N", "| N | " + " | ".join(f"{a} m / b" for a in ALGOS) + " |",
+              "|---|" + "---|" * len(ALGOS)]
+    for i, n in enumerate(f6["N"]):
+        if n in (2, 4, 8, 10, 16, 20, 24, 32):
+            lines.append(f"| {n} | " + " | ".join(f"{fmt(f6[a][i]['m'])} / {fmt(f6[a][i]['b'])}" for a in ALGOS)
+                         + " |")
+    lines += ["", "Targets", "| target | value | holds |", "|---|---|---|"]
+    for t in res["targets"]:
+        v = t["value"]
+        lines.append(f"| {t['target']} | {v if isinstance(v, bool) else f'{v:.4g}'} | {'yes' if t['holds'] else 'NO'} |")
+    lk = res["lookup"]
+    lines.append(f"\nroute: {lk['cli_keys_per_second']:.3g} keys/s through the CLI ({lk['keys']} keys, "
+                 f"{lk['cli_seconds_best_of_3']:.2f} s incl. start-up); {lk['in_process_keys_per_second']:.3g} "
+                 f"keys/s in process")
+    return "\n".join(lines)
+
+
+def plots(res: dict, out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"uniform": "tab:gray", "consistent": "tab:purple", "scan": "tab:blue", "redist": "tab:green",
+              "readj": "tab:red"}
+    val = lambda x, k: np.nan if x[k] is None else x[k]
+
+    # Fig 3: bars per resource combination
+    f3 = res["fig3_resources"]
+    fig, axes = plt.subplots(1, 5, figsize=(18, 3.6))
+    for ax, key in zip(axes, ["m", "b", "b_s", "b_c", "b_n"]):
+        x = np.arange(len(f3))
+        for i, a in enumerate(ALGOS):
+            ax.bar(x + (i - 2) * 0.16, [val(f3[rc][a], key) for rc in f3], 0.16, label=a, color=colors[a])
+        ax.set_xticks(x, list(f3))
+        ax.set_title(key + (" (log)" if key == "m" else ""))
+        if key != "b_c":
+            ax.axhline(1, color="k", lw=0.6)
+        ax.set_yscale("log")
+    axes[0].legend(fontsize=7)
+    fig.suptitle("Fig. 3 analog: resource functions (N=10, z=1)")
+    fig.tight_layout()
+    fig.savefig(out / "gedik_fig3_resources.png", dpi=110)
+    plt.close(fig)
+
+    def lines(fig_key, xkey, title, fname, logx=False, metrics=("m", "b", "seconds")):
+        data = res[fig_key]
+        groups = [(None, data)] if xkey in data else list(data.items())
+        fig, axes = plt.subplots(len(groups), len(metrics), figsize=(5 * len(metrics), 3.4 * len(groups)),
+                                 squeeze=False)
+        for row, (g, d) in enumerate(groups):
+            xs = d[xkey]
+            for col, mk in enumerate(metrics):
+                ax = axes[row][col]
+                for a in ALGOS:
+                    if mk == "seconds" and a in ("uniform", "consistent"):
+                        continue
+                    ax.plot(xs, [val(p, mk) for p in d[a]], marker="o", ms=3, label=a, color=colors[a])
+                ax.set_xlabel(xkey)
+                ax.set_title(f"{g or ''} {mk}")
+                if mk in ("m", "seconds"):
+                    ax.set_yscale("log")
+                if logx:
+                    ax.set_xscale("log")
+        axes[0][0].legend(fontsize=7)
+        fig.suptitle(title)
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=110)
+        plt.close(fig)
+
+    lines("fig4_skew", "z", "Fig. 4/14 analog: skew", "gedik_fig4_skew.png")
+    lines("fig5_sigma", "sigma", "Fig. 5/12 analog: sigma", "gedik_fig5_sigma.png", logx=True)
+    lines("fig6_channels", "N", "Fig. 6/13 analog: number of channels (LCL)", "gedik_fig6_channels.png")
+    lines("fig8_domain", "domain", "Fig. 8 analog: domain size", "gedik_fig8_domain.png", logx=True)
+
+    f7 = res["fig7_utility"]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 6.5))
+    utils = ["A", "APM", "APLM", "ATM", "ATLM"]
+    for r, a in enumerate(["readj", "redist"]):
+        for c, mk in enumerate(["m", "b"]):
+            ax = axes[r][c]
+            x = np.arange(len(f7))
+            for i, u in enumerate(utils):
+                ax.bar(x + (i - 2) * 0.16, [val(f7[rc][u][a], mk) for rc in f7], 0.16, label=f"U^{u}")
+            ax.set_xticks(x, list(f7))
+            ax.set_title(f"{a}: {mk}")
+            ax.set_yscale("log")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Fig. 7 analog: utility functions")
+    fig.tight_layout()
+    fig.savefig(out / "gedik_fig7_utility.png", dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
