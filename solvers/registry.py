@@ -29,6 +29,7 @@ PLANNER_MODULES: dict[str, str] = {
     "albic-milp": "solvers.albic.milp",
     "albic": "solvers.albic.collocation",
     "cola": "solvers.baselines.cola",
+    "drain-then-balance": "solvers.baselines.drain_then_balance",
 }
 
 DEFAULT_TIME_LIMIT = 1.0

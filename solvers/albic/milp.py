@@ -49,6 +49,7 @@ BACKENDS = ("cpsat", "cbc")
 FULL_MODEL_MAX = 6000          # units × nodes up to which the whole MILP is built
 SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
 FLUX_MAX_KEY_GROUPS = 200_000  # Flux as a warm start up to this size
+RESTART_SHARE = 0.6            # share of the time limit for greedy + randomised restarts (then MILP/LNS)
 OPTIMALITY_TOL = 1e-6          # "optimal": distance within 1e-6 × mean utilisation of the proven bound
 
 
@@ -217,6 +218,20 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
         offer(s.place, origin + "+ls")
         if best_state is None or s.key() < best_state.key():
             best_state = s
+    # randomised restarts (GRASP): the greedy with one of the 3 best candidates drawn at random at each step
+    rng = np.random.default_rng(seed)
+    restart_deadline = t_start + RESTART_SHARE * budget_total
+    restarts = 0
+    while time.perf_counter() < restart_deadline and best_state.key()[0] > 0:
+        place, origin = starts[restarts % len(starts)]
+        s = State(units, place, t_lin)
+        improve(s, restart_deadline, rng=rng, topk=3)
+        restarts += 1
+        if s.key() < best_state.key():
+            improve(s, restart_deadline)
+            offer(s.place, origin + "+grasp")
+            best_state = s
+    details["restarts"] = restarts
     details["greedy_seconds"] = round(time.perf_counter() - t_start, 4)
 
     # ---- proven bound
@@ -227,7 +242,6 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
     milp_ran = False
     full_proved = False
     state = best_state
-    rng = np.random.default_rng(seed)
     n = p.n_nodes
     all_nodes = np.arange(n)
     lns_iters = lns_improved = 0
@@ -267,7 +281,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
             nodes = _neighbourhood(state, k, rng)
             cand = _units_on(state, nodes, rng)
             sm = build(state, cand, nodes)
-            sub_t = min(remaining, max(0.05, 0.25 * remaining))
+            sub_t = min(remaining, max(0.05, min(0.3, 0.2 * budget_total)))
             res = sub_solver(state, sm, sub_t, workers=workers, seed=int(rng.integers(1 << 30)))
             milp_ran = True
             lns_iters += 1

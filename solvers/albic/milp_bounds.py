@@ -31,6 +31,9 @@ import numpy as np
 
 from solvers.model import Problem
 
+#: patterns of up to this many key groups out of / into one node are enumerated
+PATTERN_MAX = 24
+
 
 def analytic_bound(problem: Problem, steps: int = 60) -> float:
     p = problem
@@ -96,54 +99,52 @@ def analytic_bound(problem: Problem, steps: int = 60) -> float:
             return before_b
         return before_b + (need - before_l) / ws[k] * bs[k]
 
-    def has_in(asc: np.ndarray, lo: float, hi: float) -> bool:
-        j = int(np.searchsorted(asc, lo - tol))
-        return j < asc.size and asc[j] <= hi + tol
+    # patterns (a own key groups out, b key groups in): the net loss lies in
+    # [Σ a lightest own − Σ b heaviest anywhere, Σ a heaviest own − Σ b lightest anywhere]
+    A = int(min(PATTERN_MAX, Mc if not math.isinf(Mc) else PATTERN_MAX))
+    g_large = np.concatenate([[0.0], np.cumsum(gw[:A])])            # Σ b heaviest anywhere
+    g_small = np.concatenate([[0.0], np.cumsum(gw_asc[:A])])        # Σ b lightest anywhere
+    own_large = np.full((n, A + 1), np.inf)
+    own_small = np.full((n, A + 1), np.inf)
+    for i in act_idx:
+        ws = seg_w[i]
+        k = min(A, ws.size)
+        own_large[i, : k + 1] = np.concatenate([[0.0], np.cumsum(ws[:k])])
+        own_small[i, : k + 1] = np.concatenate([[0.0], np.cumsum(seg_w_asc[i][:k])])
+    ab_a = np.arange(A + 1)[:, None] + np.zeros(A + 1, dtype=np.int64)[None, :]
+    ab_b = ab_a.T
+    ab_touch = ab_a + ab_b
+    net_lo = own_small[:, :, None] - g_large[None, None, :]      # (n, a, b) smallest net loss
+    net_hi = own_large[:, :, None] - g_small[None, None, :]      # largest net loss (inf when a > #own)
+    net_lo = np.where(np.isfinite(own_large[:, :, None]), net_lo, np.inf)
 
     def feasible(d: float) -> bool:
         hi = cap * (t + d)
         lo = cap * (t - d)
-        e = L - hi
-        f = lo - L
-        out_total = 0
-        in_total = 0
-        touches = 0
-        bytes_out = 0.0
+        e = L - hi          # net loss needed at least (negative: may gain up to −e)
+        f = L - lo          # net loss allowed at most
+        out_sum = in_sum = touch_sum = 0
         need_in = 0.0
+        bytes_out = 0.0
         for i in act_idx:
-            if e[i] > tol:
-                sc = seg_cum[i]
-                if sc.size == 0 or sc[-1] < e[i] - tol:
-                    return False
-                k = int(np.searchsorted(sc, e[i] - tol)) + 1
-                out_total += k
-                tch = k
-                width = 2 * d * cap[i]
-                if k == 1:
-                    if not has_in(seg_w_asc[i], e[i], e[i] + width):
-                        tch += 1
-                elif float(seg_w_asc[i][:k].sum()) > e[i] + width + tol:
-                    tch += 1
-                touches += tch
-                if use_bytes:
-                    bytes_out += frac_bytes(seg_bw[i], seg_bb[i], e[i])
-            elif f[i] > tol:
-                if gcum[-1] < f[i] - tol:
-                    return False
-                k = int(np.searchsorted(gcum, f[i] - tol)) + 1
-                in_total += k
-                tch = k
-                width = 2 * d * cap[i]
-                if k == 1:
-                    if not has_in(gw_asc, f[i], f[i] + width):
-                        tch += 1
-                elif float(gw_asc[:k].sum()) > f[i] + width + tol:
-                    tch += 1
-                touches += tch
-                need_in += f[i]
-            if out_total > Mc or in_total > Mc:
+            if e[i] <= tol and f[i] >= -tol:
+                continue  # inside the band already
+            ok = (net_hi[i] >= e[i] - tol) & (net_lo[i] <= f[i] + tol)
+            if not ok.any():
+                if A >= Mc:
+                    return False  # needs more than the whole budget in or out of one node
+                touch_sum += A + 1  # every feasible pattern has more than A moves out or in
+            else:
+                out_sum += int(ab_a[ok].min())
+                in_sum += int(ab_b[ok].min())
+                touch_sum += int(ab_touch[ok].min())
+            if out_sum > Mc or in_sum > Mc or (touch_sum + 1) // 2 > Mc:
                 return False
-        K = max(out_total, in_total, (touches + 1) // 2)
+            if e[i] > tol and use_bytes:
+                bytes_out += frac_bytes(seg_bw[i], seg_bb[i], e[i])
+            if f[i] < -tol:
+                need_in += -f[i]
+        K = max(out_sum, in_sum, (touch_sum + 1) // 2)
         if need_in > tol:
             kf = int(np.searchsorted(gcum, need_in - tol)) + 1
             if kf > gcum.size:

@@ -103,22 +103,32 @@ def _res_ok(s: State, us: np.ndarray, dests: np.ndarray) -> np.ndarray:
     return np.all(after <= lim[dests][None, :, :] + 1e-9, axis=2)
 
 
-def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: float, scale: float):
-    """Index of the best improving candidate: lowest new d, then lowest budget use, then lowest Σc·dev²."""
+def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: float, scale: float,
+          rng: np.random.Generator | None = None, topk: int = 1):
+    """Index of the best improving candidate: lowest new d, then lowest budget use, then lowest Σc·dev².
+
+    With ``rng`` one of the ``topk`` best is drawn at random (the randomised greedy of the restarts)."""
     improving = ok & ((newd < d - 1e-9 * scale) | ((newd <= d + 1e-12 * scale) & (dss < -1e-9 * scale * scale) & (dc <= 0)))
     if not improving.any():
         return None
-    nd = np.where(improving, newd, np.inf)
+    flat = np.flatnonzero(improving.ravel())
+    nd = newd.ravel()[flat]
+    if rng is not None and topk > 1 and flat.size > 1:
+        # quantise d so that near-ties are ordered by budget use and Σc·dev²
+        q = np.round(nd / (1e-6 * scale))
+        order = np.lexsort((dss.ravel()[flat], np.broadcast_to(dc, newd.shape).ravel()[flat], q))
+        pick = order[int(rng.integers(min(topk, order.size)))]
+        return np.unravel_index(int(flat[pick]), newd.shape)
     best = nd.min()
-    tie = improving & (nd <= best + 1e-9 * scale)
-    # prefer cheaper candidates among ties in d
-    dcmin = np.where(tie, dc, np.iinfo(np.int64).max).min()
-    tie &= dc == dcmin
-    score = np.where(tie, dss, np.inf)
-    return np.unravel_index(int(np.argmin(score)), score.shape)
+    tie = nd <= best + 1e-9 * scale
+    dcf = np.broadcast_to(dc, newd.shape).ravel()[flat]
+    tie &= dcf == dcf[tie].min()
+    score = np.where(tie, dss.ravel()[flat], np.inf)
+    return np.unravel_index(int(flat[int(np.argmin(score))]), newd.shape)
 
 
-def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int = 8) -> int:
+def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int = 8,
+            rng: np.random.Generator | None = None, topk: int = 1) -> int:
     """Best-improvement local search on (load distance, Σ cap·dev²); returns the number of steps taken."""
     U = s.units
     act_nodes = np.flatnonzero(s.act)
@@ -151,7 +161,7 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
                 newd = np.maximum(np.maximum(_rest(dev, h, D)[None, :], np.abs(uh - s.t)[:, None]), np.abs(uj - s.t))
                 dss = (cap[h] * ((uh - s.t) ** 2 - (u[h] - s.t) ** 2))[:, None] + cap[D][None, :] * (
                     (uj - s.t) ** 2 - (u[D] - s.t)[None, :] ** 2)
-                idx = _pick(newd, dc, dss, ok, d, scale)
+                idx = _pick(newd, dc, dss, ok, d, scale, rng, topk)
                 if idx is not None:
                     best = ("move", int(R[idx[0]]), int(D[idx[1]]))
         else:
@@ -170,11 +180,11 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
                 newd = np.maximum(np.maximum(_rest(dev, h, src), np.abs(uh - s.t)), dev_src)
                 dss = cap[h] * ((uh - s.t) ** 2 - (u[h] - s.t) ** 2) + np.where(
                     a_src, cap[src] * ((us_new - s.t) ** 2 - (u[src] - s.t) ** 2), 0.0)
-                idx = _pick(newd, dc, dss, ok, d, scale)
+                idx = _pick(newd, dc, dss, ok, d, scale, rng, topk)
                 if idx is not None:
                     best = ("move", int(S[idx[0]]), h)
         if best is None and swap_nodes > 0:
-            best = _best_swap(s, u, dev, h, d, room_c, room_b, swap_nodes, scale)
+            best = _best_swap(s, u, dev, h, d, room_c, room_b, swap_nodes, scale, rng, topk)
         if best is None:
             break
         if best[0] == "move":
@@ -189,7 +199,7 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
 
 
 def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_c: float, room_b: float,
-               k: int, scale: float):
+               k: int, scale: float, rng: np.random.Generator | None = None, topk: int = 1):
     """Best swap of a unit on the critical node ``h`` with a unit on one of the ``k`` most opposite nodes."""
     U = s.units
     W = U.load
@@ -237,7 +247,7 @@ def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_
         ok &= np.all(after_h <= lim[h] + 1e-9, axis=2) & np.all(after_j <= lim[jq][None, :, :] + 1e-9, axis=2)
     dss = cap[h] * ((uh - s.t) ** 2 - (u[h] - s.t) ** 2) + cap[jq][None, :] * (
         (uj - s.t) ** 2 - (u[jq] - s.t)[None, :] ** 2)
-    idx = _pick(newd, dc, dss, ok, d, scale)
+    idx = _pick(newd, dc, dss, ok, d, scale, rng, topk)
     if idx is None:
         return None
     return ("swap", int(R[idx[0]]), int(Q[idx[1]]))
