@@ -128,8 +128,7 @@ def plot(results: dict[str, Any], out_dir: str) -> list[str]:
         return []
     files = []
     colors = {"albic": "tab:blue", "cola": "tab:orange", "albic-milp": "tab:green"}
-    sweep = results.get("sweep", {})
-    if sweep:
+    for topo, sweep in results.get("sweep", {}).items():
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         xs = sorted(int(x) for x in sweep)
         for name in results["planners"]:
@@ -137,15 +136,16 @@ def plot(results: dict[str, Any], out_dir: str) -> list[str]:
             ld = [sweep[str(x)][name]["summary"]["load_distance_pct_last5"] for x in xs if name in sweep[str(x)]]
             axes[0].plot(xs[: len(cf)], cf, "o-", label=name, color=colors.get(name))
             axes[1].plot(xs[: len(ld)], ld, "o-", label=name, color=colors.get(name))
-        axes[0].set(xlabel="max collocation x (%)", ylabel="collocation factor (%)", title="Collocation (§5.3, Fig. 10)")
-        axes[1].set(xlabel="max collocation x (%)", ylabel="load distance (% of target)", title="Load distance")
+        axes[0].set(xlabel="one-to-one key groups x (%)", ylabel="collocation factor (%)",
+                    title=f"Collocation, {topo} topology (§5.3, Fig. 10)")
+        axes[1].set(xlabel="one-to-one key groups x (%)", ylabel="load distance (% of target)", title="Load distance")
         axes[0].legend()
         fig.tight_layout()
-        f = os.path.join(out_dir, "albic_collocation_sweep.png")
+        f = os.path.join(out_dir, f"albic_collocation_sweep_{topo}.png")
         fig.savefig(f, dpi=100)
         plt.close(fig)
         files.append(f)
-    sizes = results.get("sizes", {})
+    sizes = results.get("sizes", {}).get("results", {})
     if sizes:
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
         labels = list(sizes)
@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="reduced run (< 1 minute)")
     ap.add_argument("--rounds", type=int, default=None, help="rounds per §5.3 run (default 30; quick 10)")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds per round (default 0.3; quick 0.15)")
-    ap.add_argument("--topology", default="chain", choices=("chain", "pairs"), help="§5.3 operator topology")
+    ap.add_argument("--topologies", default=None,
+                    help="comma-separated §5.3 operator topologies: chain, pairs (default both; quick: chain)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="bench-results")
     args = ap.parse_args(argv)
@@ -203,12 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     rounds = args.rounds or (10 if quick else 30)
     tl = args.time_limit or (0.15 if quick else 0.3)
     xs = (0, 50, 100) if quick else (0, 25, 50, 75, 100)
+    topologies = [t for t in (args.topologies or ("chain" if quick else "chain,pairs")).split(",") if t]
     sizes = () if quick else SIZES
     os.makedirs(args.out, exist_ok=True)
     planners = available(PLANNERS)
     t_start = time.perf_counter()
     results: dict[str, Any] = {
-        "config": {"rounds": rounds, "time_limit_per_round": tl, "xs": list(xs), "topology": args.topology,
+        "config": {"rounds": rounds, "time_limit_per_round": tl, "xs": list(xs), "topologies": topologies,
                    "quick": quick, "seed": args.seed, "sizes": [list(s) for s in SIZES if s in sizes or s == (40, 20)],
                    "real_job_2": {"nodes": 20, "key_groups_per_operator_per_node": 5, "max_migrations": 10,
                                   "rounds": 30},
@@ -218,28 +220,31 @@ def main(argv: list[str] | None = None) -> int:
 
     # ---------------------------------------------------------------- §5.3 sweep over x
     sweep: dict[str, Any] = {}
-    for x in xs:
-        p0 = collocation_synthetic(40, 20, 20, one_to_one=x / 100, topology=args.topology, max_migrations=20,
-                                   seed=args.seed)
-        sweep[str(x)] = {}
-        for name in planners:
-            t = time.perf_counter()
-            s = simulate(p0, name, rounds, tl, drift=True, seed=args.seed + 1)
-            sweep[str(x)][name] = {"summary": summary(s), "series": s}
-            sm = sweep[str(x)][name]["summary"]
-            log(f"  x={x:3d} {name:10s} CF {sm['collocation_factor_last5']:.3f} LD {sm['load_distance_pct_last5']:6.2f}%"
-                f" LI {sm['load_index_last5']:.3f} migr/round max {sm['max_migrations_per_round']}"
-                f" ({time.perf_counter() - t:.1f}s)")
+    for topo in topologies:
+        sweep[topo] = {}
+        for x in xs:
+            p0 = collocation_synthetic(40, 20, 20, one_to_one=x / 100, topology=topo, max_migrations=20,
+                                       seed=args.seed)
+            sweep[topo][str(x)] = {}
+            for name in planners:
+                t = time.perf_counter()
+                s = simulate(p0, name, rounds, tl, drift=True, seed=args.seed + 1)
+                sweep[topo][str(x)][name] = {"summary": summary(s), "series": s}
+                sm = sweep[topo][str(x)][name]["summary"]
+                log(f"  {topo} x={x:3d} {name:10s} CF {sm['collocation_factor_last5']:.3f}"
+                    f" LD {sm['load_distance_pct_last5']:6.2f}% LI {sm['load_index_last5']:.3f}"
+                    f" migr/round max {sm['max_migrations_per_round']} ({time.perf_counter() - t:.1f}s)")
     results["sweep"] = sweep
+    topo0 = topologies[0]
 
     # ---------------------------------------------------------------- §5.3 cluster sizes at x = 50
     size_res: dict[str, Any] = {}
     for nodes, ops in sizes:
         label = f"{nodes}/{nodes * 20}/{ops}"
-        if (nodes, ops) == (40, 20) and "50" in sweep:
-            size_res[label] = sweep["50"]
+        if (nodes, ops) == (40, 20) and "50" in sweep[topo0]:
+            size_res[label] = sweep[topo0]["50"]
             continue
-        p0 = collocation_synthetic(nodes, 20, ops, one_to_one=0.5, topology=args.topology, max_migrations=20,
+        p0 = collocation_synthetic(nodes, 20, ops, one_to_one=0.5, topology=topo0, max_migrations=20,
                                    seed=args.seed)
         size_res[label] = {}
         for name in planners:
@@ -250,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"  {label:12s} {name:10s} CF {sm['collocation_factor_last5']:.3f} LD {sm['load_distance_pct_last5']:6.2f}%"
                 f" migr/round max {sm['max_migrations_per_round']} ({time.perf_counter() - t:.1f}s)")
     if sizes:
-        results["sizes"] = size_res
+        results["sizes"] = {"topology": topo0, "results": size_res}
 
     # ---------------------------------------------------------------- §5.4 Real Job 2
     rj: dict[str, Any] = {}
@@ -269,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     # ---------------------------------------------------------------- timings
     timing: dict[str, Any] = {"metis_split_10000_s": round(metis_timing(), 4)}
     if "albic" in planners:
-        p = collocation_synthetic(60, 20, 30, one_to_one=0.5, topology=args.topology, max_migrations=20,
+        p = collocation_synthetic(60, 20, 30, one_to_one=0.5, topology=topo0, max_migrations=20,
                                   seed=args.seed)
         t = time.perf_counter()
         plan = registry.solve("albic", p, time_limit=1.0)
@@ -295,8 +300,8 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
     """The issue's targets, evaluated on the mean of the last 5 rounds."""
     out: dict[str, Any] = {}
     cmp = {}
-    groups = [("x=" + x, v) for x, v in results.get("sweep", {}).items()]
-    groups += [(k, v) for k, v in results.get("sizes", {}).items() if k != "40/800/20"]
+    groups = [(f"{topo} x={x}", v) for topo, sw in results.get("sweep", {}).items() for x, v in sw.items()]
+    groups += [(k, v) for k, v in results.get("sizes", {}).get("results", {}).items() if k != "40/800/20"]
     for label, res in groups:
         if "albic" in res and "cola" in res:
             a, c = res["albic"]["summary"], res["cola"]["summary"]
@@ -321,8 +326,9 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
 def format_table(results: dict[str, Any]) -> str:
     lines = ["| scenario | planner | CF (last 5) | LD % (last 5) | load index | max migr/round |",
              "|---|---|---|---|---|---|"]
-    rows = [(f"§5.3 x={x}", v) for x, v in results.get("sweep", {}).items()]
-    rows += [(f"§5.3 {k} x=50", v) for k, v in results.get("sizes", {}).items() if k != "40/800/20"]
+    rows = [(f"§5.3 {topo} x={x}", v) for topo, sw in results.get("sweep", {}).items() for x, v in sw.items()]
+    rows += [(f"§5.3 {k} x=50", v) for k, v in results.get("sizes", {}).get("results", {}).items()
+             if k != "40/800/20"]
     rows += [("Real Job 2", results.get("real_job_2", {}))]
     for label, res in rows:
         for name in results["planners"]:

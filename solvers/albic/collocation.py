@@ -23,7 +23,9 @@ and hands the MILP *units* — sets of key groups that must end on one node:
    and a feasible warm start; if the load distance exceeds maxLD, retry with maxPL − stepPL; maxPL = 0 is the pure
    MILP (every key group its own unit, no pair constraints). Going beyond the paper (which adds one pair, so it
    never needed this), the share of the budget the new pairs may use falls with maxPL too:
-   ``pair_budget_share × maxPL_level / maxPL``, so a retry also frees migrations for balancing. The plan with the
+   ``pair_budget_share × maxPL_level / maxPL``, so a retry also frees migrations for balancing. Each level
+   warm-starts from the previous level's plan when it is still feasible. A quarter of ``time_limit`` is kept for
+   the pure MILP: when the other levels use up their time, the loop jumps to maxPL = 0. The plan with the
    smallest load distance is returned when no level meets maxLD.
 
 Units (the paper's percentages, made explicit): ``max_ld`` is a percentage of the target utilisation t (DESIGN.md
@@ -454,7 +456,12 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
     prev: np.ndarray | None = None
     best: tuple[float, Plan, Units, float] | None = None
     chosen = None
-    for idx, level in enumerate(levels):
+    # the paper's last resort, maxPL = 0 (the pure MILP), keeps a quarter of the time: when the levels with
+    # collocation use up the rest without meeting maxLD, the loop jumps to it
+    reserve = 0.25 * time_limit if len(levels) > 1 else 0.0
+    idx = 0
+    while idx < len(levels):
+        level = levels[idx]
         # the new pairs' share of the budget shrinks with maxPL (full at the first level, none at maxPL = 0), so a
         # retry also frees migrations for balancing (see module docstring, step 4)
         share = pair_budget_share * (level / max_pl if max_pl > 0 else 0.0)
@@ -467,7 +474,7 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
             hint = prev  # warm start from the previous level: same or fewer pins, so it stays feasible
         remaining = deadline - time.perf_counter()
         last = idx == len(levels) - 1
-        tl = max(0.02, remaining if last else remaining * 0.5)
+        tl = max(0.02, remaining if last else (remaining - reserve) * 0.5)
         plan = solve_grouped(problem, unit_of=units.unit_of, allowed=units.allowed or None, time_limit=tl,
                              backend=backend, hint=hint, seed=seed)
         a = np.asarray(plan.assignment, dtype=np.int64)
@@ -484,8 +491,11 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
         if ld_pct <= max_ld + _EPS:
             chosen = (ld_pct, plan, units, level)
             break
-        if time.perf_counter() >= deadline:
+        if last or time.perf_counter() >= deadline:
             break  # out of time: the best plan so far
+        idx += 1
+        if deadline - time.perf_counter() <= reserve + 0.02:
+            idx = len(levels) - 1  # no time for more levels with collocation: straight to the pure MILP
     if chosen is None:
         chosen = best
     assert chosen is not None
