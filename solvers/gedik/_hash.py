@@ -66,13 +66,17 @@ def hash_spans(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndarray
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
     nwords = (lengths + 7) >> 3
-    order = np.argsort(nwords, kind="stable")
-    sorted_w = nwords[order]
-    bounds = np.flatnonzero(np.diff(sorted_w)) + 1
-    for grp in np.split(order, bounds):
+    counts = np.bincount(nwords) if m else np.zeros(1, dtype=np.int64)
+    present = np.flatnonzero(counts)
+    if len(present) == 1:  # the common case (keys of similar length): no index arrays at all
+        groups = [np.arange(m)]
+    else:
+        groups = [np.flatnonzero(nwords == w) for w in present.tolist()]
+    for grp in groups:
         w = int(nwords[grp[0]])
-        ln = lengths[grp]
-        st = starts[grp]
+        whole = len(grp) == m
+        ln = lengths if whole else lengths[grp]
+        st = starts if whole else starts[grp]
         h = (ln.astype(np.uint64) * _U_LEN) ^ s64
         for j in range(w):
             word = words_at[st + 8 * j]
@@ -87,6 +91,8 @@ def hash_spans(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndarray
         h ^= h >> _U33
         h *= _U_C2
         h ^= h >> _U33
+        if whole:
+            return h
         out[grp] = h
     return out
 

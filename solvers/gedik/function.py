@@ -78,6 +78,9 @@ class PartitionFunction:
         self._exp_pos = pos[order]
         self._exp_ch = np.array([self.explicit[k] for k in keys], dtype=np.int32)[order] if keys else \
             np.empty(0, dtype=np.int32)
+        # prefilter: which top-16-bit prefixes hold an explicit key (most keys skip the binary search)
+        self._exp_prefix = np.zeros(1 << 16, dtype=bool)
+        self._exp_prefix[(self._exp_pos >> np.uint64(48)).astype(np.int64)] = True
 
     # -- lookups -------------------------------------------------------------------------------------------
     def base_lookup(self, positions: np.ndarray) -> np.ndarray:
@@ -90,10 +93,12 @@ class PartitionFunction:
         """Algorithm 1 on key positions (``np.uint64``): explicit hash first, then H_c. int32 channels."""
         out = self.base_lookup(positions)
         if len(self._exp_pos):
-            idx = np.searchsorted(self._exp_pos, positions)
+            cand = np.flatnonzero(self._exp_prefix[(positions >> np.uint64(48)).astype(np.int64)])
+            pc = positions[cand]
+            idx = np.searchsorted(self._exp_pos, pc)
             idx[idx == len(self._exp_pos)] = 0
-            hit = self._exp_pos[idx] == positions
-            out[hit] = self._exp_ch[idx[hit]]
+            hit = self._exp_pos[idx] == pc
+            out[cand[hit]] = self._exp_ch[idx[hit]]
         return out
 
     def route_keys(self, keys) -> np.ndarray:
