@@ -9,8 +9,12 @@ Model (the papers' simulation DAG: D-C paper §V-A "Simulation", CG paper §7.1 
   array). Groupings with wall-clock rules (DKG, CG) get the tick's start time; CG gets the workers' utilisation
   at the end of each tick (its own period t0 limits how often it acts).
 * Worker w serves ``service_rate`` × c_w messages per second, FIFO, deterministic service (fluid at tick
-  resolution): q ← q + arrivals; served = min(q, μ_w·dt). Utilisation (CG paper Table 4) = queue length /
-  (``queue_capacity`` · c_w); busy fraction = served / (μ_w·dt).
+  resolution): q ← q + arrivals; served = min(q, μ_w·dt). Utilisation (CG paper Table 4, "ratio between
+  queue length and capacity of worker") = queue length / (``queue_capacity`` · c_w), where ``queue_capacity``
+  defaults to one second of service of a unit-capacity worker (so utilisation reads "seconds of backlog");
+  busy fraction (the CPU utilisation of the CG paper's simulations) = served / (μ_w·dt).
+* CG's busy/idle signals use the busy fraction by default (``signal="busy"``) or the queue utilisation
+  (``signal="queue"``); see the benchmark notes for why the queue signal drives fast workers to saturation.
 * Latency of the messages arriving at worker w in tick k: departure time of their middle message read off the
   cumulative service curve (linear within a tick), minus the middle of the tick; at least one service time.
   Messages still queued at the end are extrapolated at the final service rate. Percentiles are weighted by
@@ -59,7 +63,8 @@ class SimulationConfig:
     load: float = 0.8
     arrival_rate: float | None = None
     tick: float = 1.0
-    queue_capacity: float = 1000.0
+    queue_capacity: float | None = None
+    signal: str = "busy"
     capacity_changes: Sequence[tuple[float, Sequence[float]]] = ()
     series_points: int = 200
     progress: bool = False
@@ -75,8 +80,12 @@ class SimulationConfig:
             if not (0.0 <= float(frac) <= 1.0):
                 raise InvalidInput(f"capacity_changes[{i}].at", f"must be a fraction in [0, 1], got {frac}")
             _check_capacities(caps, self.workers, f"capacity_changes[{i}].capacities")
+        if self.signal not in ("busy", "queue"):
+            raise InvalidInput("signal", f"must be 'busy' or 'queue', got {self.signal!r}")
         for name in ("service_rate", "load", "tick", "queue_capacity"):
             v = getattr(self, name)
+            if v is None and name == "queue_capacity":
+                continue
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise InvalidInput(name, f"must be a finite number > 0, got {v!r}")
         if self.arrival_rate is not None and not (math.isfinite(self.arrival_rate) and self.arrival_rate > 0):
@@ -157,6 +166,7 @@ def simulate(stream: Stream, config: SimulationConfig, on_tick: Callable[[int, i
     caps = np.ones(n) if config.capacities is None else np.asarray(config.capacities, dtype=float)
     mu = caps * config.service_rate
     lam = config.arrival_rate if config.arrival_rate is not None else config.load * float(mu.sum())
+    qcap_unit = config.queue_capacity if config.queue_capacity is not None else config.service_rate
     chunk = int(min(MAX_CHUNK, max(1, round(lam * config.tick))))
     m_total = int(stream.n_messages)
     changes = sorted(((int(round(float(f) * m_total)), np.asarray(c, dtype=float))
@@ -217,11 +227,12 @@ def simulate(stream: Stream, config: SimulationConfig, on_tick: Callable[[int, i
         rows_mu.append(mu.copy())
         now += dt
         done += m
-        util = q / (config.queue_capacity * caps)
+        util = q / (qcap_unit * caps)
         busy = served / (mu * dt)
         if uses_signals:
+            sig = busy if config.signal == "busy" else util
             for g in sources:
-                g.observe(now, util)
+                g.observe(now, sig)
         avg = done / n
         mx = float(loads.max())
         ser["time"].append(now)

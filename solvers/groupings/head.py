@@ -17,13 +17,15 @@ Fixes of the reference code's known bugs (``NOTES.md``):
 * d is clamped to [2, n] (the reference can return d = 1, i.e. fewer choices than PKG);
 * :func:`find_optimal_choices` checks Eq. 3 for EVERY prefix h = 1 … |H| (the reference checks only h = 1 and
   h = |H|);
-* the sketch has at least 5n counters (default max(5n, ⌈2/θ⌉)) and a warm-up (default ⌈5/θ⌉ messages: a head key
-  must have been seen ≥ 5 times) before anything counts as head;
+* the sketch has at least 5n counters (default max(5n, ⌈2/θ⌉)) and a warm-up: nothing counts as head before
+  ``warmup`` messages (default ⌈1/θ⌉ = 5n) and a head key needs an estimated count ≥ max(θ·N, ``min_count``)
+  (default 5), so a key seen once or twice right after start is not "heavy";
 * messages are counted (the reference's Storm run never counted them, so its D-C behaved as W-C).
 
 Deviation (documented): Algorithm 1 calls FINDOPTIMALCHOICES on every message; here d is recomputed every
-``d_interval`` messages of the source (default 100) from the sketch's current head. d depends only on the head's
-estimated frequencies, which move by O(1/N) per message.
+``d_interval`` messages of the source (default 1000) from the sketch's current head. d depends only on the head's
+estimated frequencies, which move by O(1/N) per message (right after warm-up, when N < ``d_interval``, d is
+refreshed at N + N, i.e. ever less often while the estimates settle).
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ class _HeadGrouping(Grouping):
     mode = "d"
 
     def __init__(self, n_workers, *, seed=0, source_index=0, theta=None, eps=1e-4, counters=None, warmup=None,
-                 d_interval=100):
+                 d_interval=1000, min_count=5):
         super().__init__(n_workers, seed=seed, source_index=source_index)
         n = self.n
         self.theta = check_float("theta", 1.0 / (5 * n) if theta is None else theta, lo=0.0, hi=1.0)
@@ -98,7 +100,8 @@ class _HeadGrouping(Grouping):
         self.counters = check_int("counters", default_counters if counters is None else counters)
         if self.counters < 5 * n:
             raise InvalidInput("counters", f"the head sketch needs at least 5n = {5 * n} counters, got {counters}")
-        self.warmup = check_int("warmup", math.ceil(5.0 / self.theta) if warmup is None else warmup, lo=0)
+        self.warmup = check_int("warmup", math.ceil(1.0 / self.theta) if warmup is None else warmup, lo=0)
+        self.min_count = check_int("min_count", min_count, lo=1)
         self.d_interval = check_int("d_interval", d_interval)
         self.sketch = SpaceSaving(self.counters, warmup=self.warmup)
         self.d = 2                 # current number of choices for head keys (D-C)
@@ -110,7 +113,9 @@ class _HeadGrouping(Grouping):
 
     def head(self) -> dict:
         """Current head {key: estimated frequency} of this source (empty before warm-up)."""
-        return self.sketch.heavy_hitters(self.theta)
+        hh = self.sketch.heavy_hitters(self.theta)
+        n = max(self.sketch.n, 1)
+        return {k: f for k, f in hh.items() if f * n >= self.min_count}
 
     def _update_d(self) -> None:
         hh = self.head()
@@ -135,12 +140,13 @@ class _HeadGrouping(Grouping):
         upd = ss.update
         theta = self.theta
         warmup = self.warmup
+        min_count = self.min_count
         mode = self.mode
         out = [0] * len(c1)
         for i, k in enumerate(ids.tolist()):
             c = upd(k)
             N = ss.n
-            if N >= warmup and c >= theta * N:
+            if N >= warmup and c >= min_count and c >= theta * N:
                 if mode == "w":
                     a = min(all_workers, key=getL)
                 elif mode == "rr":
@@ -149,7 +155,8 @@ class _HeadGrouping(Grouping):
                 else:
                     if N >= self._next_d_update:
                         self._update_d()
-                        self._next_d_update = N + self.d_interval
+                        # early estimates are crude: refresh at N + min(d_interval, N) (doubling until then)
+                        self._next_d_update = N + min(self.d_interval, N)
                     d = self.d
                     if d >= n:
                         a = min(all_workers, key=getL)

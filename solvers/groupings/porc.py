@@ -8,8 +8,9 @@
   Each decision equals the naïve probe walk: a per-key pointer to the first probe that may still have room is
   kept while the capacity is constant (bins only fill up) and cleared when the capacity grows.
 * **CG** (§5.2): PORC over α·n virtual workers (α = 10 per worker) and a mapping virtual worker → worker.
-  Workers signal *busy* (utilisation > 0.85) or *idle* (< 0.75) (§7.2); the source keeps two FCFS queues and,
-  at most once per period t0, moves ONE virtual worker from the longest-waiting busy worker to the
+  Workers signal *busy* (utilisation > 0.85) or *idle* (< 0.75) (§7.2), each at most once per period t0 (§6:
+  t0 is "the minimum time period that each worker waits after sending a signal"); the source keeps two FCFS
+  queues and pairs them: each pair moves ONE virtual worker from the longest-waiting busy worker to the
   longest-waiting idle worker ("pairing virtual workers": total virtual workers constant, no state migration —
   later messages of the moved virtual worker go to the new worker, partial state is merged downstream).
   The virtual worker moved is the one the busy worker received last (the first one it owns if none moved in).
@@ -153,7 +154,7 @@ class ConsistentGrouping(Grouping):
         self.owned = [list(range(w, self.V, self.n)) for w in range(self.n)]
         self._busy_q: deque = deque()
         self._idle_q: deque = deque()
-        self._last_move = -math.inf
+        self._last_signal = np.full(self.n, -math.inf)
         self.moves: list = []       # (time, vw, from, to)
 
     def _route(self, ids, now):
@@ -170,17 +171,18 @@ class ConsistentGrouping(Grouping):
         u = np.asarray(utilisation, dtype=float)
         if u.shape != (self.n,):
             raise InvalidInput("utilisation", f"expected {self.n} values, got shape {u.shape}")
-        busy = set(np.flatnonzero(u > self.busy).tolist())
-        idle = set(np.flatnonzero(u < self.idle).tolist())
-        # FCFS queues of workers currently signalling; drop those whose state changed
+        # a worker signals at most once per t0 (§6: "the minimum time period that each worker waits after
+        # sending a signal"); FCFS queues of the workers currently signalling, stale entries dropped
+        ready = (now - self._last_signal) >= self.t0
+        busy = set(np.flatnonzero((u > self.busy) & ready).tolist())
+        idle = set(np.flatnonzero((u < self.idle) & ready).tolist())
         self._busy_q = deque(w for w in self._busy_q if w in busy)
         self._idle_q = deque(w for w in self._idle_q if w in idle)
         for w in sorted(busy - set(self._busy_q)):
             self._busy_q.append(w)
         for w in sorted(idle - set(self._idle_q)):
             self._idle_q.append(w)
-        if now - self._last_move < self.t0:
-            return
+        # pair every busy worker with an idle one: one virtual worker moves per pair
         while self._busy_q and self._idle_q:
             b = self._busy_q.popleft()
             if len(self.owned[b]) <= 1:
@@ -190,5 +192,5 @@ class ConsistentGrouping(Grouping):
             self.owned[i].append(v)
             self.vw_owner[v] = i
             self.moves.append((float(now), int(v), int(b), int(i)))
-            self._last_move = now
-            break
+            self._last_signal[b] = now
+            self._last_signal[i] = now

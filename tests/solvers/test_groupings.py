@@ -160,9 +160,11 @@ def test_dchoices_head_keys_use_at_most_d_workers_and_tail_at_most_two():
     for k, ws in per_key.items():
         bound = g.max_d if k in head or g.sketch.counts.get(k) else 2
         assert len(ws) <= max(bound, 2)
-        allowed = set(g._candidates(k)[:max(bound, 2)])
+        allowed = set(range(n)) if bound >= n else set(g._candidates(k)[:max(bound, 2)])
         assert ws <= allowed  # only F_1 ... F_d
-    assert 2 < g.max_d < n
+    keys_tail = [k for k in per_key if g.sketch.counts.get(k) is None]
+    assert keys_tail and all(len(per_key[k]) <= 2 for k in keys_tail)
+    assert 2 < g.d < n  # Prop. 4.1 on this head needs more than 2 but fewer than n choices
     assert len(per_key[0]) > 2
 
 
