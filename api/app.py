@@ -15,7 +15,7 @@ from api import errors
 from api.deps import documented_auth
 from api.middleware import AuthMiddleware, BodyLimitMiddleware, MetricsMiddleware
 from api.routes import jobs, ops, planning
-from api.schemas import StatsRequest
+from api.schemas import ErrorDoc, StatsRequest
 from controller.service import Controller
 from controller.settings import Settings
 
@@ -64,6 +64,13 @@ def create_app(settings: Settings | None = None, warm: bool = True) -> FastAPI:
         for name, sub in extra.pop("$defs", {}).items():
             comps.setdefault(name, sub)
         comps["StatsRequest"] = extra
+        # every 422 of this API has the {"detail": [{"field", "reason"}]} shape, not FastAPI's default
+        err = ErrorDoc.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, sub in err.pop("$defs", {}).items():
+            comps.setdefault(name, sub)
+        comps["ErrorDoc"] = err
+        comps["HTTPValidationError"] = {"$ref": "#/components/schemas/ErrorDoc"}
+        comps.pop("ValidationError", None)
         app.openapi_schema = schema
         return schema
 

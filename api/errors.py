@@ -104,4 +104,6 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and "parsing the body" in str(exc.detail):  # e.g. bytes that are not UTF-8
+            return invalid([{"field": "body", "reason": "invalid JSON: the body could not be decoded"}])
         return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)

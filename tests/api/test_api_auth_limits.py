@@ -1,0 +1,87 @@
+"""Authentication on (REBALANCER_API_TOKENS) and off, and the request size caps (413)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import Server  # noqa: E402
+
+TOKENS = ("s3cret-a", "s3cret-b")
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory):
+    d = tmp_path_factory.mktemp("secured")
+    srv = Server(f"sqlite:///{d}/db.sqlite", log_path=d / "server.log",
+                 env={"REBALANCER_API_TOKENS": ",".join(TOKENS), "REBALANCER_MAX_BODY_BYTES": "200000",
+                      "REBALANCER_MAX_KEY_GROUPS": "500", "REBALANCER_MAX_EDGES": "100"}).start()
+    yield srv
+    srv.stop()
+
+
+ROUTES = [("GET", "/v1/jobs"), ("GET", "/v1/jobs/j1"), ("PUT", "/v1/jobs/j1"), ("DELETE", "/v1/jobs/j1"),
+          ("POST", "/v1/jobs/j1/stats"), ("POST", "/v1/jobs/j1/proposals"), ("GET", "/v1/jobs/j1/proposals/abc"),
+          ("POST", "/v1/jobs/j1/proposals/abc/execute"), ("POST", "/v1/jobs/j1/nodes"),
+          ("GET", "/v1/jobs/j1/history"), ("POST", "/v1/plans"), ("POST", "/v1/evaluate"),
+          ("POST", "/v1/what-if/scaling"), ("POST", "/v1/partitioning"), ("GET", "/v1/algorithms"),
+          ("GET", "/metrics"), ("GET", "/openapi.json")]
+
+
+@pytest.mark.parametrize("method, path", ROUTES)
+def test_every_route_but_healthz_needs_a_token(secured, method, path):
+    with httpx.Client(base_url=secured.url, timeout=30) as c:
+        r = c.request(method, path, json={} if method in ("POST", "PUT") else None)
+        assert r.status_code == 401, (path, r.status_code)
+        assert r.headers["www-authenticate"] == "Bearer"
+        r = c.request(method, path, json={} if method in ("POST", "PUT") else None,
+                      headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 401
+        r = c.request(method, path, json={} if method in ("POST", "PUT") else None,
+                      headers={"Authorization": f"Bearer {TOKENS[1]}"})
+        assert r.status_code != 401
+
+
+def test_healthz_is_open(secured):
+    assert httpx.get(secured.url + "/healthz").status_code == 200
+
+
+def test_auth_off_by_default(client):
+    assert client.get("/v1/jobs").status_code == 200
+    assert client.get("/metrics").status_code == 200
+
+
+def test_body_and_count_caps(secured):
+    h = {"Authorization": f"Bearer {TOKENS[0]}"}
+    with httpx.Client(base_url=secured.url, timeout=30, headers=h) as c:
+        # body bytes: Content-Length over the cap
+        big = {"problem": {"nodes": [{"id": f"n{i:07d}"} for i in range(20000)]}}
+        assert c.post("/v1/plans", json=big).status_code == 413
+        # body bytes, chunked (no Content-Length): counted while streaming
+
+        def chunks():
+            yield b'{"problem": {"nodes": ['
+            for i in range(20000):
+                yield b'{"id": "n%07d"},' % i
+            yield b'{"id": "last"}]}}'
+
+        r = c.post("/v1/plans", content=chunks(), headers={"content-type": "application/json"})
+        assert r.status_code == 413
+        # key group and edge counts
+        assert c.put("/v1/jobs/big", json={"nodes": ["a"], "operators": [{"id": "o", "key_groups": 501}]}
+                     ).status_code == 413
+        kgs = [{"id": f"k{i}", "node": "a", "load": 1} for i in range(501)]
+        assert c.post("/v1/plans", json={"problem": {"nodes": [{"id": "a"}], "key_groups": kgs}}).status_code == 413
+        assert c.put("/v1/jobs/small", json={"nodes": ["a"], "operators": [{"id": "o", "key_groups": 2}]}
+                     ).status_code == 201
+        edges = [{"src": "o/0", "dst": "o/1", "rate": 1}] * 101
+        r = c.post("/v1/jobs/small/stats", json={"batch_id": 1, "epoch": 0, "communication": edges})
+        assert r.status_code == 413
+        # within the caps everything works, with the token
+        r = c.post("/v1/jobs/small/stats", json={"batch_id": 1, "epoch": 0,
+                                                  "key_groups": [{"id": "o/0", "load": 1}]})
+        assert r.status_code == 202

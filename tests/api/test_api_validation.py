@@ -1,0 +1,145 @@
+"""Every class of invalid body answers 422 naming the field (foundation path style) and the reason; never a 500."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from api_helpers import new_id, register  # noqa: E402
+
+PROBLEM = {"nodes": [{"id": "w0"}, {"id": "w1"}],
+           "key_groups": [{"id": "a", "node": "w0", "load": 1.0}, {"id": "b", "node": "w1", "load": 2.0}]}
+
+
+def _field(r) -> str:
+    assert r.status_code == 422, (r.status_code, r.text)
+    d = r.json()["detail"]
+    assert isinstance(d, list) and d and d[0]["reason"]
+    return d[0]["field"]
+
+
+def _with(**kw):
+    doc = {"nodes": [dict(n) for n in PROBLEM["nodes"]], "key_groups": [dict(k) for k in PROBLEM["key_groups"]]}
+    doc.update(kw)
+    return doc
+
+
+@pytest.mark.parametrize("problem, field", [
+    (_with(key_groups=[{"id": "a", "node": "w0", "load": -1}]), "problem.key_groups[0].load"),
+    (_with(key_groups=[{"id": "a", "node": "w0", "load": "x"}]), "problem.key_groups[0].load"),
+    (_with(key_groups=[{"id": "a", "node": "w0"}]), "problem.key_groups[0].load"),
+    (_with(key_groups=[{"id": "a", "node": "zz", "load": 1}]), "problem.key_groups[0].node"),
+    (_with(key_groups=[{"id": "a", "node": "w0", "load": 1}, {"id": "a", "node": "w1", "load": 1}]),
+     "problem.key_groups[1].id"),
+    (_with(nodes=[{"id": "w0", "capacity": 0}]), "problem.nodes[0].capacity"),
+    (_with(nodes=[{"id": "w0"}, {"id": "w0"}]), "problem.nodes[1].id"),
+    (_with(nodes=[{"id": "w0", "removing": True}, {"id": "w1", "removing": True}]), "problem.nodes"),
+    (_with(nodes=[]), "problem.nodes"),
+    (_with(communication=[{"src": "a", "dst": "nope", "rate": 1}]), "problem.communication[0].dst"),
+    (_with(communication=[{"src": "a", "dst": "b", "rate": -2}]), "problem.communication[0].rate"),
+    (_with(budget={"max_migrations": -1}), "problem.budget.max_migrations"),
+    (_with(budget={"max_migrations": 1.5}), "problem.budget.max_migrations"),
+    (_with(colour="red"), "problem.colour"),
+    (_with(key_groups=[{"id": "a", "node": "w0", "load": 1, "weight": 3}]), "problem.key_groups[0].weight"),
+])
+def test_plan_bad_problem(client, problem, field):
+    assert _field(client.post("/v1/plans", json={"problem": problem, "algorithm": "flux"})) == field
+
+
+def test_plan_bad_algorithm_params_time_limit(client):
+    assert _field(client.post("/v1/plans", json={"problem": PROBLEM, "algorithm": "magic"})) == "algorithm"
+    assert _field(client.post("/v1/plans", json={"problem": PROBLEM, "algorithm": "flux",
+                                                  "params": {"bogus": 1}})) == "params.bogus"
+    assert _field(client.post("/v1/plans", json={"problem": PROBLEM, "time_limit_s": 0})) == "time_limit_s"
+    assert _field(client.post("/v1/plans", json={"problem": PROBLEM, "time_limit_s": -1})) == "time_limit_s"
+    assert _field(client.post("/v1/plans", json={"algorithm": "flux"})) == "problem"
+
+
+def test_non_json_and_wrong_types(client):
+    r = client.post("/v1/plans", content=b"{not json", headers={"content-type": "application/json"})
+    assert _field(r) == "body"
+    assert _field(client.post("/v1/plans", json=[1, 2])) == "body"
+    assert _field(client.post("/v1/plans", json={"problem": "text"})) == "problem"
+    # NaN / Infinity are not numbers here
+    raw = b'{"problem": {"nodes": [{"id": "w0"}], "key_groups": [{"id": "a", "node": "w0", "load": NaN}]}}'
+    r = client.post("/v1/plans", content=raw, headers={"content-type": "application/json"})
+    assert _field(r) == "problem.key_groups[0].load"
+
+
+def test_job_registration_errors(client):
+    jid = new_id()
+    put = lambda body: client.put(f"/v1/jobs/{jid}", json=body)  # noqa: E731
+    assert _field(put({"nodes": []})) == "nodes"
+    assert _field(put({"nodes": ["a"]})) == "key_groups"  # neither key_groups nor operators
+    assert _field(put({"nodes": ["a"], "key_groups": [], "operators": []})) == "key_groups"
+    assert _field(put({"nodes": ["a"], "key_groups": [{"id": "k", "node": "b"}]})) == "key_groups[0].node"
+    assert _field(put({"nodes": ["a", "a"], "operators": [{"id": "o", "key_groups": 2}]})) == "nodes[1].id"
+    assert _field(put({"nodes": ["a"], "operators": [{"id": "o", "key_groups": 0}]})) == "operators[0].key_groups"
+    assert _field(put({"nodes": ["a"], "operators": [{"id": "o", "key_groups": 1}, {"id": "o", "key_groups": 1}]})
+                  ) == "operators[1].id"
+    assert _field(put({"nodes": ["a"], "operators": [{"id": "o", "key_groups": 1}], "algorithm": "nope"})) == \
+        "algorithm"
+    assert _field(put({"nodes": ["a"], "operators": [{"id": "o", "key_groups": 1}], "algorithm": "flux",
+                       "params": {"x": 1}})) == "params.x"
+    assert _field(put({"nodes": ["a"], "operators": [{"id": "o", "key_groups": 1}], "window_batches": 0})) == \
+        "window_batches"
+    assert _field(put({"nodes": ["a"], "operators": [{"id": "o", "key_groups": 1}],
+                       "auto": {"enabled": True, "cooldown_batches": -1}})) == "auto.cooldown_batches"
+    assert _field(put({"nodes": ["a"], "operators": [{"id": "o", "key_groups": 1}],
+                       "budget": {"max_migrations": -3}})) == "budget.max_migrations"
+    assert _field(put({"nodes": [{"id": "a", "capacity": -1}], "operators": [{"id": "o", "key_groups": 1}]})) == \
+        "nodes[0].capacity"
+    assert client.get(f"/v1/jobs/{jid}").status_code == 404  # nothing was registered
+
+
+def test_stats_errors(client):
+    jid = new_id()
+    register(client, jid, key_groups=4)
+    post = lambda body: client.post(f"/v1/jobs/{jid}/stats", json=body)  # noqa: E731
+    ok = {"batch_id": 1, "epoch": 0, "key_groups": [{"id": "agg/0", "load": 1}]}
+    assert _field(post({**ok, "batch_id": -1})) == "batch_id"
+    assert _field(post({k: v for k, v in ok.items() if k != "batch_id"})) == "batch_id"
+    assert _field(post({**ok, "epoch": "x"})) == "epoch"
+    assert _field(post({**ok, "key_groups": [{"id": "agg/0", "load": -5}]})) == "key_groups[0].load"
+    assert _field(post({**ok, "key_groups": [{"id": "agg/0"}]})) == "key_groups[0].load"
+    assert _field(post({**ok, "key_groups": [{"id": "agg/0", "load": 1}, {"id": "agg/9", "load": 1}]})) == \
+        "key_groups[1].id"
+    assert _field(post({**ok, "key_groups": [{"id": "agg/1", "load": 1}, {"id": "agg/1", "load": 1}]})) == \
+        "key_groups[1].id"
+    assert _field(post({**ok, "key_groups": [{"id": "agg/0", "load": 1, "state_bytes": -1}]})) == \
+        "key_groups[0].state_bytes"
+    assert _field(post({**ok, "communication": [{"src": "agg/0", "dst": "x", "rate": 1}]})) == "communication[0].dst"
+    assert _field(post({**ok, "communication": [{"src": "agg/0", "dst": "agg/1", "rate": -1}]})) == \
+        "communication[0].rate"
+    assert _field(post({**ok, "extra": 1})) == "extra"
+    r = client.post(f"/v1/jobs/{jid}/stats", content=b"[", headers={"content-type": "application/json"})
+    assert _field(r) == "body"
+    # none of the rejected batches was counted
+    assert client.get(f"/v1/jobs/{jid}").json()["window"]["covered_batches"] == 0
+
+
+def test_proposal_and_nodes_errors(client):
+    jid = new_id()
+    register(client, jid, key_groups=4)
+    client.post(f"/v1/jobs/{jid}/stats", json={"batch_id": 1, "epoch": 0, "key_groups": [{"id": "agg/0", "load": 1}]})
+    assert _field(client.post(f"/v1/jobs/{jid}/proposals", json={"algorithm": "nope"})) == "algorithm"
+    assert _field(client.post(f"/v1/jobs/{jid}/proposals", json={"algorithm": "flux", "params": {"q": 1}})) == \
+        "params.q"
+    assert _field(client.post(f"/v1/jobs/{jid}/proposals", json={"time_limit_s": 0})) == "time_limit_s"
+    assert _field(client.post(f"/v1/jobs/{jid}/nodes", json={"remove": ["zz"]})) == "remove[0]"
+    assert _field(client.post(f"/v1/jobs/{jid}/nodes", json={"add": ["w0"]})) == "add[0].id"
+    assert _field(client.post(f"/v1/jobs/{jid}/nodes", json={"remove": ["w0", "w1", "w2"]})) == "remove"
+    assert _field(client.post(f"/v1/jobs/{jid}/nodes", json={"delete": ["zz"]})) == "delete[0]"
+    assert client.get(f"/v1/jobs/{jid}").json()["epoch"] == 0
+
+
+def test_evaluate_and_scaling_errors(client):
+    assert _field(client.post("/v1/evaluate", json={"problem": PROBLEM, "plan": {"assignment": {"a": "w0"}}})) \
+        .startswith("plan.assignment")
+    assert _field(client.post("/v1/evaluate", json={"problem": PROBLEM, "plan": {}})) == "plan.assignment"
+    assert _field(client.post("/v1/what-if/scaling", json={"problem": PROBLEM, "candidates": []})) == "candidates"
+    assert _field(client.post("/v1/what-if/scaling", json={"problem": PROBLEM, "candidates": [2],
+                                                             "target_load_distance": -1})) == "target_load_distance"

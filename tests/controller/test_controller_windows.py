@@ -1,0 +1,130 @@
+"""Statistics windows, Flink ranges, round counting and the repository's epoch compare-and-set."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller import repository as repo
+from controller.service import _rounds, flink_ranges
+from controller.windows import Batch, Window
+
+M = 6
+
+
+def _batch(bid: int, loads: dict[int, float], state: dict[int, float] | None = None) -> Batch:
+    idx = np.array(sorted(loads), dtype=np.int32)
+    st_arr = None
+    if state:
+        st_arr = np.array([state.get(int(k), np.nan) for k in idx])
+    return Batch(bid, 0, idx, np.array([loads[int(k)] for k in idx]), st_arr)
+
+
+batches_st = st.lists(
+    st.tuples(st.integers(0, 30), st.dictionaries(st.integers(0, M - 1), st.floats(0, 1e6), min_size=0, max_size=M)),
+    min_size=1, max_size=25)
+
+
+@settings(max_examples=150, deadline=None)
+@given(size=st.integers(1, 6), posts=batches_st)
+def test_window_equals_recomputation_from_scratch(size, posts):
+    w = Window(size=size, m=M)
+    accepted: dict[int, dict[int, float]] = {}
+    for bid, loads in posts:
+        counted, dup, evict = w.classify(bid)
+        if counted:
+            w.add(_batch(bid, loads), evict)
+            accepted[bid] = loads
+            if evict is not None:
+                del accepted[evict]
+        else:
+            assert dup == (bid in accepted) or bid < min(accepted)
+    # the window holds the highest ids among those counted, at most `size`, each counted once
+    assert set(w.batches) == set(accepted) and len(accepted) <= size
+    expect = np.zeros(M)
+    for loads in accepted.values():
+        for k, v in loads.items():
+            expect[k] += v
+    np.testing.assert_allclose(w.mean_load(), expect / len(accepted), rtol=1e-9, atol=1e-6)
+    assert w.state()["key_groups_covered"] == len({k for loads in accepted.values() for k in loads})
+
+
+def test_duplicate_and_too_old_batches():
+    w = Window(size=2, m=M)
+    for bid in (5, 6):
+        counted, dup, ev = w.classify(bid)
+        w.add(_batch(bid, {0: 1.0}), ev)
+    assert w.classify(5) == (False, True, None)
+    assert w.classify(3) == (False, False, None)  # older than a full window
+    assert w.classify(7) == (True, False, 5)
+
+
+def test_latest_state_and_serialisation_roundtrip():
+    w = Window(size=3, m=M)
+    reg = np.full(M, 7.0)
+    b1 = _batch(1, {0: 1.0, 1: 2.0}, {0: 100.0})
+    b2 = _batch(2, {0: 3.0}, {0: 200.0})
+    b2.src, b2.dst, b2.rate = np.array([0], np.int32), np.array([1], np.int32), np.array([4.0])
+    for b in (b1, b2):
+        w.add(Batch.from_row(b.to_row("j", 0.0)), None)
+    np.testing.assert_allclose(w.latest_state(reg), [200.0, 7, 7, 7, 7, 7])
+    src, dst, rate = w.mean_comm()
+    assert src.tolist() == [0] and dst.tolist() == [1] and rate.tolist() == [2.0]
+    np.testing.assert_allclose(w.mean_load()[:2], [2.0, 1.0])
+
+
+@pytest.mark.parametrize("k, p", [(128, 3), (10, 4), (7, 7), (5, 8), (1000, 40)])
+def test_flink_ranges_contiguous_and_balanced(k, p):
+    a = flink_ranges(k, p)
+    assert np.all(np.diff(a) >= 0)  # contiguous ranges in key group order
+    counts = np.bincount(a, minlength=p)
+    assert counts.max() - counts.min() <= 1 and counts.sum() == k
+    # Flink's KeyGroupRangeAssignment: operator index of key group g is g * parallelism // max_parallelism
+    assert all(a[g] == g * p // k for g in range(k))
+
+
+def test_rounds():
+    assert _rounds(0, 0, 3, None) == 0
+    assert _rounds(7, 0, 3, None) == 3
+    assert _rounds(7, 10.0, None, 4.0) == 3
+    assert _rounds(2, 10.0, 5, 2.0) == 5
+    assert _rounds(3, 0, 0, None) is None
+    assert _rounds(3, 0, None, None) == 1
+
+
+def test_epoch_compare_and_set_exactly_one_wins(tmp_path):
+    """Two writers (two engines, as two server processes would have) race to advance the same base epoch."""
+    url = f"sqlite:///{tmp_path}/cas.db"
+    engines = [repo.make_engine(url) for _ in range(4)]
+    repo.create_schema(engines[0])
+    row = {"job_id": "j", "spec": "{}", "registration": "{}", "kgs": "{}", "nodes": "[]", "assignment": "[]",
+           "epoch": 0, "last_round_batch": None, "created_at": 0.0, "updated_at": 0.0}
+    erow = {"job_id": "j", "epoch": 0, "kind": "register", "proposal_id": None, "nodes": "[]", "assignment": "[]",
+            "plan": None, "created_at": 0.0}
+    with engines[0].begin() as c:
+        repo.insert_job(row, erow)(c)
+    results: list[bool] = []
+    barrier = threading.Barrier(len(engines))
+
+    def go(i: int) -> None:
+        op = repo.advance_epoch("j", 0, {"assignment": f'["{i}"]'},
+                                {**erow, "epoch": 1, "kind": "execute", "assignment": f'["{i}"]'})
+        barrier.wait()
+        with engines[i].begin() as c:
+            results.append(op(c))
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(engines))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False] * (len(engines) - 1) + [True]
+    hist = repo.get_history(engines[0], "j")
+    assert [h["epoch"] for h in hist] == [0, 1]
+    with engines[0].connect() as c:
+        job = c.execute(repo.jobs.select()).first()
+    assert job.epoch == 1 and job.assignment == hist[1]["assignment"]
