@@ -201,17 +201,31 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
             starts.append((hp, "hint"))
             offer(hp, "hint")
     budget_total = float(time_limit)
-    if unit_of is None and not allowed and p.n_key_groups <= FLUX_MAX_KEY_GROUPS:
-        from solvers.baselines.flux import flux_moves
-        fl = flux_moves(p, max(0.01, 0.15 * budget_total))
-        if _placement_ok(units, fl):
-            starts.append((fl, "flux"))
-            offer(fl, "flux")
-
     # ---- greedy local search from each start
     greedy_deadline = t_start + 0.45 * budget_total
     best_state: State | None = None
+    # our greedy first (the first plan), then the hint, then Flux as a further start
+    s0 = State(units, base_place, t_lin)
+    improve(s0, t_start + 0.25 * budget_total)
+    offer(s0.place, "greedy+ls")
+    best_state = s0
+    details["first_plan_seconds"] = round(time.perf_counter() - t_start, 4)
+    # ---- proven bound
+    lb = analytic_bound(p)
+    details["analytic_bound"] = lb
+    tol_opt = OPTIMALITY_TOL * max(t_lin, 1e-300)
+
+    def reached() -> bool:
+        return min(c[0][0] for c in pool) <= lb + tol_opt
+    if unit_of is None and not allowed and p.n_key_groups <= FLUX_MAX_KEY_GROUPS:
+        from solvers.baselines.flux import flux_moves
+        fl = flux_moves(p, max(0.01, min(0.15 * budget_total, greedy_deadline - time.perf_counter())))
+        if _placement_ok(units, fl):
+            starts.append((fl, "flux"))
+            offer(fl, "flux")
     for idx, (place, origin) in enumerate(starts):
+        if idx == 0 or reached():
+            continue
         s = State(units, place, t_lin)
         share = (greedy_deadline - time.perf_counter()) / max(1, len(starts) - idx)
         improve(s, time.perf_counter() + max(0.0, share))
@@ -222,7 +236,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
     rng = np.random.default_rng(seed)
     restart_deadline = t_start + RESTART_SHARE * budget_total
     restarts = 0
-    while time.perf_counter() < restart_deadline and best_state.key()[0] > 0:
+    while time.perf_counter() < restart_deadline and not reached():
         place, origin = starts[restarts % len(starts)]
         s = State(units, place, t_lin)
         improve(s, restart_deadline, rng=rng, topk=3)
@@ -234,9 +248,6 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
     details["restarts"] = restarts
     details["greedy_seconds"] = round(time.perf_counter() - t_start, 4)
 
-    # ---- proven bound
-    lb = analytic_bound(p)
-    details["analytic_bound"] = lb
 
     # ---- MILP: full model when small, large-neighbourhood search otherwise
     milp_ran = False

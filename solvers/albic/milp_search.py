@@ -128,8 +128,12 @@ def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: 
 
 
 def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int = 8,
-            rng: np.random.Generator | None = None, topk: int = 1) -> int:
-    """Best-improvement local search on (load distance, Σ cap·dev²); returns the number of steps taken."""
+            rng: np.random.Generator | None = None, topk: int = 1, near: int = 48) -> int:
+    """Best-improvement local search on (load distance, Σ cap·dev²); returns the number of steps taken.
+
+    Each step looks at the node ``h`` with the largest deviation: moves of its units to the ``near`` coldest
+    nodes (h hot), moves of units of the ``near`` hottest and the removing nodes onto it (h cold), and swaps with
+    units of the ``swap_nodes`` most opposite nodes."""
     U = s.units
     act_nodes = np.flatnonzero(s.act)
     W = U.load
@@ -149,6 +153,9 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
         if u[h] > s.t:
             R = np.flatnonzero(s.place == h)
             D = act_nodes[act_nodes != h]
+            if D.size > near:  # the coldest nodes only: a hot node's load should go where it is missing
+                D = D[np.argpartition(u[D], near - 1)[:near]]
+                D.sort()
             if R.size and D.size:
                 cc, cb = U.cost_matrix(R, D)
                 c0 = U.cost_count_to(R, h)
@@ -165,7 +172,16 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
                 if idx is not None:
                     best = ("move", int(R[idx[0]]), int(D[idx[1]]))
         else:
-            S = np.flatnonzero(s.place != h)
+            if act_nodes.size - 1 > near:  # units of the hottest nodes and of removing nodes only
+                others = act_nodes[act_nodes != h]
+                hot = others[np.argpartition(-u[others], near - 1)[:near]]
+                srcmask = np.zeros(s.n, dtype=bool)
+                srcmask[hot] = True
+                srcmask |= ~s.act
+                srcmask[h] = False
+                S = np.flatnonzero(srcmask[s.place])
+            else:
+                S = np.flatnonzero(s.place != h)
             if S.size:
                 src = s.place[S]
                 dc = U.cost_count_to(S, h) - U.cost_count_to(S, src)
