@@ -176,7 +176,7 @@ class Problem:
                 raise InvalidInput(f"{where}.id", f"duplicate node id {nid!r}")
             node_index[nid] = i
             node_ids.append(nid)
-            cap = _number(nd.get("capacity", 1.0), f"{where}.capacity (node {nid!r})")
+            cap = _number(nd.get("capacity", 1.0), f"{where}.capacity", f"node {nid!r}")
             if cap <= 0:
                 raise InvalidInput(f"{where}.capacity", f"must be > 0 (node {nid!r}), got {cap}")
             capacity[i] = cap
@@ -184,16 +184,7 @@ class Problem:
             if not isinstance(rem, bool):
                 raise InvalidInput(f"{where}.removing", f"must be true or false (node {nid!r})")
             removing[i] = rem
-            lim = nd.get("limits") or {}
-            if not isinstance(lim, Mapping):
-                raise InvalidInput(f"{where}.limits", f"must be an object of resource -> limit (node {nid!r})")
-            checked = {}
-            for rname, value in lim.items():
-                v = _number(value, f"{where}.limits.{rname} (node {nid!r})")
-                if v < 0:
-                    raise InvalidInput(f"{where}.limits.{rname}", f"must be ≥ 0 (node {nid!r}), got {v}")
-                checked[str(rname)] = v
-            limits.append(checked)
+            limits.append(_resource_map(nd.get("limits"), f"{where}.limits", f"node {nid!r}"))
         if removing.all():
             raise InvalidInput("nodes", "every node is marked removing; at least one node must stay")
 
@@ -231,24 +222,10 @@ class Problem:
             current[k] = node_index[node]
             if "load" not in kg:
                 raise InvalidInput(f"{where}.load", f"is required (key group {kid!r})")
-            lv = _number(kg.get("load"), f"{where}.load (key group {kid!r})")
-            if lv < 0:
-                raise InvalidInput(f"{where}.load", f"must be ≥ 0 (key group {kid!r}), got {lv}")
-            load[k] = lv
-            sb = _number(kg.get("state_bytes", 0) or 0, f"{where}.state_bytes (key group {kid!r})")
-            if sb < 0:
-                raise InvalidInput(f"{where}.state_bytes", f"must be ≥ 0 (key group {kid!r}), got {sb}")
-            state[k] = sb
-            res = kg.get("resources") or {}
-            if not isinstance(res, Mapping):
-                raise InvalidInput(f"{where}.resources", f"must be an object of resource -> load (key group {kid!r})")
-            row = {}
-            for rname, value in res.items():
-                v = _number(value, f"{where}.resources.{rname} (key group {kid!r})")
-                if v < 0:
-                    raise InvalidInput(f"{where}.resources.{rname}", f"must be ≥ 0 (key group {kid!r}), got {v}")
-                row[str(rname)] = v
-            res_rows.append(row)
+            who = f"key group {kid!r}"
+            load[k] = _nonnegative(kg.get("load"), f"{where}.load", who)
+            state[k] = _nonnegative(kg.get("state_bytes", 0) or 0, f"{where}.state_bytes", who)
+            res_rows.append(_resource_map(kg.get("resources"), f"{where}.resources", who))
 
         # ---- communication
         edges = doc.get("communication", []) or []
@@ -267,16 +244,11 @@ class Problem:
                 if name not in kg_index:
                     raise InvalidInput(f"{where}.{end}", f"unknown key group {name!r}")
                 arr[e] = kg_index[name]
-            r = _number(edge.get("rate"), f"{where}.rate")
-            if r < 0:
-                raise InvalidInput(f"{where}.rate", f"must be ≥ 0, got {r}")
-            rate[e] = r
+            rate[e] = _nonnegative(edge.get("rate"), f"{where}.rate")
         comm = sp.csr_matrix((rate, (src, dst)), shape=(m, m))
         comm.sum_duplicates()
 
-        ccost = _number(doc.get("communication_cost", 0.0) or 0.0, "communication_cost")
-        if ccost < 0:
-            raise InvalidInput("communication_cost", f"must be ≥ 0, got {ccost}")
+        ccost = _nonnegative(doc.get("communication_cost", 0.0) or 0.0, "communication_cost")
 
         # ---- budget
         budget = doc.get("budget") or {}
@@ -294,9 +266,7 @@ class Problem:
             mm = int(mm)
         mb = budget.get("max_migration_bytes")
         if mb is not None:
-            mb = _number(mb, "budget.max_migration_bytes")
-            if mb < 0:
-                raise InvalidInput("budget.max_migration_bytes", f"must be ≥ 0, got {mb}")
+            mb = _nonnegative(mb, "budget.max_migration_bytes")
 
         # ---- extra resources (multi-dimensional load)
         names = sorted({r for row in res_rows for r in row} | {r for lim in limits for r in lim})
@@ -465,18 +435,31 @@ def _check_id(value: Any, where: str) -> str:
     return value
 
 
-def _number(value: Any, where: str) -> float:
+def _number(value: Any, field: str, who: str = "") -> float:
+    """A finite number, else InvalidInput naming ``field`` and, in the reason, ``who`` (the offending id)."""
+    of = f" ({who})" if who else ""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(where.split(" ")[0], f"must be a number, got {value!r}{_suffix(where)}")
+        raise InvalidInput(field, f"must be a number, got {value!r}{of}")
     v = float(value)
     if not math.isfinite(v):
-        raise InvalidInput(where.split(" ")[0], f"must be finite, got {value!r}{_suffix(where)}")
+        raise InvalidInput(field, f"must be finite, got {value!r}{of}")
     return v
 
 
-def _suffix(where: str) -> str:
-    _, _, rest = where.partition(" ")
-    return f" {rest}" if rest else ""
+def _nonnegative(value: Any, field: str, who: str = "") -> float:
+    v = _number(value, field, who)
+    if v < 0:
+        raise InvalidInput(field, f"must be ≥ 0, got {v}" + (f" ({who})" if who else ""))
+    return v
+
+
+def _resource_map(obj: Any, field: str, who: str) -> dict[str, float]:
+    """``{"resource": amount ≥ 0}`` of a node's limits or a key group's extra resource loads."""
+    if obj is None:
+        return {}
+    if not isinstance(obj, Mapping):
+        raise InvalidInput(field, f"must be an object of resource name -> amount ({who})")
+    return {str(r): _nonnegative(v, f"{field}.{r}", who) for r, v in obj.items()}
 
 
 def _int_if_whole(x: float) -> int | float:
