@@ -1,0 +1,257 @@
+"""Key → key group → partition in the JVM, and exact placement of every record on its routing entry's partition.
+
+Three steps, none of which runs Python per record:
+
+1. **key → key group**: ``pmod(xxhash64(key columns), G)`` with Spark's own ``xxhash64`` (seed 42, fixed by
+   Spark). ``G`` defaults to 120 (many divisors; Flink's autoscaler recommends such maximum parallelisms so that
+   key groups spread evenly over any divisor of G).
+2. **key group → partition**: the routing table (G entries) becomes a column expression
+   ``element_at(array(<G literals>), kg + 1)``: the whole table travels inside the query plan (a broadcast of a
+   few hundred bytes) — or, with ``method="broadcast"``, a broadcast hash join with a (kg, pid, route) frame.
+3. **exact placement**: ``DataFrame.repartition(n, col)`` places a row on ``pmod(murmur3_32(col, seed 42), n)``
+   (Spark's ``HashPartitioning``). So instead of repartitioning by the partition id itself we repartition by a
+   *hash pre-image* of it: for every partition p the integer ``route[p]`` is the smallest non-negative int with
+   ``pmod(hash(route[p]), n) == p`` (computed here with a Python port of Spark's ``Murmur3_x86_32.hashInt``,
+   verified against Spark in the tests with ``spark_partition_id()``). The routing expression yields
+   ``route[partition_of[kg]]``, and ``repartition(n, route)`` lands every record on exactly the partition its
+   routing entry names, at the cost of a plain hash repartitioning (one shuffle, no sampling, no Python).
+   An explicit ``repartition(n, ...)`` is never coalesced by adaptive query execution.
+
+Why not the alternatives (measured in :mod:`clients.spark.bench`): ``repartitionByRange(n, pid)`` samples the
+column to choose bounds, so a skewed or missing pid shifts the bounds and pid i does not land on partition i;
+``rdd.partitionBy(n, lambda pid: pid)`` is exact but runs a Python function per record (and converts rows to
+Python objects), which is many times slower.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+#: default number of key groups per operator (divisible by 1..6, 8, 10, 12, 15, 20, 24, 30, 40, 60)
+DEFAULT_KEY_GROUPS = 120
+
+#: column names the integration adds to a routed DataFrame
+KG_COL = "_rb_kg"
+PID_COL = "_rb_pid"
+ROUTE_COL = "_rb_route"
+
+_M32 = 0xFFFFFFFF
+
+
+def _rotl32(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def spark_hash_int(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of an ``int`` column value (``Murmur3_x86_32.hashInt``), as a signed 32-bit int."""
+    k1 = (value & _M32) * 0xCC9E2D51 & _M32
+    k1 = _rotl32(k1, 15)
+    k1 = k1 * 0x1B873593 & _M32
+    h1 = (seed & _M32) ^ k1
+    h1 = _rotl32(h1, 13)
+    h1 = (h1 * 5 + 0xE6546B64) & _M32
+    h1 ^= 4
+    h1 ^= h1 >> 16
+    h1 = h1 * 0x85EBCA6B & _M32
+    h1 ^= h1 >> 13
+    h1 = h1 * 0xC2B2AE35 & _M32
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+_PREIMAGES: dict[int, list[int]] = {}
+
+
+def hash_preimages(n: int) -> list[int]:
+    """``out[p]`` = the smallest int v ≥ 0 with ``pmod(spark_hash_int(v), n) == p``, for p in [0, n)."""
+    if n < 1:
+        raise ValueError("the number of partitions must be >= 1")
+    cached = _PREIMAGES.get(n)
+    if cached is not None:
+        return cached
+    out: list[int | None] = [None] * n
+    missing = n
+    v = 0
+    while missing:
+        p = spark_hash_int(v) % n  # Python's % is non-negative for n > 0, like Spark's pmod
+        if out[p] is None:
+            out[p] = v
+            missing -= 1
+        v += 1
+    _PREIMAGES[n] = out  # type: ignore[assignment]
+    return out  # type: ignore[return-value]
+
+
+def key_group_column(key, key_groups: int = DEFAULT_KEY_GROUPS):
+    """Column expression ``pmod(xxhash64(key...), G)`` (int): the key group of a key, computed in the JVM.
+
+    ``key`` is a column name, a Column, or a list of them (composite keys hash all columns).
+    """
+    from pyspark.sql import functions as F
+
+    if key_groups < 1:
+        raise ValueError("key_groups must be >= 1")
+    cols = list(key) if isinstance(key, (list, tuple)) else [key]
+    return F.pmod(F.xxhash64(*cols), F.lit(key_groups)).cast("int")
+
+
+def key_group_ids(operator: str, key_groups: int) -> list[str]:
+    """The key group ids the controller knows: ``"<operator>/<k>"``."""
+    return [f"{operator}/{k}" for k in range(key_groups)]
+
+
+def partition_ids(n: int) -> list[str]:
+    """The node ids of a Spark job's partitions: ``p0 .. p{n-1}``."""
+    return [f"p{i}" for i in range(n)]
+
+
+@dataclass
+class RoutingTable:
+    """The routing of one keyed operator: key group ``k`` → partition ``partition_of[k]`` of ``n_partitions``.
+
+    Attributes:
+        operator: the operator name (key group ids are ``"<operator>/<k>"``).
+        partition_of: (G,) int array.
+        n_partitions: the number of Spark partitions (= controller nodes ``p0..p{n-1}``).
+        epoch: the controller epoch this routing belongs to.
+    """
+
+    operator: str
+    partition_of: np.ndarray
+    n_partitions: int
+    epoch: int = 0
+    node_ids: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.partition_of = np.asarray(self.partition_of, dtype=np.int64)
+        if self.n_partitions < 1:
+            raise ValueError("n_partitions must be >= 1")
+        if self.partition_of.ndim != 1 or len(self.partition_of) == 0:
+            raise ValueError("partition_of must be a non-empty 1-d array")
+        if self.partition_of.min() < 0 or self.partition_of.max() >= self.n_partitions:
+            raise ValueError("partition_of entries must be in [0, n_partitions)")
+        if not self.node_ids:
+            self.node_ids = partition_ids(self.n_partitions)
+
+    # ------------------------------------------------------------------ construction
+    @property
+    def key_groups(self) -> int:
+        return len(self.partition_of)
+
+    @classmethod
+    def contiguous(cls, operator: str, key_groups: int, n_partitions: int, epoch: int = 0) -> "RoutingTable":
+        """Contiguous ranges of key groups per partition, as Flink assigns them:
+        ``k → k * n // G`` (``KeyGroupRangeAssignment.computeOperatorIndexForKeyGroup``)."""
+        k = np.arange(key_groups, dtype=np.int64)
+        return cls(operator, k * n_partitions // key_groups, n_partitions, epoch)
+
+    @classmethod
+    def from_assignment(cls, operator: str, key_groups: int, assignment: Mapping[str, str],
+                        node_ids: Sequence[str], epoch: int = 0,
+                        fallback: "RoutingTable | None" = None) -> "RoutingTable":
+        """Build from a controller assignment ``{"agg/5": "p3", ...}`` over ``node_ids`` (partition i = node_ids[i]).
+
+        Key groups missing from the assignment keep their ``fallback`` partition (or the contiguous default).
+        Raises ValueError for an assignment naming an unknown node.
+        """
+        index = {nid: i for i, nid in enumerate(node_ids)}
+        base = fallback.partition_of.copy() if fallback is not None and fallback.key_groups == key_groups \
+            else cls.contiguous(operator, key_groups, len(node_ids)).partition_of
+        prefix = operator + "/"
+        for kid, node in assignment.items():
+            if not kid.startswith(prefix):
+                continue
+            try:
+                k = int(kid[len(prefix):])
+            except ValueError:
+                continue
+            if not 0 <= k < key_groups:
+                continue
+            if node not in index:
+                raise ValueError(f"assignment puts {kid} on unknown node {node!r}")
+            base[k] = index[node]
+        return cls(operator, base, len(node_ids), epoch, list(node_ids))
+
+    def assignment(self) -> dict[str, str]:
+        """The controller assignment ``{"<operator>/<k>": node id}`` of this table."""
+        return {f"{self.operator}/{k}": self.node_ids[int(p)] for k, p in enumerate(self.partition_of)}
+
+    def moved(self, other: "RoutingTable") -> np.ndarray:
+        """Indices of the key groups whose partition differs between this table and ``other``."""
+        return np.flatnonzero(self.partition_of != other.partition_of)
+
+    # ------------------------------------------------------------------ JVM expressions
+    def route_values(self) -> list[int]:
+        """Per key group, the hash pre-image of its partition (what ``repartition(n, route)`` hashes)."""
+        pre = hash_preimages(self.n_partitions)
+        return [pre[int(p)] for p in self.partition_of]
+
+    def partition_column(self, kg_col=KG_COL):
+        """Column: the partition id of a row's key group (``element_at`` on a literal array; no Python)."""
+        from pyspark.sql import functions as F
+
+        arr = F.array(*[F.lit(int(p)) for p in self.partition_of])
+        return F.element_at(arr, _col(kg_col) + 1)
+
+    def route_column(self, kg_col=KG_COL):
+        """Column: the hash pre-image of a row's partition (repartition by it to land exactly)."""
+        from pyspark.sql import functions as F
+
+        arr = F.array(*[F.lit(v) for v in self.route_values()])
+        return F.element_at(arr, _col(kg_col) + 1)
+
+    def frame(self, spark):
+        """The routing table as a small DataFrame ``(_rb_kg, _rb_pid, _rb_route)`` (for broadcast joins)."""
+        rows = [(k, int(p), int(v)) for k, (p, v) in enumerate(zip(self.partition_of, self.route_values()))]
+        return spark.createDataFrame(rows, f"{KG_COL} int, {PID_COL} int, {ROUTE_COL} int")
+
+    def route(self, df, key, *, method: str = "expr", with_pid: bool = True):
+        """Add ``_rb_kg`` (and ``_rb_pid``) and ``_rb_route`` to ``df``.
+
+        ``method="expr"`` uses literal-array lookups; ``"broadcast"`` joins the broadcast routing frame.
+        """
+        from pyspark.sql import functions as F
+
+        out = df.withColumn(KG_COL, key_group_column(key, self.key_groups))
+        if method == "expr":
+            if with_pid:
+                out = out.withColumn(PID_COL, self.partition_column(KG_COL))
+            return out.withColumn(ROUTE_COL, self.route_column(KG_COL))
+        if method == "broadcast":
+            table = self.frame(df.sparkSession)
+            if not with_pid:
+                table = table.drop(PID_COL)
+            return out.join(F.broadcast(table), on=KG_COL, how="left")
+        raise ValueError(f"unknown routing method {method!r}; expected 'expr' or 'broadcast'")
+
+    def place(self, routed_df):
+        """Repartition a routed DataFrame so that every row sits on partition ``partition_of[kg]`` exactly."""
+        return routed_df.repartition(self.n_partitions, ROUTE_COL)
+
+    def route_and_place(self, df, key, *, method: str = "expr", with_pid: bool = False):
+        """:meth:`route` then :meth:`place`."""
+        return self.place(self.route(df, key, method=method, with_pid=with_pid))
+
+
+def _col(c):
+    from pyspark.sql import functions as F
+
+    return F.col(c) if isinstance(c, str) else c
+
+
+def contiguous_assignment(operator: str, key_groups: int, node_ids: Sequence[str]) -> dict[str, str]:
+    """Flink-style contiguous assignment as a controller assignment document."""
+    table = RoutingTable.contiguous(operator, key_groups, len(node_ids))
+    table.node_ids = list(node_ids)
+    return table.assignment()
+
+
+def iter_partition_sizes(counts: Iterable[tuple[int, int]], n: int) -> np.ndarray:
+    """Dense (n,) array from ``(partition id, count)`` pairs (partitions with no rows count 0)."""
+    out = np.zeros(n, dtype=np.int64)
+    for p, c in counts:
+        out[int(p)] += int(c)
+    return out

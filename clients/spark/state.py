@@ -1,0 +1,294 @@
+"""Keyed state managed by the integration inside ``foreachBatch``, partitioned by the routing table.
+
+Spark's built-in stateful operators fix the partition of a key (a hash you cannot choose, and
+``spark.sql.shuffle.partitions`` cannot change after the first run — DESIGN.md, "Spark facts"). So the
+integration keeps keyed state itself: a cached DataFrame with one row per key, ``(_rb_route, _rb_kg, key...,
+aggregates...)``, hash-partitioned by ``_rb_route`` into ``n`` partitions, so row ``r`` sits on partition
+``routing.partition_of[r._rb_kg]`` exactly (see :mod:`clients.spark.routing`).
+
+Per micro-batch (:meth:`KeyedState.update`):
+
+1. the batch is routed (key → key group → route value, JVM expressions) and placed (``repartition(n, route)``:
+   the only shuffle of the batch);
+2. it is pre-aggregated per key inside its partitions (``groupBy(route, kg, key)`` is satisfied by the
+   hash partitioning on ``route``, so no further shuffle), with the batch's record and byte counts per key;
+3. the partials are merged with the state: ``union`` of two children with the same hash partitioning keeps it
+   (``spark.sql.unionOutputPartitioning``), so the state is *not* shuffled; the merge is checked on the physical
+   plan and falls back to an explicit ``repartition(n, route)`` when a Spark version would shuffle otherwise.
+
+When a plan arrives (:meth:`KeyedState.apply_routing`, at a batch boundary) only the rows of moved key groups are
+re-routed and shuffled; the other rows keep their partition (and their cached blocks). The method measures,
+from ``spark_partition_id()`` before and after, which key groups changed partition and how many state bytes
+moved.
+
+Aggregations are mergeable ones: ``count``, ``sum``, ``min``, ``max`` (``{"clicks": ("count", None),
+"amount": ("sum", "amount")}``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from clients.spark.routing import KG_COL, ROUTE_COL, RoutingTable, key_group_column
+from clients.spark.stats import row_bytes_column
+
+log = logging.getLogger("rebalancer.spark")
+
+N_COL = "_rb_n"
+B_COL = "_rb_b"
+_MERGE = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+
+
+@dataclass
+class MigrationReport:
+    """What applying a new routing moved, measured on the partitions Spark produced."""
+
+    moved_key_groups: list[int]          # key groups whose routing entry changed
+    changed_key_groups: list[int]        # key groups whose state rows actually changed partition
+    moved_rows: int
+    moved_bytes: int
+    seconds: float
+
+    @property
+    def migrations(self) -> int:
+        return len(self.moved_key_groups)
+
+
+@dataclass
+class BatchPartials:
+    """A routed, placed and pre-aggregated micro-batch (cached until :meth:`KeyedState.release`)."""
+
+    df: object                           # DataFrame (_rb_route, _rb_kg, key..., aggregates..., _rb_n, _rb_b)
+    n_partitions: int
+
+    def partition_records(self) -> np.ndarray:
+        """Records of the batch per Spark partition, measured with ``spark_partition_id()``."""
+        from pyspark.sql import functions as F
+
+        rows = (self.df.groupBy(F.spark_partition_id().alias("p")).agg(F.sum(N_COL).alias("n")).collect())
+        out = np.zeros(self.n_partitions, dtype=np.int64)
+        for r in rows:
+            out[int(r["p"])] += int(r["n"] or 0)
+        return out
+
+    def key_group_records(self, key_groups: int) -> tuple[np.ndarray, np.ndarray]:
+        """(records, bytes) per key group of the batch, shape (G,) each."""
+        from pyspark.sql import functions as F
+
+        rows = self.df.groupBy(KG_COL).agg(F.sum(N_COL).alias("n"), F.sum(B_COL).alias("b")).collect()
+        n = np.zeros(key_groups, dtype=np.int64)
+        b = np.zeros(key_groups, dtype=np.int64)
+        for r in rows:
+            n[int(r[KG_COL])] = int(r["n"] or 0)
+            b[int(r[KG_COL])] = int(r["b"] or 0)
+        return n, b
+
+
+class KeyedState:
+    """Per-key aggregation state partitioned by a :class:`RoutingTable`.
+
+    Args:
+        spark: the SparkSession.
+        key: key column name(s).
+        aggregations: ``{output column: (function, input column or None)}``, function in count/sum/min/max.
+        routing: the initial routing table.
+    """
+
+    def __init__(self, spark, key: str | Sequence[str], aggregations: Mapping[str, tuple[str, str | None]],
+                 routing: RoutingTable):
+        self.spark = spark
+        self.keys = [key] if isinstance(key, str) else list(key)
+        if not self.keys:
+            raise ValueError("at least one key column is needed")
+        for out, (fn, col) in aggregations.items():
+            if fn not in _MERGE:
+                raise ValueError(f"aggregation {out!r}: unsupported function {fn!r} (count, sum, min, max)")
+            if fn != "count" and not col:
+                raise ValueError(f"aggregation {out!r}: {fn} needs an input column")
+        self.aggregations = dict(aggregations)
+        self.routing = routing
+        self.df = None                    # the cached state DataFrame, None before the first batch
+        self.updates = 0
+        self.fallback_merges = 0          # merges that needed an explicit repartition (should stay 0)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def n_partitions(self) -> int:
+        return self.routing.n_partitions
+
+    def _state_columns(self) -> list[str]:
+        return [ROUTE_COL, KG_COL, *self.keys, *self.aggregations]
+
+    def _placed_by_route(self, df) -> bool:
+        """True when ``df``'s physical output partitioning is ``hashpartitioning(_rb_route, n)``."""
+        try:
+            plan = df._jdf.queryExecution().executedPlan()
+            if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
+                plan = plan.executedPlan()  # the current physical plan, exchanges included
+            p = plan.outputPartitioning()
+            if p.getClass().getSimpleName() != "HashPartitioning" or p.numPartitions() != self.n_partitions:
+                return False
+            exprs = p.expressions()
+            return exprs.size() == 1 and str(exprs.apply(0).toString()).startswith(ROUTE_COL + "#")
+        except Exception:  # noqa: BLE001 - internal API changed: be safe
+            return False
+
+    # ------------------------------------------------------------------ per batch
+    def partials(self, batch_df) -> BatchPartials:
+        """Route, place and pre-aggregate one micro-batch (cached; release with :meth:`release`)."""
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        routed = (batch_df.withColumn(B_COL, row_bytes_column(batch_df))
+                  .withColumn(KG_COL, key_group_column(self.keys, self.routing.key_groups)))
+        routed = routed.withColumn(ROUTE_COL, self.routing.route_column(KG_COL))
+        placed = self.routing.place(routed)
+        aggs = []
+        for out, (fn, col) in self.aggregations.items():
+            if fn == "count":
+                aggs.append(F.count(F.lit(1)).alias(out) if col is None else F.count(col).alias(out))
+            else:
+                aggs.append(getattr(F, fn)(col).alias(out))
+        aggs += [F.count(F.lit(1)).alias(N_COL), F.sum(B_COL).alias(B_COL)]
+        with _no_adaptive(self.spark):  # a cached adaptive plan would hide the hash partitioning on the route
+            part = placed.groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*aggs)
+            part = part.persist(StorageLevel.MEMORY_AND_DISK)
+        return BatchPartials(part, self.n_partitions)
+
+    def merge(self, partials: BatchPartials) -> None:
+        """Merge a batch's partials into the state (the state is not shuffled; see the module docstring)."""
+        from pyspark.sql import functions as F
+
+        with _no_adaptive(self.spark):
+            new_rows = partials.df.select(*self._state_columns())
+            if self.df is None:
+                merged = new_rows
+            else:
+                aggs = [getattr(F, _MERGE[fn])(out).alias(out) for out, (fn, _) in self.aggregations.items()]
+                merged = self.df.unionByName(new_rows).groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*aggs)
+                if not self._placed_by_route(merged):
+                    self.fallback_merges += 1
+                    merged = (self.df.unionByName(new_rows).repartition(self.n_partitions, ROUTE_COL)
+                              .groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*aggs))
+            self._replace(merged)
+        self.updates += 1
+
+    def update(self, batch_df) -> BatchPartials:
+        """:meth:`partials` then :meth:`merge`; returns the (cached) partials for statistics."""
+        p = self.partials(batch_df)
+        self.merge(p)
+        return p
+
+    @staticmethod
+    def release(partials: BatchPartials) -> None:
+        partials.df.unpersist()
+
+    def _replace(self, new_df) -> None:
+        """Materialise ``new_df`` as a local checkpoint (lineage cut, hash partitioning on the route kept: the
+        plan was made without adaptive execution, whose root hides the partitioning) and drop the old state."""
+        cp = new_df.localCheckpoint(eager=True)
+        old, self.df = self.df, cp
+        if old is not None:
+            _release_checkpoint(old)
+
+    # ------------------------------------------------------------------ routing changes
+    def _kg_partitions(self) -> dict[int, tuple[int, int, int, int]]:
+        """Per key group with state: (min partition, max partition, rows, bytes) measured on the state."""
+        from pyspark.sql import functions as F
+
+        if self.df is None:
+            return {}
+        b = row_bytes_column(self.df, [*self.keys, *self.aggregations])
+        rows = (self.df.select(KG_COL, F.spark_partition_id().alias("p"), b.alias("b"))
+                .groupBy(KG_COL)
+                .agg(F.min("p").alias("lo"), F.max("p").alias("hi"), F.count(F.lit(1)).alias("n"),
+                     F.sum("b").alias("b")).collect())
+        return {int(r[KG_COL]): (int(r["lo"]), int(r["hi"]), int(r["n"]), int(r["b"] or 0)) for r in rows}
+
+    def apply_routing(self, new_routing: RoutingTable) -> MigrationReport:
+        """Switch to ``new_routing`` (call between micro-batches); only moved key groups change partition."""
+        import time
+
+        from pyspark.sql import functions as F
+
+        if new_routing.n_partitions != self.n_partitions or new_routing.key_groups != self.routing.key_groups:
+            raise ValueError("a routing change must keep the number of partitions and key groups")
+        t0 = time.perf_counter()
+        moved = self.routing.moved(new_routing)
+        old_routing = self.routing
+        self.routing = new_routing
+        if self.df is None or len(moved) == 0:
+            return MigrationReport([int(k) for k in moved], [], 0, 0, time.perf_counter() - t0)
+        before = self._kg_partitions()
+        moved_list = [int(k) for k in moved]
+        cols = self._state_columns()
+        with _no_adaptive(self.spark):
+            kept = self.df.filter(~F.col(KG_COL).isin(moved_list))
+            movers = (self.df.filter(F.col(KG_COL).isin(moved_list))
+                      .withColumn(ROUTE_COL, new_routing.route_column(KG_COL)).select(*cols)
+                      .repartition(self.n_partitions, ROUTE_COL))
+            new_df = kept.select(*cols).unionByName(movers)
+            if not self._placed_by_route(new_df):
+                self.fallback_merges += 1
+                new_df = (self.df.withColumn(ROUTE_COL, new_routing.route_column(KG_COL)).select(*cols)
+                          .repartition(self.n_partitions, ROUTE_COL))
+            self._replace(new_df)
+        after = self._kg_partitions()
+        changed, rows, nbytes = [], 0, 0
+        for k, (lo, hi, n, b) in after.items():
+            old = before.get(k)
+            if old is None or (old[0], old[1]) != (lo, hi):
+                changed.append(k)
+                rows += n
+                nbytes += b
+        unexpected = sorted(set(changed) - set(moved_list))
+        if unexpected:  # cannot happen with exact placement; reported, never silent
+            log.warning("key groups %s changed partition without a routing change (old routing epoch %s)",
+                        unexpected, old_routing.epoch)
+        return MigrationReport(moved_list, sorted(changed), rows, nbytes, time.perf_counter() - t0)
+
+    # ------------------------------------------------------------------ reading
+    def state_bytes_per_key_group(self) -> np.ndarray:
+        """(G,) estimated state bytes per key group (keys + aggregates), one aggregation."""
+        out = np.zeros(self.routing.key_groups, dtype=np.int64)
+        for k, (_, _, _, b) in self._kg_partitions().items():
+            out[k] = b
+        return out
+
+    def to_pandas(self):
+        """The state as a pandas DataFrame (keys and aggregates; small states only)."""
+        if self.df is None:
+            import pandas as pd
+
+            return pd.DataFrame(columns=[*self.keys, *self.aggregations])
+        return self.df.select(*self.keys, *self.aggregations).toPandas()
+
+    def unpersist(self) -> None:
+        if self.df is not None:
+            _release_checkpoint(self.df)
+            self.df = None
+
+
+@contextlib.contextmanager
+def _no_adaptive(spark):
+    """Plan without adaptive query execution inside the block (restores the previous setting)."""
+    key = "spark.sql.adaptive.enabled"
+    prev = spark.conf.get(key, "true")
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        spark.conf.set(key, prev)
+
+
+def _release_checkpoint(df) -> None:
+    """Free the blocks of a locally checkpointed DataFrame (best effort; Spark's cleaner frees them anyway)."""
+    try:
+        df._jdf.queryExecution().analyzed().rdd().unpersist(False)
+    except Exception:  # noqa: BLE001
+        pass

@@ -1,0 +1,116 @@
+"""Per-micro-batch statistics with Spark aggregations (no Python per record).
+
+* :func:`row_bytes_column`: an estimate of a row's serialized size in the JVM (``octet_length`` of strings and
+  binaries, the type's fixed width for numbers), used for "bytes per key group" and for state sizes.
+* :func:`key_group_stats`: records and bytes per key group of a (routed) DataFrame — one ``groupBy``.
+* :func:`partition_record_counts`: records per Spark partition as Spark actually placed them
+  (``spark_partition_id()``), the figure the demo's max/mean is computed from.
+* :func:`communication_stats`: the communication between two consecutive keyed stages as
+  ``(source key group, destination key group)`` counts — one ``groupBy`` over both key group columns.
+* :func:`max_over_mean`: the imbalance figure of the demo (max records per partition / mean).
+
+The results are plain Python lists in the shapes of the controller's statistics post (issue 7):
+``{"id": "agg/5", "load": 123.0, "bytes": 4096.0}`` and ``{"src": "split/3", "dst": "agg/17", "rate": 12.0}``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from clients.spark.routing import KG_COL, key_group_column
+
+_FIXED_WIDTH = {
+    "boolean": 1, "tinyint": 1, "byte": 1, "smallint": 2, "short": 2, "int": 4, "integer": 4, "bigint": 8,
+    "long": 8, "float": 4, "double": 8, "date": 4, "timestamp": 8, "timestamp_ntz": 8,
+}
+
+
+def row_bytes_column(df, columns: Sequence[str] | None = None):
+    """Column: the estimated size in bytes of a row's ``columns`` (default: all but the ``_rb_*`` columns).
+
+    Strings and binaries count their byte length (``octet_length``), fixed-width types their width, decimals
+    16, anything else (arrays, maps, structs) the byte length of its JSON text. Nulls count 0.
+    """
+    from pyspark.sql import functions as F
+
+    names = list(columns) if columns is not None else [c for c in df.columns if not c.startswith("_rb_")]
+    types = dict(df.dtypes)
+    parts = []
+    for c in names:
+        t = types[c]
+        col = F.col(f"`{c}`")
+        if t in ("string", "binary") or t.startswith("varchar") or t.startswith("char"):
+            parts.append(F.coalesce(F.octet_length(col), F.lit(0)))
+        elif t in _FIXED_WIDTH:
+            parts.append(F.when(col.isNull(), F.lit(0)).otherwise(F.lit(_FIXED_WIDTH[t])))
+        elif t.startswith("decimal"):
+            parts.append(F.when(col.isNull(), F.lit(0)).otherwise(F.lit(16)))
+        else:
+            parts.append(F.coalesce(F.octet_length(F.to_json(F.struct(col))), F.lit(0)))
+    if not parts:
+        return F.lit(0).cast("long")
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total.cast("long")
+
+
+def key_group_stats(df, operator: str, *, key=None, key_groups: int | None = None, bytes_col=None,
+                    kg_col: str = KG_COL) -> list[dict]:
+    """Records (``load``) and bytes per key group: ``[{"id": "<op>/<k>", "load": n, "bytes": b}]``.
+
+    ``df`` either already has the key group column ``kg_col`` or is given ``key`` and ``key_groups``.
+    ``bytes_col``: a Column with each row's size (default :func:`row_bytes_column` of the row).
+    Only key groups with at least one record are listed. One Spark aggregation.
+    """
+    from pyspark.sql import functions as F
+
+    if kg_col not in df.columns:
+        if key is None or key_groups is None:
+            raise ValueError("df has no key group column: pass key= and key_groups=")
+        df = df.withColumn(kg_col, key_group_column(key, key_groups))
+    b = bytes_col if bytes_col is not None else row_bytes_column(df)
+    rows = (df.groupBy(kg_col).agg(F.count(F.lit(1)).alias("n"), F.sum(b).alias("b"))
+            .orderBy(kg_col).collect())
+    return [{"id": f"{operator}/{int(r[0])}", "load": float(r["n"]), "bytes": float(r["b"] or 0)} for r in rows]
+
+
+def partition_record_counts(df, n_partitions: int, weight_col: str | None = None) -> np.ndarray:
+    """Records per Spark partition of ``df`` as Spark produced them (``spark_partition_id()``), shape (n,).
+
+    With ``weight_col`` the rows' weights are summed instead (e.g. a pre-aggregated count column).
+    """
+    from pyspark.sql import functions as F
+
+    agg = F.sum(weight_col) if weight_col else F.count(F.lit(1))
+    rows = df.groupBy(F.spark_partition_id().alias("p")).agg(agg.alias("n")).collect()
+    out = np.zeros(n_partitions, dtype=np.int64)
+    for r in rows:
+        out[int(r["p"])] += int(r["n"] or 0)
+    return out
+
+
+def communication_stats(df, src_key, dst_key, *, src_operator: str, dst_operator: str,
+                        src_key_groups: int, dst_key_groups: int) -> list[dict]:
+    """Communication between two consecutive keyed stages: ``[{"src": "<op1>/<i>", "dst": "<op2>/<j>", "rate": n}]``.
+
+    Each row of ``df`` is one record sent from the stage keyed by ``src_key`` to the stage keyed by ``dst_key``
+    (e.g. a click keyed by user feeding a per-region aggregation). One Spark aggregation over both key groups.
+    """
+    from pyspark.sql import functions as F
+
+    rows = (df.select(key_group_column(src_key, src_key_groups).alias("s"),
+                      key_group_column(dst_key, dst_key_groups).alias("d"))
+            .groupBy("s", "d").agg(F.count(F.lit(1)).alias("n")).orderBy("s", "d").collect())
+    return [{"src": f"{src_operator}/{int(r['s'])}", "dst": f"{dst_operator}/{int(r['d'])}", "rate": float(r["n"])}
+            for r in rows]
+
+
+def max_over_mean(counts) -> float:
+    """max / mean of per-partition counts (1.0 = perfectly even; NaN for an empty batch)."""
+    c = np.asarray(counts, dtype=np.float64)
+    if c.size == 0 or c.sum() <= 0:
+        return float("nan")
+    return float(c.max() / c.mean())
