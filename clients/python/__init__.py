@@ -14,10 +14,10 @@ from clients.python.errors import (
     ServerError,
     ValidationError,
 )
-from clients.python.models import Execution, Job, PlanResult, Proposal, StatsAck
+from clients.python.models import ApplyPlan, Execution, Job, PlanResult, Proposal, StatsAck
 
 __all__ = [
     "RebalancerClient", "RebalancerError", "APIError", "AuthenticationError", "BadRequestError", "ConflictError",
     "ControllerUnavailable", "NotFoundError", "PayloadTooLargeError", "RateLimitedError", "ServerError",
-    "ValidationError", "Execution", "Job", "PlanResult", "Proposal", "StatsAck",
+    "ValidationError", "ApplyPlan", "Execution", "Job", "PlanResult", "Proposal", "StatsAck",
 ]

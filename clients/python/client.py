@@ -35,7 +35,7 @@ from typing import Any, Mapping, Sequence
 import httpx
 
 from clients.python.errors import ControllerUnavailable, ServerError, error_for_status, APIError
-from clients.python.models import Execution, Job, PlanResult, Proposal, StatsAck
+from clients.python.models import ApplyPlan, Execution, Job, PlanResult, Proposal, StatsAck  # noqa: F401
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
@@ -225,7 +225,8 @@ class RebalancerClient:
                 params: Mapping[str, Any] | None = None, budget: Mapping[str, Any] | None = None,
                 window_batches: int | None = None, auto: Mapping[str, Any] | None = None,
                 **extra: Any) -> Job:
-        """``PUT /v1/jobs/{job_id}``: register (or replace) a job; returns it with its epoch and assignment."""
+        """``PUT /v1/jobs/{job_id}``: register a job (201) with epoch 0 and its assignment; the same topology again
+        answers 200 with the job as it is (epoch kept, settings updated); another topology is a ``ConflictError``."""
         body: dict[str, Any] = {"nodes": list(nodes)}
         if operators is not None:
             body["operators"] = [dict(o) for o in operators]
@@ -248,7 +249,11 @@ class RebalancerClient:
 
     def post_stats(self, job_id: str, *, batch_id: int, epoch: int, key_groups: Sequence[Mapping[str, Any]],
                    communication: Sequence[Mapping[str, Any]] | None = None, retries: int | None = None) -> StatsAck:
-        """``POST /v1/jobs/{job_id}/stats`` (idempotent per ``batch_id``, so retried)."""
+        """``POST /v1/jobs/{job_id}/stats`` (idempotent per ``batch_id``, so retried).
+
+        ``key_groups``: ``[{"id": "agg/5", "load": 123.0, "state_bytes": 4096}]``. Raises ``ConflictError`` when
+        ``epoch`` is newer than the job's; an older epoch is accepted and the ack's ``epoch`` tells the current one.
+        """
         body: dict[str, Any] = {"batch_id": int(batch_id), "epoch": int(epoch), "key_groups": list(key_groups)}
         if communication:
             body["communication"] = list(communication)
@@ -256,10 +261,11 @@ class RebalancerClient:
                                              retries=retries))
 
     def create_proposal(self, job_id: str, *, algorithm: str | None = None, params: Mapping[str, Any] | None = None,
-                        time_limit_s: float | None = None, wait: bool = True) -> Proposal:
+                        time_limit_s: float | None = None, wait_s: float | None = None,
+                        wait: bool = True) -> Proposal:
         """``POST /v1/jobs/{job_id}/proposals``: a dry-run plan from the current window.
 
-        A 202 (long solve) is polled with ``GET .../proposals/{id}`` until ready or ``proposal_poll_timeout``
+        ``wait_s`` asks the server to wait that long for the solve before answering 202. A 202 is polled with ``GET .../proposals/{id}`` until ready or ``proposal_poll_timeout``
         when ``wait``; the returned proposal may then still be pending (``proposal.ready`` is False).
         """
         body: dict[str, Any] = {}
@@ -269,11 +275,13 @@ class RebalancerClient:
             body["params"] = dict(params)
         if time_limit_s is not None:
             body["time_limit_s"] = time_limit_s
+        if wait_s is not None:
+            body["wait_s"] = wait_s
         prop = Proposal.from_json(self._json("POST", f"/v1/jobs/{job_id}/proposals", json=body, idempotent=False))
         if wait and not prop.ready and prop.id:
             deadline = time.monotonic() + self.proposal_poll_timeout
             delay = 0.05
-            while not prop.ready and prop.status not in ("failed", "error") and time.monotonic() < deadline:
+            while not prop.ready and prop.status not in ("failed", "executed") and time.monotonic() < deadline:
                 time.sleep(delay)
                 delay = min(1.0, delay * 2)
                 prop = self.get_proposal(job_id, prop.id)
@@ -287,7 +295,8 @@ class RebalancerClient:
         """``POST /v1/jobs/{job_id}/proposals/{id}/execute`` → the new epoch.
 
         Raises:
-            ConflictError: the job's epoch is no longer the proposal's ``base_epoch`` (409).
+            ConflictError: the job's epoch is no longer the proposal's ``base_epoch`` (another execute won, nodes
+                changed, or it was executed already), or the proposal is pending or failed (409).
         """
         return Execution.from_json(self._json("POST", f"/v1/jobs/{job_id}/proposals/{proposal_id}/execute",
                                               idempotent=False))

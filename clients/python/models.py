@@ -60,6 +60,8 @@ class Job:
     epoch: int
     nodes: list[str]
     assignment: dict[str, str]
+    window: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] | None = None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
@@ -69,47 +71,79 @@ class Job:
             epoch=int(doc.get("epoch", 0)),
             nodes=_node_ids(doc.get("nodes")),
             assignment={str(k): str(v) for k, v in (doc.get("assignment") or {}).items()},
+            window=dict(doc.get("window") or {}),
+            metrics=doc.get("metrics"),
+            raw=dict(doc),
+        )
+
+
+@dataclass
+class ApplyPlan:
+    """A plan the controller executed itself (``auto`` mode): apply ``assignment`` from the next batch on, under
+    the new ``epoch``."""
+
+    proposal_id: str
+    base_epoch: int
+    epoch: int
+    assignment: dict[str, str]
+    moves: list[dict[str, Any]]
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> "ApplyPlan":
+        return cls(
+            proposal_id=str(doc.get("proposal_id", "")),
+            base_epoch=int(doc.get("base_epoch", -1)),
+            epoch=int(doc["epoch"]),
+            assignment={str(k): str(v) for k, v in (doc.get("assignment") or {}).items()},
+            moves=list(doc.get("moves") or []),
             raw=dict(doc),
         )
 
 
 @dataclass
 class StatsAck:
-    """The controller's answer to a statistics post (202): the window state, and a plan when ``auto`` fired."""
+    """The controller's answer to a statistics post (202).
 
-    accepted: bool
+    Attributes:
+        epoch: the job's *current* epoch (newer than the batch's when another driver or an operator executed a
+            plan meanwhile: the driver should then fetch the job and adopt its assignment).
+        counted: False for a duplicate batch id or a batch older than the window.
+        duplicate: the batch id had been posted before.
+        window: the window state (``size``, ``batches``, ``covered_batches``, ``coverage``, ``ready``, ...).
+        apply: in ``auto`` mode, the plan the controller executed now; apply it at the next batch boundary.
+    """
+
+    batch_id: int
+    epoch: int
+    counted: bool
     duplicate: bool
-    epoch: int | None
     window: dict[str, Any]
-    plan: PlanResult | None
-    new_epoch: int | None
+    apply: ApplyPlan | None
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> "StatsAck":
-        plan_doc = doc.get("plan")
-        if plan_doc is None and isinstance(doc.get("proposal"), Mapping):
-            plan_doc = doc["proposal"].get("plan")
-        new_epoch = doc.get("new_epoch")
-        if new_epoch is None and isinstance(doc.get("execution"), Mapping):
-            new_epoch = doc["execution"].get("epoch")
-        window = doc.get("window")
-        if not isinstance(window, Mapping):
-            window = {k: v for k, v in doc.items() if k not in ("plan", "proposal", "execution")}
+        ap = doc.get("apply")
         return cls(
-            accepted=bool(doc.get("accepted", True)),
+            batch_id=int(doc.get("batch_id", -1)),
+            epoch=int(doc.get("epoch", -1)),
+            counted=bool(doc.get("counted", True)),
             duplicate=bool(doc.get("duplicate", False)),
-            epoch=doc.get("epoch"),
-            window=dict(window),
-            plan=PlanResult.from_json(plan_doc) if isinstance(plan_doc, Mapping) else None,
-            new_epoch=None if new_epoch is None else int(new_epoch),
+            window=dict(doc.get("window") or {}),
+            apply=ApplyPlan.from_json(ap) if isinstance(ap, Mapping) else None,
             raw=dict(doc),
         )
+
+    @property
+    def window_ready(self) -> bool:
+        return bool(self.window.get("ready", False))
 
 
 @dataclass
 class Proposal:
-    """A dry-run proposal computed from the job's window; ``plan`` is ``None`` while a long solve is pending."""
+    """A dry-run proposal computed from the job's window (``status``: pending | ready | failed | executed);
+    ``plan`` is ``None`` while a long solve is pending."""
 
     id: str
     base_epoch: int | None
@@ -122,7 +156,7 @@ class Proposal:
         plan_doc = doc.get("plan")
         status = doc.get("status")
         if status is None:
-            status = "done" if isinstance(plan_doc, Mapping) else "pending"
+            status = "ready" if isinstance(plan_doc, Mapping) else "pending"
         base = doc.get("base_epoch")
         return cls(
             id=str(doc.get("id", doc.get("proposal_id", ""))),
@@ -143,6 +177,7 @@ class Execution:
 
     epoch: int
     assignment: dict[str, str] | None
+    moves: list[dict[str, Any]] = field(default_factory=list)
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
@@ -153,5 +188,6 @@ class Execution:
         return cls(
             epoch=int(doc.get("epoch", doc.get("new_epoch", -1))),
             assignment={str(k): str(v) for k, v in a.items()} if isinstance(a, Mapping) else None,
+            moves=list(doc.get("moves") or []),
             raw=dict(doc),
         )
