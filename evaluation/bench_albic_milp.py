@@ -285,6 +285,8 @@ def main(argv=None) -> int:
     sections = set(args.only or ("grid", "scale", "scalein"))
     seeds = [0] if args.quick else SEEDS
     limits = [1.0] if args.quick else LIMITS
+    for name in ("flux", "albic-milp", "drain-then-balance"):
+        registry.get(name)  # import planners (OR-tools takes ~1 s) before anything is timed
     t0 = time.perf_counter()
     result: dict = {"command": "python -m evaluation.bench_albic_milp" + (" --quick" if args.quick else ""),
                     "machine": {"cpus": os.cpu_count()}, "units": "load distance in % of the mean node load"}

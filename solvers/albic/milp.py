@@ -53,11 +53,13 @@ RESTART_SHARE = 0.6            # share of the time limit for greedy + randomised
 OPTIMALITY_TOL = 1e-6          # "optimal": distance within 1e-6 × mean utilisation of the proven bound
 
 
-def _exact_key(problem: Problem, assignment: np.ndarray) -> tuple[float, float]:
+def _exact_key(problem: Problem, assignment: np.ndarray, floor: float = 0.0) -> tuple[float, float, float, float]:
+    """(max(d, drain floor), load on removing nodes, d, utilisation range) with the exact metric."""
     loads = metrics.node_loads(problem, assignment)
     d = metrics.load_distance_of_loads(problem, loads)
     u = loads[problem.active] / problem.capacity[problem.active]
-    return round(d, 12), round(float(u.max() - u.min()), 12)
+    on_b = float(loads[problem.removing].sum()) if problem.removing.any() else 0.0
+    return round(max(d, floor), 12), round(on_b, 9), round(d, 12), round(float(u.max() - u.min()), 12)
 
 
 def _hint_place(units: Units, hint: np.ndarray) -> np.ndarray:
@@ -183,12 +185,16 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
     t_lin = float(units.load.sum() / p.capacity[p.active].sum())
 
     # ---- candidates (linear-model states), best by exact key at the end
+    from solvers.albic.milp_search import drain_floor
+    floor0 = drain_floor(units, base_place)
+    if floor0 > 0:
+        details["drain_floor"] = floor0
     pool: list[tuple[tuple[float, float], np.ndarray, str]] = []
 
     def offer(place: np.ndarray, origin: str) -> None:
         if _placement_ok(units, place):
             a = units.assignment(place)
-            pool.append((_exact_key(p, a), place.copy(), origin))
+            pool.append((_exact_key(p, a, floor0), place.copy(), origin))
 
     if unit_of is None:
         offer(p.current.copy(), "current")
@@ -216,7 +222,8 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
     tol_opt = OPTIMALITY_TOL * max(t_lin, 1e-300)
 
     def reached() -> bool:
-        return min(c[0][0] for c in pool) <= lb + tol_opt
+        best = min(pool, key=lambda c: c[0])[0]
+        return best[2] <= lb + tol_opt and best[1] <= 0
     if unit_of is None and not allowed and p.n_key_groups <= FLUX_MAX_KEY_GROUPS:
         from solvers.baselines.flux import flux_moves
         fl = flux_moves(p, max(0.01, min(0.15 * budget_total, greedy_deadline - time.perf_counter())))
@@ -260,9 +267,9 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
         from solvers.albic.milp_cbc import solve_cbc as sub_solver
     else:
         sub_solver = solve_cpsat
-    stop_margin = 0.02 + 0.03 * budget_total
+    stop_margin = 0.03 + 0.05 * budget_total
     if units.n_units * n <= FULL_MODEL_MAX and \
-            _exact_key(p, units.assignment(state.place))[0] > lb + OPTIMALITY_TOL * max(t_lin, 1e-300):
+            not reached():
         remaining = deadline - time.perf_counter() - stop_margin
         if remaining > 0.02:
             sm = build(state, np.arange(units.n_units), all_nodes)
@@ -286,8 +293,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
             remaining = deadline - time.perf_counter() - stop_margin
             if remaining < 0.03:
                 break
-            best_exact = min(pool, key=lambda c: c[0])[0][0] if pool else math.inf
-            if best_exact <= lb + OPTIMALITY_TOL * max(t_lin, 1e-300):
+            if reached():
                 break
             nodes = _neighbourhood(state, k, rng)
             cand = _units_on(state, nodes, rng)
@@ -316,7 +322,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
     # ---- pick the best by the exact metric
     key, place, origin = min(pool, key=lambda c: c[0])
     a = units.assignment(place)
-    d = key[0]
+    d = key[2]
     tol = OPTIMALITY_TOL * max(t_lin, 1e-300)
     lb = min(lb, d)  # a bound above the achieved distance can only be float noise of the scaling
     if full_proved or d <= lb + tol:

@@ -18,6 +18,24 @@ from solvers.albic.milp_units import Units
 EPS = 1e-12
 
 
+def drain_floor(units: Units, place: np.ndarray) -> float:
+    """The load distance below which draining removing nodes takes priority over balancing further.
+
+    Lemma 2 of §4.3.1 (the optimum empties B) holds for divisible load; with key groups of finite size the last
+    ones on B can only move by pushing a node up by their load, so a pure min-d model may keep them on B for
+    ever. Draining a unit ``u`` raises some node by at least ``load_u / max capacity``; the planner therefore
+    treats distances below ``max over units on B of load_u / max active capacity`` as balanced enough and then
+    prefers less load on B (0 when nothing is on B: the paper's model unchanged).
+    """
+    p = units.problem
+    if not p.removing.any():
+        return 0.0
+    on_b = p.removing[place]
+    if not on_b.any():
+        return 0.0
+    return float(units.load[on_b].max() / p.capacity[p.active].max())
+
+
 class State:
     """A unit placement with its linear-model node loads and budget usage."""
 
@@ -33,6 +51,7 @@ class State:
         self.used_c, self.used_b = units.placement_cost(self.place)
         self.max_c = float("inf") if p.max_migrations is None else float(p.max_migrations)
         self.max_b = float("inf") if p.max_migration_bytes is None else float(p.max_migration_bytes) * (1 + 1e-12)
+        self.floor = drain_floor(units, self.place)
         self.res = None
         if units.res_load is not None:
             self.res = np.zeros((self.n, units.res_load.shape[1]))
@@ -53,10 +72,13 @@ class State:
     def devs(self) -> np.ndarray:
         return np.where(self.act, np.abs(self.util() - self.t), -1.0)
 
-    def key(self) -> tuple[float, float]:
-        """(load distance, range of utilisation over active nodes) of the linear model."""
+    def key(self) -> tuple[float, float, float, float]:
+        """(max(d, drain floor), load on removing nodes, d, utilisation range) of the linear model (see
+        :func:`drain_floor`)."""
         u = self.util()[self.act]
-        return float(np.max(np.abs(u - self.t))), float(u.max() - u.min())
+        d = float(np.max(np.abs(u - self.t)))
+        on_b = float(self.L[~self.act].sum()) if not self.act.all() else 0.0
+        return max(d, self.floor), round(on_b, 9), d, float(u.max() - u.min())
 
     def feasible_budget(self) -> bool:
         return self.used_c <= self.max_c + 1e-9 and self.used_b <= self.max_b
@@ -150,6 +172,13 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
         room_c = s.max_c - s.used_c
         room_b = s.max_b - s.used_b
         best = None  # (kind, data)
+        if s.floor > 0 and d <= s.floor + 1e-12 * scale:
+            best = _drain_step(s, u, dev, max(d, s.floor), room_c, room_b, near)
+            if best is not None:
+                _apply(s, best)
+                s.floor = drain_floor(U, s.place) if best[0] == "move" else s.floor
+                steps += 1
+                continue
         if u[h] > s.t:
             R = np.flatnonzero(s.place == h)
             D = act_nodes[act_nodes != h]
@@ -203,15 +232,83 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
             best = _best_swap(s, u, dev, h, d, room_c, room_b, swap_nodes, scale, rng, topk)
         if best is None:
             break
-        if best[0] == "move":
-            s.move(best[1], best[2])
-        else:
-            _, a, b = best
-            ia, ib = int(s.place[a]), int(s.place[b])
-            s.move(a, ib)
-            s.move(b, ia)
+        _apply(s, best)
         steps += 1
     return steps
+
+
+def _apply(s: State, op) -> None:
+    if op[0] == "move":
+        s.move(op[1], op[2])
+    elif op[0] == "swap":
+        _, a, b = op
+        ia, ib = int(s.place[a]), int(s.place[b])
+        s.move(a, ib)
+        s.move(b, ia)
+    else:  # chain: x -> j, y -> k
+        _, x, j, y, k = op
+        s.move(x, j)
+        s.move(y, k)
+    if s.floor > 0:
+        s.floor = drain_floor(s.units, s.place)
+
+
+def _drain_step(s: State, u: np.ndarray, dev: np.ndarray, limit: float, room_c: float, room_b: float, near: int):
+    """A move of a unit off a removing node that keeps every active node within ``limit`` of the target: the
+    heaviest such unit; else a chain x: B → j, y: j → k (two migrations) that does."""
+    U = s.units
+    W = U.load
+    cap = s.cap
+    t = s.t
+    rem_nodes = np.flatnonzero(~s.act)
+    X = np.flatnonzero(np.isin(s.place, rem_nodes))
+    if X.size == 0:
+        return None
+    X = X[np.argsort(-W[X], kind="stable")[:32]]
+    act_nodes = np.flatnonzero(s.act)
+    D = act_nodes if act_nodes.size <= near else act_nodes[np.argpartition(u[act_nodes], near - 1)[:near]]
+    cc, cb = U.cost_matrix(X, D)
+    dc = cc - U.cost_count_to(X, s.place[X])[:, None]
+    db = cb - U.cost_bytes_to(X, s.place[X])[:, None]
+    uj = u[D][None, :] + W[X][:, None] / cap[D][None, :]
+    ok = (np.abs(uj - t) <= limit + 1e-12 * max(t, 1e-12)) & (dc <= room_c) & (db <= room_b)
+    ok &= U.allowed_mask(X, D) & _res_ok(s, X, D)
+    if ok.any():
+        # heaviest unit first, then the destination left closest to the target
+        score = np.where(ok, -W[X][:, None] * 1e6 / max(t, 1e-12) + np.abs(uj - t) / max(t, 1e-12) * 1e-3, np.inf)
+        a, b = np.unravel_index(int(np.argmin(score)), score.shape)
+        return ("move", int(X[a]), int(D[b]))
+    if room_c < 2:
+        return None
+    # chain with the heaviest unit x: j receives x and sends y to k
+    x = int(X[0])
+    J = D[: min(D.size, 16)] if D.size > 16 else D
+    J = J[np.argsort(u[J])][:16]
+    Y = np.flatnonzero(np.isin(s.place, J))
+    if Y.size == 0:
+        return None
+    K = D[np.argsort(u[D])][:16]
+    jy = s.place[Y]
+    uj = u[jy] + (W[x] - W[Y]) / cap[jy]                      # (Y,)
+    uk = u[K][None, :] + W[Y][:, None] / cap[K][None, :]       # (Y, K)
+    lim = limit + 1e-12 * max(t, 1e-12)
+    ok = (np.abs(uj - t) <= lim)[:, None] & (np.abs(uk - t) <= lim) & (K[None, :] != jy[:, None])
+    if not ok.any():
+        return None
+    cx = U.cost_count_to(np.full(Y.size, x), jy) - U.cost_count_to(np.array([x]), s.place[x])[0]
+    bx = U.cost_bytes_to(np.full(Y.size, x), jy) - U.cost_bytes_to(np.array([x]), s.place[x])[0]
+    ccY, cbY = U.cost_matrix(Y, K)
+    dcY = ccY - U.cost_count_to(Y, jy)[:, None]
+    dbY = cbY - U.cost_bytes_to(Y, jy)[:, None]
+    ok &= (cx[:, None] + dcY <= room_c) & (bx[:, None] + dbY <= room_b)
+    ok &= U.allowed_mask(np.array([x]), J).any() & U.allowed_mask(Y, K)
+    if s.res is not None:
+        ok &= _res_ok(s, Y, K)
+    if not ok.any():
+        return None
+    score = np.where(ok, np.maximum(np.abs(uj - t)[:, None], np.abs(uk - t)), np.inf)
+    a, b = np.unravel_index(int(np.argmin(score)), score.shape)
+    return ("chain", x, int(jy[a]), int(Y[a]), int(K[b]))
 
 
 def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_c: float, room_b: float,
