@@ -51,8 +51,10 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def target(name: str, value, threshold, holds: bool, note: str = "") -> dict:
-    return {"target": name, "value": value, "threshold": threshold, "holds": bool(holds), "note": note}
+def target(name: str, value, threshold, holds: bool | None, note: str = "") -> dict:
+    """One target line; ``holds=None`` marks a target that does not apply (excluded from the count)."""
+    return {"target": name, "value": value, "threshold": threshold,
+            "holds": None if holds is None else bool(holds), "note": note}
 
 
 # ---------------------------------------------------------------------------------------------- 1. Table 1
@@ -88,7 +90,7 @@ def exp_table1(quick: bool) -> dict:
                                   rel <= 0.10, f"relative deviation {rel:.1%}; refined estimate p1*(B-1) = "
                                                f"{p1_emp * (b - 1):.4g} (hot key + its bin's share of the tail)"))
         else:
-            targets.append(target(f"table1 KG B={b} within 10% of p1*B-1", round(kg, 4), round(exp_kg, 4), False,
+            targets.append(target(f"table1 KG B={b} within 10% of p1*B-1", round(kg, 4), round(exp_kg, 4), None,
                                   "not applicable: p1*B-1 < 0 (the formula ignores the tail; paper also reports "
                                   f"0.8 here); refined estimate p1*(B-1) = {p1_emp * (b - 1):.4g}"))
         if exp_pkg > 0:
@@ -153,26 +155,50 @@ def exp_dchoices(quick: bool) -> dict:
         worst = max(res["100"][str(z)]["dchoices"]["imbalance"] for z in zs)
         targets.append(target("dchoices: D-C imbalance <= 2*s*eps at n=100 (all z)", worst, 2 * s * eps,
                               worst <= 2 * s * eps, f"worst over z in {zs}"))
+    # memory: the paper's model at the paper's scale (targets) ...
     for n in ("50", "100"):
         if n not in res:
             continue
-        for algo in ("dchoices", "wchoices"):
-            r_pkg = max(res[n][str(z)][algo]["replication"] / res[n][str(z)]["pkg"]["replication"] for z in zs)
-            r_sg = max(res[n][str(z)][algo]["replication"] / res[n][str(z)]["sg"]["replication"] for z in zs)
-            targets.append(target(f"dchoices: {algo} replication <= 1.3x PKG at n={n} (measured, m={m})",
-                                  round(r_pkg, 3), 1.3, r_pkg <= 1.3, "worst over z; scaled-down stream"))
-            targets.append(target(f"dchoices: {algo} replication <= 0.2x SG at n={n} (measured, m={m})",
-                                  round(r_sg, 3), 0.2, r_sg <= 0.2, "worst over z; scaled-down stream"))
-            key = "dc" if algo == "dchoices" else "wc"
+        for algo, key in (("dchoices", "dc"), ("wchoices", "wc")):
             mp = max(model[n][str(z)][f"{key}_over_pkg"] for z in zs)
             ms = max(model[n][str(z)][f"{key}_over_sg"] for z in zs)
-            targets.append(target(f"dchoices: {algo} memory <= 1.3x PKG at n={n} (paper model, m=1e7)",
-                                  round(mp, 3), 1.3, mp <= 1.3, "Σ min(f_k, choices) at the paper's scale"))
-            targets.append(target(f"dchoices: {algo} memory <= 0.2x SG at n={n} (paper model, m=1e7)",
-                                  round(ms, 3), 0.2, ms <= 0.2, "Σ min(f_k, choices) at the paper's scale"))
+            targets.append(target(f"dchoices: {algo} memory <= 1.3x PKG at n={n} (paper model, m=1e7, worst z)",
+                                  round(mp, 3), 1.3, mp <= 1.3, "Σ_k min(f_k, choices_k) at the paper's scale"))
+            targets.append(target(f"dchoices: {algo} memory <= 0.2x SG at n={n} (paper model, m=1e7, worst z)",
+                                  round(ms, 3), 0.2, ms <= 0.2, "Σ_k min(f_k, choices_k) at the paper's scale"))
+    # ... the measured ratios on the scaled-down stream (reported, see notes) ...
+    measured = {}
+    for n in ("50", "100"):
+        if n in res:
+            measured[n] = {algo: {"over_pkg_worst": max(res[n][str(z)][algo]["replication"]
+                                                        / res[n][str(z)]["pkg"]["replication"] for z in zs),
+                                  "over_sg_worst": max(res[n][str(z)][algo]["replication"]
+                                                       / res[n][str(z)]["sg"]["replication"] for z in zs)}
+                           for algo in ("dchoices", "wchoices")}
+    # ... and a measured spot check at the paper's scale on the model's worst case (n = 100, z = 2.0)
+    spot = None
+    if not quick:
+        ms_, n_s, z_s = 10_000_000, 100, 2.0
+        stream = ZipfStream(z_s, keys, ms_, seed=29)
+        spot = {"n": n_s, "z": z_s, "messages": ms_}
+        for a in ("pkg", "dchoices", "wchoices", "sg"):
+            r = simulate(stream, SimulationConfig(a, n_s, sources=5, seed=5, series_points=2))
+            spot[a] = {"replication": r["replication"], "imbalance": r["imbalance"], "seconds": r["seconds"]}
+            log(f"  dchoices spot check n=100 z=2.0 m=1e7: {a} replication {r['replication']:.3f} "
+                f"imbalance {r['imbalance']:.2e} ({r['seconds']:.0f}s)")
+        for a in ("dchoices", "wchoices"):
+            rp = spot[a]["replication"] / spot["pkg"]["replication"]
+            rs_ = spot[a]["replication"] / spot["sg"]["replication"]
+            spot[a]["over_pkg"] = rp
+            spot[a]["over_sg"] = rs_
+            targets.append(target(f"dchoices: {a} replication <= 1.3x PKG (measured, n=100, z=2.0, m=1e7)",
+                                  round(rp, 3), 1.3, rp <= 1.3, "simulator at the paper's scale, one point"))
+            targets.append(target(f"dchoices: {a} replication <= 0.2x SG (measured, n=100, z=2.0, m=1e7)",
+                                  round(rs_, 3), 0.2, rs_ <= 0.2, "simulator at the paper's scale, one point"))
     return {"config": {"keys": keys, "messages": m, "sources": s, "theta": "1/(5n)", "eps": eps, "n": ns, "z": zs,
                        "paper_messages": 10_000_000},
-            "results": res, "memory_model_m1e7": model, "targets": targets}
+            "results": res, "memory_model_m1e7": model, "measured_replication_ratios_scaled": measured,
+            "spot_check_paper_scale": spot, "targets": targets}
 
 
 # ---------------------------------------------------------------------------------------------- 3. DKG
@@ -473,10 +499,13 @@ def main(argv: list[str] | None = None) -> int:
     doc["plots"] = plots(doc, out)
     path = out / "groupings.json"
     path.write_text(json.dumps(doc, indent=1, default=float, allow_nan=False) + "\n")
-    held = sum(t["holds"] for t in doc["targets"])
-    log(f"wrote {path} ({doc['seconds']:.0f}s); targets holding: {held}/{len(doc['targets'])}")
+    applicable = [t for t in doc["targets"] if t["holds"] is not None]
+    held = sum(t["holds"] for t in applicable)
+    log(f"wrote {path} ({doc['seconds']:.0f}s); targets holding: {held}/{len(applicable)} "
+        f"({len(doc['targets']) - len(applicable)} not applicable)")
     for t in doc["targets"]:
-        log(f"  [{'ok ' if t['holds'] else 'MISS'}] {t['target']}: {t['value']} (threshold {t['threshold']})"
+        tag = "n/a " if t["holds"] is None else ("ok  " if t["holds"] else "MISS")
+        log(f"  [{tag}] {t['target']}: {t['value']} (threshold {t['threshold']})"
             + (f" — {t['note']}" if t["note"] and not t["holds"] else ""))
     return 0
 

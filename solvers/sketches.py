@@ -15,12 +15,15 @@ Guarantees after N updates with ``capacity`` = m counters (the property tests ch
 Warm-up (a gap the papers leave): right after start every key seen is "heavy" (θ·N < 1). ``heavy_hitters`` and
 ``is_heavy`` therefore report nothing until ``warmup`` updates were seen (``NOTES.md``: "warm up SpaceSaving").
 
-Implementation: the *stream-summary* structure (counters bucketed by count, a pointer to the minimum), so every
-update is O(1). Ties at eviction go to the key that reached the minimum count first (deterministic).
+Implementation: a dict of counters plus a lazy min-heap with one entry per monitored key. A hit only increments
+the dict (one lookup, one store); entries in the heap may be stale (too small, counts only grow) and are fixed
+when they reach the top, so an eviction finds the true minimum in amortised O(log m). Ties at eviction go to the
+key whose entry was refreshed first (deterministic).
 """
 
 from __future__ import annotations
 
+import heapq
 from typing import Hashable, Iterable
 
 from solvers.errors import InvalidInput
@@ -37,10 +40,10 @@ class SpaceSaving:
         it at ≥ 5n (``NOTES.md``).
     warmup : number of updates before :meth:`heavy_hitters` / :meth:`is_heavy` report anything (default 0).
 
-    Complexity: O(1) per :meth:`update`, O(m) memory.
+    Complexity: O(1) per hit, amortised O(log m) per eviction, O(m) memory.
     """
 
-    __slots__ = ("capacity", "warmup", "n", "counts", "errors", "_buckets", "_min")
+    __slots__ = ("capacity", "warmup", "n", "counts", "errors", "_heap", "_seq")
 
     def __init__(self, capacity: int, warmup: int = 0):
         if not isinstance(capacity, int) or capacity < 1:
@@ -52,59 +55,44 @@ class SpaceSaving:
         self.n = 0                      # updates seen
         self.counts: dict = {}          # key -> estimated count (upper bound)
         self.errors: dict = {}          # key -> maximum over-estimation
-        self._buckets: dict = {}        # count -> {key: None} (insertion-ordered)
-        self._min = 0                   # smallest count among monitored keys (0 while not full)
+        self._heap: list = []           # (count at push, seq, key): one entry per monitored key, maybe stale
+        self._seq = 0
 
     # ------------------------------------------------------------------ updates
+    def _fix_top(self) -> tuple:
+        """Refresh stale entries at the top of the heap until the top holds a current count; return it."""
+        heap = self._heap
+        counts = self.counts
+        top = heap[0]
+        while top[0] != counts[top[2]]:
+            self._seq += 1
+            heapq.heapreplace(heap, (counts[top[2]], self._seq, top[2]))
+            top = heap[0]
+        return top
+
     def update(self, key: Hashable) -> int:
         """Count one occurrence of ``key``; return its new estimated count."""
         self.n += 1
         counts = self.counts
-        buckets = self._buckets
         c = counts.get(key)
         if c is not None:
-            b = buckets[c]
-            del b[key]
-            if not b:
-                del buckets[c]
-                if c == self._min:
-                    self._min = c + 1
             c += 1
             counts[key] = c
-            nb = buckets.get(c)
-            if nb is None:
-                buckets[c] = {key: None}
-            else:
-                nb[key] = None
             return c
+        self._seq += 1
         if len(counts) < self.capacity:
             counts[key] = 1
             self.errors[key] = 0
-            nb = buckets.get(1)
-            if nb is None:
-                buckets[1] = {key: None}
-            else:
-                nb[key] = None
-            self._min = 1
+            heapq.heappush(self._heap, (1, self._seq, key))
             return 1
-        # replace a key with the minimum count: the newcomer inherits min (+1) and error = min
-        m = self._min
-        b = buckets[m]
-        victim = next(iter(b))
-        del b[victim]
+        # replace the key with the minimum count: the newcomer inherits min (+1) and error = min
+        m, _, victim = self._fix_top()
         del counts[victim]
         del self.errors[victim]
-        if not b:
-            del buckets[m]
-            self._min = m + 1
         c = m + 1
         counts[key] = c
         self.errors[key] = m
-        nb = buckets.get(c)
-        if nb is None:
-            buckets[c] = {key: None}
-        else:
-            nb[key] = None
+        heapq.heapreplace(self._heap, (c, self._seq, key))
         return c
 
     def update_many(self, keys: Iterable[Hashable]) -> None:
@@ -122,7 +110,9 @@ class SpaceSaving:
     @property
     def min_count(self) -> int:
         """Smallest counter (0 while fewer than ``capacity`` keys are monitored): a bound for unmonitored keys."""
-        return self._min if len(self.counts) >= self.capacity else 0
+        if len(self.counts) < self.capacity:
+            return 0
+        return self._fix_top()[0]
 
     def estimate(self, key: Hashable) -> int:
         """Upper bound on the count of ``key`` (the counter, or :attr:`min_count` when not monitored)."""

@@ -30,6 +30,7 @@ refreshed at N + N, i.e. ever less often while the estimates settle).
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
@@ -110,6 +111,7 @@ class _HeadGrouping(Grouping):
         self._cands: dict = {}     # head key -> list of its n hash choices F_1 … F_n
         self._rr = self.source_index % n
         self._seq = ProbeSequence(n, self.seed)
+        self._heaps: dict = {}     # head key -> (d, lazy heap of (load, position, worker)) for D-Choices
 
     def head(self) -> dict:
         """Current head {key: estimated frequency} of this source (empty before warm-up)."""
@@ -135,7 +137,12 @@ class _HeadGrouping(Grouping):
         c2 = choice(ids, n, self.seed, 1).tolist()
         L = self.loads.tolist()
         getL = L.__getitem__
-        all_workers = range(n)
+        # lazy min-heap over (load, worker): one entry per worker, possibly stale (loads only grow), fixed when
+        # it reaches the top; the fixed top is exactly min(range(n), key=L) including the lowest-index tie-break
+        heap = [(L[w], w) for w in range(n)]
+        heapq.heapify(heap)
+        hreplace = heapq.heapreplace
+        heaps = self._heaps
         ss = self.sketch
         upd = ss.update
         theta = self.theta
@@ -148,7 +155,10 @@ class _HeadGrouping(Grouping):
             N = ss.n
             if N >= warmup and c >= min_count and c >= theta * N:
                 if mode == "w":
-                    a = min(all_workers, key=getL)
+                    lw, a = heap[0]
+                    while lw != L[a]:
+                        hreplace(heap, (L[a], a))
+                        lw, a = heap[0]
                 elif mode == "rr":
                     a = self._rr
                     self._rr = (a + 1) % n
@@ -159,9 +169,29 @@ class _HeadGrouping(Grouping):
                         self._next_d_update = N + min(self.d_interval, N)
                     d = self.d
                     if d >= n:
-                        a = min(all_workers, key=getL)
+                        lw, a = heap[0]
+                        while lw != L[a]:
+                            hreplace(heap, (L[a], a))
+                            lw, a = heap[0]
                     else:
-                        a = min(self._candidates(k)[:d], key=getL)
+                        # Greedy-d over F_1(k) … F_d(k): a lazy heap per head key over its distinct candidates,
+                        # ordered by (load, position in F order) = min(F_1..F_d, key=load) with its tie-break
+                        hp = heaps.get(k)
+                        if hp is None or hp[0] != d:
+                            seen = set()
+                            entries = []
+                            for pos, w in enumerate(self._candidates(k)[:d]):
+                                if w not in seen:
+                                    seen.add(w)
+                                    entries.append((L[w], pos, w))
+                            heapq.heapify(entries)
+                            hp = (d, entries)
+                            heaps[k] = hp
+                        hk = hp[1]
+                        lw, pos, a = hk[0]
+                        while lw != L[a]:
+                            hreplace(hk, (L[a], pos, a))
+                            lw, pos, a = hk[0]
             else:
                 a = c1[i]
                 b = c2[i]
