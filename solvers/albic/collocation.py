@@ -17,14 +17,17 @@ and hands the MILP *units* — sets of key groups that must end on one node:
    case 3 (both in parts): the two parts merged, on the less loaded node. The paper adds ONE pair per round;
    here ``pairs_per_round`` (default: as many as fit) pairs are added, best first, while the moves they force fit
    in ``pair_budget_share`` of the migration budget (a pair whose moves do not fit is skipped and the next one
-   tried). As in the paper, a merged unit may exceed maxPL: it is pinned to a node this round and split again by
+   tried), and — unless ``pair_band`` is null — while the load they move (estimated from key group loads and the
+   pair's own traffic) keeps every node within ``pair_band`` percent of the target or does not push it further
+   out; when that rejects every pair, the best pair that fits the budget is added anyway (the paper's one pair),
+   so collocation cannot stall. As in the paper, a merged unit may exceed maxPL: it is pinned to a node this round and split again by
    step 2 next round. ``pairs_per_round=1`` reproduces the paper.
 4. **Solve** (lines 38–43): :func:`solvers.albic.milp.solve_grouped` with the units, the step-3 node constraints
    and a feasible warm start; if the load distance exceeds maxLD, retry with maxPL − stepPL; maxPL = 0 is the pure
    MILP (every key group its own unit, no pair constraints). Going beyond the paper (which adds one pair, so it
    never needed this), the share of the budget the new pairs may use falls with maxPL too:
    ``pair_budget_share × maxPL_level / maxPL``, so a retry also frees migrations for balancing. Each level
-   warm-starts from the previous level's plan when it is still feasible. A quarter of ``time_limit`` is kept for
+   warm-starts from the previous level's plan when that is feasible and better than its own pins' start. A quarter of ``time_limit`` is kept for
    the pure MILP: when the other levels use up their time, the loop jumps to maxPL = 0. The plan with the
    smallest load distance is returned when no level meets maxLD.
 
@@ -289,9 +292,10 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         node_load: (n,) current node loads, for "the node with the smallest load" (capacity-normalised).
         pin: ``"paper"`` pins a pair to the node the paper's case picks; ``"either"`` lets the MILP choose between
             the two candidate nodes of cases 1 and 3 (the paper's node is the warm start and the budget estimate).
-        max_ld_band: when set, a pair is skipped if its forced moves would push an active node whose estimated
-            utilisation is already more than ``max_ld_band`` × t away from the target t further away (a node
-            inside the band may take one step out; this spreads the pins' load changes over the nodes).
+        max_ld_band: when set, a pair is skipped if its forced moves would push an active node's estimated
+            utilisation more than ``max_ld_band`` × t away from the target t, or further away if it already is.
+            If that skips every pair, the first pair that fits the budget is added anyway (one pair per round, as
+            the paper), so collocation never stalls.
     """
     m = problem.n_key_groups
     cur = problem.current
@@ -330,15 +334,12 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         todo = todo[rng.permutation(todo.size)]
         todo = todo[np.argsort(-pairs.rate[todo], kind="stable")]
         removing = problem.removing
-        for p in todo:
-            if len(added) >= limit:
-                break
-            if max_moves is not None and moves >= max_moves:
-                break
+        def try_pair(p: int, use_band: bool) -> str:
+            nonlocal moves, nbytes
             gi, gj = int(pairs.src[p]), int(pairs.dst[p])
             ui, uj = int(unit_of[gi]), int(unit_of[gj])
             if ui == uj:
-                continue
+                return "skip"
             mi = members.get(ui, np.array([gi]))
             mj = members.get(uj, np.array([gj]))
             ni = target.get(ui, int(cur[gi]))
@@ -352,7 +353,7 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
                 case, cands = (3 if in_i else 1), [ni, nj]
             cands = [c for c in dict.fromkeys(cands) if not removing[c]]
             if not cands:
-                continue
+                return "skip"
             t = min(cands, key=lambda c: (util[c], c))
             options = cands if pin == "either" else [t]
             merged = np.concatenate([mi, mj])
@@ -361,9 +362,9 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
             d_moves = away_new.size - sum(x.size for x in old_cost)
             d_bytes = float(problem.state_bytes[away_new].sum()) - sum(float(problem.state_bytes[x].sum()) for x in old_cost)
             if max_moves is not None and moves + d_moves > max_moves:
-                continue
+                return "skip"
             if max_bytes is not None and nbytes + d_bytes > max_bytes * (1 + _EPS):
-                continue
+                return "skip"
             # estimated utilisation change: moved members' loads, and the pair's edge is no longer cut
             delta: dict[int, float] = {}
             for k in merged:
@@ -375,10 +376,10 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
                 w = ccost * float(adj[gi, gj])
                 for node in {int(hint[gi]), int(hint[gj])}:
                     delta[node] = delta.get(node, 0.0) - w / problem.capacity[node]
-            if band is not None and any(
-                    abs(util[nd] - t_util) > band and abs(util[nd] + dv - t_util) > abs(util[nd] - t_util) + _EPS
+            if use_band and band is not None and any(
+                    abs(util[nd] + dv - t_util) > max(band, abs(util[nd] - t_util)) + _EPS
                     for nd, dv in delta.items() if not removing[nd]):
-                continue  # a node already out of the band would move further out: leave the pair for later
+                return "band"  # it would push a node out of the band, or further out: leave the pair for later
             # commit: merge uj into ui, constrain to t
             moves += d_moves
             nbytes += d_bytes
@@ -393,6 +394,18 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
             choice[ui] = options
             choice.pop(uj, None)
             added.append((gi, gj, t, case))
+            return "added"
+
+        banded: list[int] = []
+        for p in todo:
+            if len(added) >= limit or (max_moves is not None and moves >= max_moves):
+                break
+            if try_pair(int(p), True) == "band":
+                banded.append(int(p))
+        if not added:  # every pair breaks the band: add the best one that fits anyway (the paper's one pair)
+            for p in banded:
+                if try_pair(p, False) == "added":
+                    break
     # contiguous unit ids
     uniq, inv = np.unique(unit_of, return_inverse=True)
     pos = {int(u): i for i, u in enumerate(uniq)}
@@ -425,7 +438,7 @@ def _solve_grouped():
 
 def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, max_pl: float = 25.0,
           step_pl: float = 5.0, score_factor: float = 1.5, pairs_per_round: int | None = None,
-          pair_budget_share: float = 1.0, pin: str = "paper", pair_band: float | None = 5.0,
+          pair_budget_share: float = 1.0, pin: str = "paper", pair_band: float | None = 10.0,
           backend: str = "cpsat", seed: int = 0) -> Plan:
     """One ALBIC round (Algorithm 2). See the module docstring for the steps and the units of the parameters.
 
@@ -470,8 +483,9 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
                             node_load=loads, seed=seed, pin=pin,
                             max_ld_band=None if pair_band is None else pair_band / 100.0)
         hint = units.hint
-        if prev is not None and _feasible_hint(problem, prev, units):
-            hint = prev  # warm start from the previous level: same or fewer pins, so it stays feasible
+        if prev is not None and _feasible_hint(problem, prev, units) and \
+                metrics.load_distance(problem, prev) < metrics.load_distance(problem, hint):
+            hint = prev  # warm start from the previous level's plan when it is feasible here and better
         remaining = deadline - time.perf_counter()
         last = idx == len(levels) - 1
         tl = max(0.02, remaining if last else (remaining - reserve) * 0.5)
@@ -539,9 +553,9 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
               maximum=1.0),
         Param("pin", str, "paper", "where a new pair goes: 'paper' = the node of the paper's case (less loaded / "
               "the set's node), 'either' = the MILP picks one of the pair's two nodes", choices=("paper", "either")),
-        Param("pair_band", float, 5.0, "skip a new pair whose moves would push a node that is already this far "
-              "from the target further away, percent of the target utilisation (null = no check, as the paper)",
-              minimum=0.0, nullable=True),
+        Param("pair_band", float, 10.0, "skip a new pair whose moves would push a node more than this far from the "
+              "target (or further, if it already is), percent of the target utilisation; if that skips every pair "
+              "the best one that fits is added anyway (null = no check, as the paper)", minimum=0.0, nullable=True),
         Param("backend", str, "cpsat", "MILP backend passed to solve_grouped", choices=("cpsat", "cbc")),
         Param("seed", int, 0, "seed for METIS and random tie breaks", minimum=0),
     ],

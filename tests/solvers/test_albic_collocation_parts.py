@@ -135,7 +135,8 @@ def test_parts_respect_both_caps(size, max_pl, budget, seed):
                 assert part.size <= budget
     p1 = math.ceil(size / budget) if budget else 1
     p2 = math.ceil(p.load[members].sum() / max_pl - 1e-9)
-    assert len(parts) >= min(size, max(p1, p2))
+    if p.load[members].max() <= max_pl:  # (a single key group above maxPL is a part of its own anyway)
+        assert len(parts) >= min(size, max(p1, p2))
 
 
 def test_split_keeps_heavy_traffic_together():
