@@ -110,7 +110,8 @@ def register(subparsers) -> None:
     p.add_argument("--stream", choices=STREAMS, default="zipf", help="stream kind (default zipf)")
     p.add_argument("--zipf", type=_nonneg_float, default=1.0, help="Zipf exponent z (zipf, drift; default 1.0)")
     p.add_argument("--keys", type=_positive_int, default=10_000, help="number of distinct keys (default 10^4)")
-    p.add_argument("--messages", type=_positive_int, default=1_000_000, help="messages (default 10^6)")
+    p.add_argument("--messages", type=_positive_int, default=None,
+                   help="messages (default 10^6; for --stream file: the whole file)")
     p.add_argument("--hot-share", type=_nonneg_float, default=0.5,
                    help="skewed stream: share of the hot key in [0, 1] (default 0.5)")
     p.add_argument("--phases", type=_positive_int, default=4, help="drift stream: number of phases (default 4)")
@@ -139,16 +140,17 @@ def register(subparsers) -> None:
 def build_stream(args):
     from evaluation.simulator import DriftingStream, FileStream, SkewedStream, ZipfStream
 
+    messages = args.messages if args.messages is not None else 1_000_000
     if args.stream == "zipf":
-        return ZipfStream(args.zipf, args.keys, args.messages, seed=args.seed)
+        return ZipfStream(args.zipf, args.keys, messages, seed=args.seed)
     if args.stream == "skewed":
         if args.keys < 2:
             raise CLIError("--keys must be >= 2 for the skewed stream")
         if args.hot_share > 1:
             raise CLIError("--hot-share must be in [0, 1]")
-        return SkewedStream(args.hot_share, args.keys, args.messages, seed=args.seed)
+        return SkewedStream(args.hot_share, args.keys, messages, seed=args.seed)
     if args.stream == "drift":
-        return DriftingStream(args.zipf, args.keys, args.messages, phases=args.phases, seed=args.seed)
+        return DriftingStream(args.zipf, args.keys, messages, phases=args.phases, seed=args.seed)
     if not args.keys_file:
         raise CLIError("--stream file needs --keys-file PATH")
     return FileStream(args.keys_file, messages=args.messages)

@@ -22,9 +22,10 @@ Model (the papers' simulation DAG: D-C paper §V-A "Simulation", CG paper §7.1 
 * Capacity changes (``capacity_changes``: list of ``(fraction_of_messages, capacities)``) model the CG paper's
   Fig. 12.
 
-Metrics (DESIGN.md "Stream groupings"): worker load L_w = messages routed to w; imbalance I = max L/m − avg L/m
-(D-C paper §II-B, normalised by messages), normalised imbalance (max − avg)/avg (CG paper Table 1),
-replication = Σ_keys |workers that saw the key| / |keys seen|; throughput at saturation = the largest arrival
+Metrics (DESIGN.md "Stream groupings", :mod:`solvers.groupings.metrics`): worker load L_w = messages routed to
+w; imbalance I = max L/m − avg L/m (D-C paper §II-B, normalised by messages; ``imbalance_messages`` is the same in
+messages), normalised imbalance (max − avg)/avg (CG paper Table 1), replication = Σ_keys |workers that saw the
+key| / |keys seen|; throughput at saturation = the largest arrival
 rate no worker exceeds: min_w μ_w / share_w (and relative to Σ μ_w).
 """
 
@@ -41,6 +42,7 @@ import numpy as np
 from evaluation.simulator.streams import Stream
 from solvers.errors import InvalidInput
 from solvers.groupings import make_grouping
+from solvers.groupings.metrics import imbalance, imbalance_messages, normalized_imbalance
 
 __all__ = ["SimulationConfig", "simulate", "weighted_percentiles"]
 
@@ -233,12 +235,10 @@ def simulate(stream: Stream, config: SimulationConfig, on_tick: Callable[[int, i
             sig = busy if config.signal == "busy" else util
             for g in sources:
                 g.observe(now, sig)
-        avg = done / n
-        mx = float(loads.max())
         ser["time"].append(now)
         ser["messages"].append(done)
-        ser["imbalance"].append((mx - avg) / done)
-        ser["imbalance_normalized"].append((mx - avg) / avg)
+        ser["imbalance"].append(imbalance(loads))
+        ser["imbalance_normalized"].append(normalized_imbalance(loads))
         ser["queue_spread"].append(float(q.max() - q.min()))
         ser["utilisation_spread"].append(float(util.max() - util.min()))
         ser["busy_spread"].append(float(busy.max() - busy.min()))
@@ -280,8 +280,6 @@ def simulate(stream: Stream, config: SimulationConfig, on_tick: Callable[[int, i
     shares = loads / done
     pos = shares > 0
     sat = float(np.min(mu[pos] / shares[pos])) if pos.any() else 0.0
-    avg = done / n
-    mx = float(loads.max())
     sel = _downsample(len(ser["time"]), config.series_points)
     series = {k: [float(v[i]) for i in sel] for k, v in ser.items()}
     series["latency_mean"] = [float(lat_mean_tick[i]) for i in sel]
@@ -300,8 +298,9 @@ def simulate(stream: Stream, config: SimulationConfig, on_tick: Callable[[int, i
         "stream": stream.describe(),
         "messages": int(done),
         "keys_seen": int(rep.per_key().size),
-        "imbalance": (mx - avg) / done,
-        "imbalance_normalized": (mx - avg) / avg,
+        "imbalance": imbalance(loads),
+        "imbalance_normalized": normalized_imbalance(loads),
+        "imbalance_messages": imbalance_messages(loads),
         "replication": rep.value(),
         "worker_loads": [int(x) for x in loads],
         "queue_length_spread": {"final": float(qs_arr[-1]), "mean": float(qs_arr.mean()),

@@ -37,7 +37,8 @@ def key_ids(keys: Any) -> np.ndarray:
     (hashed with the shared stable hash; distinct strings collide with probability ~ m²/2⁶⁵)."""
     if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu":
         return keys.astype(np.int64, copy=False)
-    if isinstance(keys, (list, tuple)) and keys and all(isinstance(k, (int, np.integer)) for k in keys):
+    if isinstance(keys, (list, tuple)) and keys and all(isinstance(k, (int, np.integer)) and not isinstance(k, bool)
+                                                        and -(1 << 63) <= int(k) < (1 << 63) for k in keys):
         return np.asarray(keys, dtype=np.int64)
     return hash64_array(keys, KEY_ID_SEED).view(np.int64)
 

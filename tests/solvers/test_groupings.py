@@ -296,3 +296,25 @@ def test_registry_rejects_unknown_names_and_parameters():
         make_grouping("pkg", 3, eps=0.1)
     with pytest.raises(InvalidInput):
         make_grouping("kg", 0)
+
+
+# ---------------------------------------------------------------------------------------------- metrics
+def test_grouping_metrics():
+    from solvers.groupings.metrics import imbalance, imbalance_messages, normalized_imbalance, replication
+
+    assert imbalance([30, 10, 20]) == pytest.approx((30 - 20) / 60)
+    assert imbalance_messages([30, 10, 20]) == pytest.approx(10)
+    assert normalized_imbalance([30, 10, 20]) == pytest.approx(0.5)
+    assert imbalance([0, 0]) == 0.0
+    assert replication([1, 1, 2, 2, 2], [0, 1, 3, 3, 3]) == pytest.approx(1.5)
+    with pytest.raises(InvalidInput):
+        imbalance([])
+    with pytest.raises(InvalidInput):
+        replication([1, 2], [0])
+
+
+def test_key_ids_accept_large_and_mixed_int_keys():
+    g = make_grouping("kg", 4, seed=1)
+    big = 2**64 - 1
+    out = g.route([big, 5, big])
+    assert out[0] == out[2]
