@@ -94,6 +94,7 @@ def spark():
          .config("spark.default.parallelism", "2")
          .config("spark.sql.adaptive.enabled", "true")
          .config("spark.driver.memory", "1g")
+         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
          .getOrCreate())
     s.sparkContext.setLogLevel("ERROR")
     yield s
