@@ -208,7 +208,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
             offer(hp, "hint")
     budget_total = float(time_limit)
     # ---- greedy local search from each start
-    greedy_deadline = t_start + 0.45 * budget_total
+    greedy_deadline = t_start + (0.1 if units.n_units * p.n_nodes <= FULL_MODEL_MAX else 0.45) * budget_total
     best_state: State | None = None
     # our greedy first (the first plan), then the hint, then Flux as a further start
     s0 = State(units, base_place, t_lin)
@@ -241,7 +241,9 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
             best_state = s
     # randomised restarts (GRASP): the greedy with one of the 3 best candidates drawn at random at each step
     rng = np.random.default_rng(seed)
-    restart_deadline = t_start + RESTART_SHARE * budget_total
+    full_model = units.n_units * p.n_nodes <= FULL_MODEL_MAX
+    # small instances: little GRASP, most of the time for the exact model
+    restart_deadline = t_start + (0.15 if full_model else RESTART_SHARE) * budget_total
     restarts = 0
     while time.perf_counter() < restart_deadline and not reached():
         place, origin = starts[restarts % len(starts)]
@@ -268,8 +270,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
     else:
         sub_solver = solve_cpsat
     stop_margin = 0.03 + 0.05 * budget_total
-    if units.n_units * n <= FULL_MODEL_MAX and \
-            not reached():
+    if full_model and not reached():
         remaining = deadline - time.perf_counter() - stop_margin
         if remaining > 0.02:
             sm = build(state, np.arange(units.n_units), all_nodes)

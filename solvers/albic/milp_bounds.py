@@ -102,8 +102,11 @@ def analytic_bound(problem: Problem, steps: int = 60) -> float:
     # patterns (a own key groups out, b key groups in): the net loss lies in
     # [Σ a lightest own − Σ b heaviest anywhere, Σ a heaviest own − Σ b lightest anywhere]
     A = int(min(PATTERN_MAX, Mc if not math.isinf(Mc) else PATTERN_MAX))
-    g_large = np.concatenate([[0.0], np.cumsum(gw[:A])])            # Σ b heaviest anywhere
-    g_small = np.concatenate([[0.0], np.cumsum(gw_asc[:A])])        # Σ b lightest anywhere
+    g_large = np.full(A + 1, np.inf)                                 # Σ b heaviest anywhere
+    g_small = np.full(A + 1, np.inf)                                 # Σ b lightest anywhere (inf: b > m)
+    kk = min(A, m)
+    g_large[: kk + 1] = np.concatenate([[0.0], np.cumsum(gw[:kk])])
+    g_small[: kk + 1] = np.concatenate([[0.0], np.cumsum(gw_asc[:kk])])
     own_large = np.full((n, A + 1), np.inf)
     own_small = np.full((n, A + 1), np.inf)
     for i in act_idx:
@@ -114,9 +117,13 @@ def analytic_bound(problem: Problem, steps: int = 60) -> float:
     ab_a = np.arange(A + 1)[:, None] + np.zeros(A + 1, dtype=np.int64)[None, :]
     ab_b = ab_a.T
     ab_touch = ab_a + ab_b
-    net_lo = own_small[:, :, None] - g_large[None, None, :]      # (n, a, b) smallest net loss
-    net_hi = own_large[:, :, None] - g_small[None, None, :]      # largest net loss (inf when a > #own)
-    net_lo = np.where(np.isfinite(own_large[:, :, None]), net_lo, np.inf)
+    with np.errstate(invalid="ignore"):
+        net_lo = own_small[:, :, None] - g_large[None, None, :]      # (n, a, b) smallest net loss
+        net_hi = own_large[:, :, None] - g_small[None, None, :]      # largest net loss
+    # impossible patterns (a > own key groups, b > all key groups) can never satisfy the band
+    impossible = ~np.isfinite(own_large)[:, :, None] | ~np.isfinite(g_small)[None, None, :]
+    net_lo = np.where(impossible, np.inf, net_lo)
+    net_hi = np.where(impossible, -np.inf, net_hi)
 
     def feasible(d: float) -> bool:
         hi = cap * (t + d)

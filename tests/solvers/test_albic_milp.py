@@ -1,0 +1,236 @@
+"""Tests of the ALBIC MILP planner (issue 3): optimum by enumeration, budgets, removing nodes, bounds, params."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from evaluation.generators import albic_synthetic, skewed
+from solvers import metrics, registry
+from solvers.albic.milp import solve_grouped
+from solvers.albic.milp_bounds import analytic_bound
+from solvers.errors import InvalidInput
+from solvers.model import Problem
+
+
+# ---------------------------------------------------------------------- brute force
+def enumerate_optimum(p: Problem, unit_of: np.ndarray | None = None, allowed: dict | None = None) -> float:
+    """Smallest load distance over every assignment within the budget (units on one node, nothing moved onto a
+    removing node) — by enumeration, independent of the planner."""
+    m, n = p.n_key_groups, p.n_nodes
+    of = np.arange(m) if unit_of is None else np.unique(unit_of, return_inverse=True)[1]
+    U = int(of.max()) + 1
+    best = np.inf
+    for place in itertools.product(range(n), repeat=U):
+        place = np.array(place)
+        if allowed and any(place[u] not in allowed[u] for u in allowed):
+            continue
+        a = place[of]
+        moved = a != p.current
+        if np.any(p.removing[a[moved]]):
+            continue
+        if not metrics.within_budget(p, a):
+            continue
+        best = min(best, metrics.load_distance(p, a))
+    return best
+
+
+def check_plan(p: Problem, a: np.ndarray) -> None:
+    assert metrics.within_budget(p, a)
+    moved = a != p.current
+    assert not np.any(p.removing[a[moved]]), "a key group was moved onto a removing node"
+
+
+@st.composite
+def small_problems(draw):
+    n = draw(st.integers(2, 4))
+    m = draw(st.integers(2, 7 if n <= 3 else 6))
+    load = draw(st.lists(st.floats(0.0, 20.0, allow_nan=False), min_size=m, max_size=m))
+    current = draw(st.lists(st.integers(0, n - 1), min_size=m, max_size=m))
+    capacity = draw(st.lists(st.sampled_from([0.5, 1.0, 2.0]), min_size=n, max_size=n))
+    removing = draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    if all(removing):
+        removing[0] = False
+    state = draw(st.lists(st.integers(0, 5), min_size=m, max_size=m))
+    mm = draw(st.one_of(st.none(), st.integers(0, 3)))
+    mb = draw(st.one_of(st.none(), st.integers(0, 8)))
+    return Problem.from_arrays(load, current, capacity, removing=removing, state_bytes=state, max_migrations=mm,
+                               max_migration_bytes=mb)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems())
+def test_finds_enumerated_optimum_and_bound_is_valid(p):
+    plan = registry.solve("albic-milp", p, time_limit=2.0)
+    a = plan.assignment
+    check_plan(p, a)
+    opt = enumerate_optimum(p)
+    d = metrics.load_distance(p, a)
+    t = metrics.target(p, metrics.node_loads(p, p.current))
+    tol = 1e-6 * max(t, 1e-9)
+    assert d <= opt + tol, f"planner {d} > optimum {opt}"
+    assert plan.lower_bound is not None and plan.lower_bound <= opt + tol
+    assert plan.lower_bound <= d + tol
+    assert d <= metrics.load_distance(p, p.current) + 1e-9  # never worse than doing nothing
+    assert plan.status == "optimal"
+
+
+def test_synthetic_small_matches_enumeration_and_beats_current():
+    # 3 nodes × 3 key groups, one hot node: the optimum needs the right pair of moves
+    p = Problem.from_arrays([9, 8, 7, 1, 1, 1, 2, 2, 1], [0, 0, 0, 1, 1, 1, 2, 2, 2], [1, 1, 1], max_migrations=2)
+    plan = registry.solve("albic-milp", p, time_limit=2.0)
+    assert metrics.load_distance(p, plan.assignment) == pytest.approx(enumerate_optimum(p), abs=1e-6)
+    assert metrics.migrations(p, plan.assignment) <= 2
+
+
+def test_cbc_backend_finds_optimum():
+    p = Problem.from_arrays([6, 5, 4, 3, 1, 1], [0, 0, 0, 0, 1, 2], [1, 1, 1], max_migrations=2)
+    plan = registry.solve("albic-milp", p, time_limit=3.0, backend="cbc")
+    check_plan(p, plan.assignment)
+    assert metrics.load_distance(p, plan.assignment) == pytest.approx(enumerate_optimum(p), abs=1e-6)
+
+
+# ---------------------------------------------------------------------- budgets and removing nodes
+@pytest.mark.parametrize("mm,mb", [(5, None), (None, 3 * (1 << 20)), (7, 4 * (1 << 20)), (0, None)])
+def test_budgets_never_exceeded_on_synthetic(mm, mb):
+    p = albic_synthetic(20, varies=0.5, seed=3, max_migrations=mm)
+    p = p.with_budget(mm, mb)
+    plan = registry.solve("albic-milp", p, time_limit=0.5)
+    check_plan(p, plan.assignment)
+    if mm == 0:
+        assert np.array_equal(plan.assignment, p.current)
+    assert plan.lower_bound <= metrics.load_distance(p, plan.assignment) + 1e-9
+
+
+def test_removing_nodes_drain_and_nothing_moves_onto_them():
+    p = skewed(12, 240, zipf=0.3, removing=3, seed=4, max_migrations=1000)
+    plan = registry.solve("albic-milp", p, time_limit=1.0)
+    check_plan(p, plan.assignment)
+    assert metrics.load_on_removing(p, plan.assignment) == 0.0  # Lemma 2: the budget allows, so B is empty
+
+
+def test_drain_is_gradual_within_budget_and_beats_non_integrated_on_overload():
+    base = albic_synthetic(20, varies=0.0, seed=0)
+    load = base.load.copy()
+    load[base.current == 0] *= 2.0  # one overloaded node
+    removing = np.zeros(20, dtype=bool)
+    removing[-4:] = True
+    p = Problem.from_arrays(load, base.current, np.ones(20), removing=removing, max_migrations=10)
+    integ = registry.solve("albic-milp", p, time_limit=0.5)
+    base_plan = registry.solve("drain-then-balance", p, time_limit=0.5)
+    for a in (integ.assignment, base_plan.assignment):
+        check_plan(p, a)
+        assert metrics.migrations(p, a) <= 10
+    # the baseline spends the whole round on draining, the integrated plan also relieves the hot node
+    assert np.all(p.removing[p.current[base_plan.assignment != p.current]])
+    assert metrics.load_distance(p, integ.assignment) < metrics.load_distance(p, base_plan.assignment)
+
+
+def test_lower_bound_is_exact_when_the_budget_binds():
+    # 2 hot nodes each need a move out, 2 cold nodes each a move in; one migration cannot fix both sides
+    p = Problem.from_arrays([10, 10, 10, 10, 0.5, 0.5], [0, 0, 1, 1, 2, 3], [1] * 4, max_migrations=1)
+    lb = analytic_bound(p)
+    opt = enumerate_optimum(p)
+    assert lb == pytest.approx(opt, abs=1e-6)
+    plan = registry.solve("albic-milp", p, time_limit=1.0)
+    assert metrics.load_distance(p, plan.assignment) == pytest.approx(opt, abs=1e-6)
+    assert plan.status == "optimal"
+
+
+def test_heterogeneous_capacities_balance_utilisation():
+    p = Problem.from_arrays([3] * 8, [0] * 8, [2.0, 1.0, 1.0])
+    plan = registry.solve("albic-milp", p, time_limit=1.0)
+    u = metrics.node_loads(p, plan.assignment) / p.capacity
+    assert np.allclose(u, 6.0)  # 12 / 6 / 6 is exact: utilisation 6 everywhere
+    assert plan.status == "optimal" and plan.lower_bound == pytest.approx(0.0, abs=1e-9)
+
+
+def test_multi_dimensional_limits_respected():
+    doc = {
+        "nodes": [{"id": "a", "limits": {"mem": 10}}, {"id": "b", "limits": {"mem": 3}}, {"id": "c"}],
+        "key_groups": [{"id": f"k{i}", "node": "a", "load": 5, "resources": {"mem": 2}} for i in range(6)],
+    }
+    p = Problem.from_dict(doc)
+    plan = registry.solve("albic-milp", p, time_limit=1.0)
+    mem = np.bincount(plan.assignment, weights=p.resource_load[:, 0], minlength=3)
+    assert mem[1] <= 3 + 1e-9 and mem[0] <= max(10, 12)
+    assert metrics.load_distance(p, plan.assignment) < metrics.load_distance(p, p.current)
+
+
+# ---------------------------------------------------------------------- grouped (contract of issue 4)
+def test_grouped_units_move_together_and_pay_for_spread_members():
+    p = Problem.from_arrays([5, 5, 5, 1, 1, 1, 6, 1], [0, 0, 0, 1, 1, 2, 2, 2], [1, 1, 1], max_migrations=3)
+    unit_of = np.array([0, 0, 1, 2, 3, 4, 5, 2])  # unit 2 = kg3 (node 1) + kg7 (node 2): to be collocated
+    plan = solve_grouped(p, unit_of=unit_of, time_limit=2.0)
+    a = plan.assignment
+    assert a[0] == a[1] and a[3] == a[7]
+    check_plan(p, a)
+    opt = enumerate_optimum(p, unit_of)
+    assert metrics.load_distance(p, a) == pytest.approx(opt, abs=1e-6)
+    assert plan.lower_bound <= opt + 1e-6
+
+
+def test_grouped_allowed_nodes_and_hint():
+    p = albic_synthetic(6, key_groups_per_node=4, varies=0.5, seed=2, max_migrations=4)
+    unit_of = np.arange(p.n_key_groups) // 2
+    allowed = {0: np.array([0, 5]), 3: np.array([1])}
+    plan = solve_grouped(p, unit_of=unit_of, allowed=allowed, time_limit=1.0, hint=p.current)
+    a = plan.assignment
+    for u in range(unit_of.max() + 1):
+        assert len(set(a[unit_of == u].tolist())) == 1
+    assert a[0] in (0, 5) and a[6] == 1
+    check_plan(p, a)
+    assert plan.lower_bound <= metrics.load_distance(p, a) + 1e-9
+
+
+def test_grouped_split_when_collocation_exceeds_budget():
+    p = Problem.from_arrays([1, 1, 1, 1], [0, 1, 2, 0], [1, 1, 1], max_migrations=1)
+    unit_of = np.array([0, 0, 0, 1])  # unit 0 spread over three nodes: needs 2 migrations
+    plan = solve_grouped(p, unit_of=unit_of, time_limit=0.5)
+    check_plan(p, plan.assignment)
+    assert plan.details.get("split_units")
+
+
+def test_communication_cost_evaluated_exactly_with_trivial_bound():
+    p = albic_synthetic(5, key_groups_per_node=4, varies=0.5, seed=1, max_migrations=3)
+    rng = np.random.default_rng(0)
+    src = rng.integers(0, p.n_key_groups, 30)
+    dst = rng.integers(0, p.n_key_groups, 30)
+    comm = sp.csr_matrix((rng.uniform(0, 5, 30), (src, dst)), shape=(p.n_key_groups,) * 2)
+    p = Problem.from_arrays(p.load, p.current, p.capacity, comm=comm, communication_cost=0.2, max_migrations=3)
+    plan = registry.solve("albic-milp", p, time_limit=1.0)
+    check_plan(p, plan.assignment)
+    assert plan.lower_bound == 0.0
+    assert metrics.load_distance(p, plan.assignment) <= metrics.load_distance(p, p.current) + 1e-9
+
+
+# ---------------------------------------------------------------------- quality and time on the paper's grid
+def test_better_than_flux_on_a_paper_instance_within_time():
+    p = albic_synthetic(40, varies=0.3, seed=1, max_migrations=20)
+    flux = registry.solve("flux", p, time_limit=1.0)
+    plan = registry.solve("albic-milp", p, time_limit=1.0)
+    assert plan.seconds <= 1.3
+    assert metrics.load_distance(p, plan.assignment) <= metrics.load_distance(p, flux.assignment) + 1e-9
+    assert plan.lower_bound <= metrics.load_distance(p, plan.assignment)
+
+
+# ---------------------------------------------------------------------- invalid input
+def test_invalid_parameters_raise_clear_errors():
+    p = albic_synthetic(4, key_groups_per_node=3, seed=0, max_migrations=2)
+    with pytest.raises(InvalidInput, match="time_limit"):
+        registry.solve("albic-milp", p, time_limit=-1.0)
+    with pytest.raises(InvalidInput, match="backend"):
+        registry.solve("albic-milp", p, time_limit=1.0, backend="gurobi")
+    with pytest.raises(InvalidInput, match="backend"):
+        solve_grouped(p, backend="scip")
+    with pytest.raises(InvalidInput, match="time_limit"):
+        solve_grouped(p, time_limit=0)
+    with pytest.raises(InvalidInput, match="unit_of"):
+        solve_grouped(p, unit_of=np.zeros(3, dtype=int))
+    with pytest.raises(InvalidInput, match="hint"):
+        solve_grouped(p, hint=np.zeros(2, dtype=int))
