@@ -123,7 +123,10 @@ def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[f
 
 
 class _Replication:
-    """Distinct (key, worker) pairs seen, dense when small."""
+    """Distinct (key, worker) pairs seen: a dense boolean table when small, else sorted unique pair codes merged
+    in batches (numpy only)."""
+
+    MERGE_AT = 4_000_000
 
     def __init__(self, n_keys: int, n: int):
         self.n = n
@@ -131,27 +134,39 @@ class _Replication:
         if self.dense:
             self.table = np.zeros((n_keys, n), dtype=bool)
         else:
-            self.codes: set = set()
-        self.seen_keys: set | None = None if self.dense else set()
+            self._merged = np.empty(0, dtype=np.int64)
+            self._pending: list = []
+            self._pending_size = 0
 
     def add(self, keys: np.ndarray, workers: np.ndarray) -> None:
         if self.dense:
             self.table[keys, workers] = True
-        else:
-            self.codes.update(np.unique(keys * self.n + workers).tolist())
-            self.seen_keys.update(np.unique(keys).tolist())
+            return
+        codes = np.unique(keys * self.n + workers)
+        self._pending.append(codes)
+        self._pending_size += codes.size
+        if self._pending_size >= self.MERGE_AT:
+            self._merge()
 
-    def per_key(self) -> np.ndarray:
+    def _merge(self) -> None:
+        if self._pending:
+            self._merged = np.unique(np.concatenate([self._merged, *self._pending]))
+            self._pending = []
+            self._pending_size = 0
+
+    def counts(self) -> tuple[int, int]:
+        """(distinct (key, worker) pairs, distinct keys)."""
         if self.dense:
-            c = self.table.sum(axis=1)
-            return c[c > 0]
-        codes = np.fromiter(self.codes, dtype=np.int64, count=len(self.codes))
-        _, counts = np.unique(codes // self.n, return_counts=True)
-        return counts
+            per_key = self.table.sum(axis=1)
+            return int(per_key.sum()), int(np.count_nonzero(per_key))
+        self._merge()
+        keys = self._merged // self.n           # sorted, so distinct keys = number of value changes
+        distinct_keys = int(keys.size and 1 + np.count_nonzero(np.diff(keys)))
+        return int(self._merged.size), distinct_keys
 
     def value(self) -> float:
-        c = self.per_key()
-        return float(c.mean()) if c.size else 0.0
+        pairs, keys = self.counts()
+        return pairs / keys if keys else 0.0
 
 
 def _downsample(idx_count: int, points: int) -> np.ndarray:
@@ -260,18 +275,24 @@ def simulate(stream: Stream, config: SimulationConfig, on_tick: Callable[[int, i
     MU = np.asarray(rows_mu)
     A_before = np.cumsum(A, axis=0) - A
     mid = A_before + A / 2.0
-    lat = np.zeros_like(A)
+    # per worker: the first tick whose cumulative service reaches the middle message (all workers at once: the
+    # columns of S are non-decreasing, so offsetting column w by w·BIG makes the flattened array sorted)
     S_start = np.vstack([np.zeros((1, n)), S[:-1]])
-    for w in range(n):
-        k = np.searchsorted(S[:, w], mid[:, w], side="left")
-        inside = k < len(T0)
-        kk = np.minimum(k, len(T0) - 1)
-        span = S[kk, w] - S_start[kk, w]
-        frac = np.where(span > 0, (mid[:, w] - S_start[kk, w]) / np.where(span > 0, span, 1.0), 1.0)
-        dep = np.where(inside, T0[kk] + np.clip(frac, 0.0, 1.0) * DT[kk],
-                       now + (mid[:, w] - S[-1, w]) / mu[w])
-        arr_t = T0 + DT / 2.0
-        lat[:, w] = np.maximum(dep - arr_t, 1.0 / MU[:, w])
+    T = len(T0)
+    big = float(max(S[-1].max(), mid.max()) + 1.0)
+    offs = np.arange(n, dtype=float) * big
+    flat = (S + offs).T.ravel()
+    idx = np.searchsorted(flat, (mid + offs).T.ravel(), side="left").reshape(n, T).T - np.arange(n) * T
+    inside = idx < T
+    kk = np.minimum(idx, T - 1)
+    cols = np.broadcast_to(np.arange(n), kk.shape)
+    s_end = S[kk, cols]
+    s_beg = S_start[kk, cols]
+    span = s_end - s_beg
+    frac = np.where(span > 0, (mid - s_beg) / np.where(span > 0, span, 1.0), 1.0)
+    dep = np.where(inside, T0[kk] + np.clip(frac, 0.0, 1.0) * DT[kk], now + (mid - S[-1]) / mu)
+    arr_t = (T0 + DT / 2.0)[:, None]
+    lat = np.maximum(dep - arr_t, 1.0 / MU)
     p50, p95, p99, pmax = weighted_percentiles(lat.ravel(), A.ravel(), [50, 95, 99, 100])
     with np.errstate(invalid="ignore", divide="ignore"):
         lat_mean_tick = np.where(A.sum(1) > 0, (lat * A).sum(1) / np.maximum(A.sum(1), 1), 0.0)
@@ -297,7 +318,7 @@ def simulate(stream: Stream, config: SimulationConfig, on_tick: Callable[[int, i
         "capacities": [float(c) for c in caps],
         "stream": stream.describe(),
         "messages": int(done),
-        "keys_seen": int(rep.per_key().size),
+        "keys_seen": rep.counts()[1],
         "imbalance": imbalance(loads),
         "imbalance_normalized": normalized_imbalance(loads),
         "imbalance_messages": imbalance_messages(loads),
