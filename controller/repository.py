@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from sqlalchemy import (Column, Float, Integer, LargeBinary, MetaData, String, Table, Text, create_engine, delete,
+from sqlalchemy import (Column, bindparam, Float, Integer, LargeBinary, MetaData, String, Table, Text, create_engine, delete,
                         event, insert, select, update)
 from sqlalchemy.engine import Connection, Engine
 
@@ -140,6 +140,7 @@ class Writer:
         self._stopped = False
         self.commits = 0
         self.ops = 0
+        self._last_group = 0
         self._thread.start()
 
     async def run(self, op: Callable[[Connection], Any]) -> Any:
@@ -167,6 +168,9 @@ class Writer:
                 return
             items = [item]
             stop = False
+            if self._last_group > 1 and self._q.empty():
+                # concurrent writers were seen: wait a moment so one commit carries many of them (group commit)
+                time.sleep(0.0005)
             while len(items) < self.batch:
                 try:
                     nxt = self._q.get_nowait()
@@ -176,6 +180,7 @@ class Writer:
                     stop = True
                     break
                 items.append(nxt)
+            self._last_group = len(items)
             self._commit(items)
             if stop:
                 return
@@ -184,8 +189,18 @@ class Writer:
         results: list[tuple[bool, Any]] = []
         try:
             with self.engine.begin() as conn:
+                run: list[BatchOp] = []
                 for op, _fut, _loop in items:
+                    if type(op) is BatchOp:
+                        run.append(op)
+                        results.append((True, None))
+                        continue
+                    if run:
+                        _write_batches(conn, run)
+                        run = []
                     results.append((True, op(conn)))
+                if run:
+                    _write_batches(conn, run)
             self.commits += 1
         except Exception:  # replay one by one so one bad op does not fail the others
             if len(items) == 1:
@@ -237,12 +252,32 @@ def delete_job(job_id: str) -> Callable[[Connection], int]:
     return op
 
 
-def add_batch(row: dict[str, Any], evict: int | None) -> Callable[[Connection], None]:
-    def op(conn: Connection) -> None:
-        conn.execute(insert(stats).values(**row))
-        if evict is not None:
-            conn.execute(delete(stats).where(stats.c.job_id == row["job_id"], stats.c.batch_id == evict))
-    return op
+STATS_INSERT = insert(stats)
+STATS_DELETE = delete(stats).where(stats.c.job_id == bindparam("j_id"), stats.c.batch_id == bindparam("b_id"))
+
+
+class BatchOp:
+    """A statistics batch to insert (and the evicted one to delete): queued ones are written with two
+    ``executemany`` calls per group commit instead of two statements each."""
+
+    __slots__ = ("row", "evict")
+
+    def __init__(self, row: dict[str, Any], evict: int | None):
+        self.row, self.evict = row, evict
+
+    def __call__(self, conn: Connection) -> None:
+        _write_batches(conn, [self])
+
+
+def _write_batches(conn: Connection, ops: list[BatchOp]) -> None:
+    conn.execute(STATS_INSERT, [o.row for o in ops])
+    dels = [{"j_id": o.row["job_id"], "b_id": o.evict} for o in ops if o.evict is not None]
+    if dels:
+        conn.execute(STATS_DELETE, dels)
+
+
+def add_batch(row: dict[str, Any], evict: int | None) -> BatchOp:
+    return BatchOp(row, evict)
 
 
 def insert_proposal(row: dict[str, Any]) -> Callable[[Connection], None]:

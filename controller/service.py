@@ -27,6 +27,7 @@ import logging
 import math
 import time
 import uuid
+from itertools import repeat
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -537,46 +538,45 @@ class Controller:
                 self.proposals.pop(pid, None)
 
     # ------------------------------------------------------------------ statistics (the hot path)
-    async def post_stats(self, job_id: str, batch_id: int, epoch: int, key_groups: list, communication: list) -> dict:
+    async def post_stats(self, job_id: str, stats: Any) -> dict:
         """Count one micro-batch's statistics (see :mod:`controller.windows`) and, in auto mode, maybe run a round.
 
-        Returns the window state, ``counted``/``duplicate`` and, when an automatic round executed a plan, ``apply``.
+        ``stats`` carries ``batch_id``, ``epoch``, ``ids`` (key group ids), ``load`` (array), ``state`` (array with
+        NaN where not reported, or None) and ``src``/``dst``/``rate`` (communication). Returns the window state,
+        ``counted``/``duplicate`` and, when an automatic round executed a plan, ``apply``.
         """
         job = self._job(job_id)
         s = self.settings
-        if len(key_groups) > s.max_key_groups:
+        batch_id, epoch, ids = stats.batch_id, stats.epoch, stats.ids
+        if len(ids) > s.max_key_groups:
             raise TooLarge(f"key_groups: more than {s.max_key_groups} key groups")
-        if len(communication) > s.max_edges:
+        if len(stats.src) > s.max_edges:
             raise TooLarge(f"communication: more than {s.max_edges} edges")
         if epoch > job.epoch:
             raise Conflict(f"batch {batch_id} names epoch {epoch} but job {job_id!r} is at epoch {job.epoch}")
         index = job.kg_index
-        n = len(key_groups)
-        idx = np.fromiter((index.get(k.id, -1) for k in key_groups), dtype=np.int64, count=n)
+        n = len(ids)
+        idx = np.fromiter(map(index.get, ids, repeat(-1, n)), dtype=np.int64, count=n)
         if n and idx.min() < 0:
             i = int(np.flatnonzero(idx < 0)[0])
-            raise InvalidInput(f"key_groups[{i}].id", f"unknown key group {key_groups[i].id!r} of job {job_id!r}")
-        if n and np.unique(idx).size != n:
+            raise InvalidInput(f"key_groups[{i}].id", f"unknown key group {ids[i]!r} of job {job_id!r}")
+        if n > 1 and len(set(ids)) != n:
             seen: set[int] = set()
             for i, k in enumerate(idx.tolist()):
                 if k in seen:
-                    raise InvalidInput(f"key_groups[{i}].id", f"duplicate key group {key_groups[i].id!r}")
+                    raise InvalidInput(f"key_groups[{i}].id", f"duplicate key group {ids[i]!r}")
                 seen.add(k)
-        load = np.fromiter((k.load for k in key_groups), dtype=np.float64, count=n)
-        state = None
-        if any(k.state_bytes is not None for k in key_groups):
-            state = np.array([np.nan if k.state_bytes is None else k.state_bytes for k in key_groups], dtype=float)
+        load, state = stats.load, stats.state
         src = dst = rate = None
-        if communication:
-            e = len(communication)
-            src = np.fromiter((index.get(c.src, -1) for c in communication), dtype=np.int64, count=e)
-            dst = np.fromiter((index.get(c.dst, -1) for c in communication), dtype=np.int64, count=e)
-            for name, arr in (("src", src), ("dst", dst)):
+        if stats.src:
+            e = len(stats.src)
+            src = np.fromiter(map(index.get, stats.src, repeat(-1, e)), dtype=np.int64, count=e)
+            dst = np.fromiter(map(index.get, stats.dst, repeat(-1, e)), dtype=np.int64, count=e)
+            for name, arr, names in (("src", src, stats.src), ("dst", dst, stats.dst)):
                 if arr.min() < 0:
                     i = int(np.flatnonzero(arr < 0)[0])
-                    raise InvalidInput(f"communication[{i}].{name}",
-                                       f"unknown key group {getattr(communication[i], name)!r} of job {job_id!r}")
-            rate = np.fromiter((c.rate for c in communication), dtype=np.float64, count=e)
+                    raise InvalidInput(f"communication[{i}].{name}", f"unknown key group {names[i]!r} of job {job_id!r}")
+            rate = stats.rate
         batch = Batch(batch_id, epoch, idx.astype(np.int32), load, state,
                       None if src is None else src.astype(np.int32), None if dst is None else dst.astype(np.int32),
                       rate)

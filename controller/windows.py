@@ -36,15 +36,19 @@ class Batch:
         if self.src is not None and self.src.size:
             comm = (self.src.astype(np.int32).tobytes() + self.dst.astype(np.int32).tobytes()
                     + self.rate.astype(np.float64).tobytes())
+        full = self.idx.size and self.idx[0] == 0 and self.idx[-1] == self.idx.size - 1 and \
+            bool((np.diff(self.idx) == 1).all())
         return {"job_id": job_id, "batch_id": self.batch_id, "epoch": self.epoch,
-                "kg_index": self.idx.astype(np.int32).tobytes(), "load": self.load.astype(np.float64).tobytes(),
+                # b"" = key groups 0..n-1 in order (what a driver sending every key group posts)
+                "kg_index": b"" if full else self.idx.astype(np.int32).tobytes(), "load": self.load.astype(np.float64).tobytes(),
                 "state_bytes": None if self.state is None else self.state.astype(np.float64).tobytes(),
                 "comm": comm, "received_at": now}
 
     @classmethod
     def from_row(cls, row: dict) -> "Batch":
-        idx = np.frombuffer(row["kg_index"], dtype=np.int32).copy()
         load = np.frombuffer(row["load"], dtype=np.float64).copy()
+        idx = (np.frombuffer(row["kg_index"], dtype=np.int32).copy() if row["kg_index"]
+               else np.arange(load.size, dtype=np.int32))
         state = None if row["state_bytes"] is None else np.frombuffer(row["state_bytes"], dtype=np.float64).copy()
         src = dst = rate = None
         if row["comm"]:

@@ -6,12 +6,12 @@ from typing import Annotated, Any, Optional
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 
 from api.deps import get_controller
 from api.errors import invalid, pydantic_errors
 from api.schemas import (ErrorDoc, ExecuteResponse, HistoryResponse, JobSpec, JobState, NodesRequest, ProposalDoc,
-                         ProposalRequest, StatsRequest, StatsResponse)
+                         ProposalRequest, StatsResponse)
+from api.stats_parser import StatsInvalid, parse_stats
 from controller.service import Controller
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -84,10 +84,10 @@ async def post_stats(job_id: JobId, request: Request, ctl: Controller = Depends(
     """
     raw = await request.body()
     try:
-        body = StatsRequest.model_validate_json(raw)
-    except ValidationError as exc:
-        return invalid(pydantic_errors(exc.errors()))
-    out = await ctl.post_stats(job_id, body.batch_id, body.epoch, body.key_groups, body.communication)
+        body = parse_stats(raw)
+    except StatsInvalid as exc:
+        return invalid(pydantic_errors(exc.errors))
+    out = await ctl.post_stats(job_id, body)
     return JSONResponse(out, status_code=202)
 
 

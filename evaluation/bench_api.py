@@ -1,0 +1,436 @@
+"""Benchmark of the controller's HTTP API (issue 7): ``python -m evaluation.bench_api [--quick] [--soak-seconds S]``.
+
+Starts a real server (``python -m cli.main serve``) on 127.0.0.1 with a fresh SQLite database and measures, in one
+run, with a small keep-alive HTTP/1.1 client on asyncio (so that the load generator costs little CPU on a 2-core
+machine):
+
+1. ``GET /healthz`` — the baseline: 50 concurrent clients, closed loop;
+2. ``POST /v1/jobs/{id}/stats`` with 1,000 key groups per post, 50 concurrent clients (one job each):
+   a. saturation (closed loop): the throughput the server sustains, with its latencies;
+   b. at the target rate (open loop, 200 posts/s spread over the 50 clients): p50/p99 latency measured from the
+      scheduled send time (no coordinated omission);
+3. ``POST /v1/plans`` for a 40-node / 800-key-group problem (ALBIC §5.1 synthetic; albic-milp when available);
+4. the soak: stats posts at 50 requests/s for ``--soak-seconds`` (default 60; the issue's full soak is 600), counting
+   errors and sampling the server's resident memory (growth = last sample vs. the sample after the first 10 %).
+
+All load goes to 127.0.0.1 only and every loop is bounded by a duration and a request cap. Writes
+``bench-results/api.json`` (and ``api_soak.png`` when matplotlib is present). Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+TARGET_STATS_RPS = 200.0
+TARGET_P99_MS = 100.0
+TARGET_MEM_GROWTH = 0.10
+
+
+def log(msg: str) -> None:
+    print(f"[bench_api {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------- minimal HTTP/1.1 keep-alive client
+class Conn:
+    """One keep-alive connection; ``request`` returns (status, body bytes)."""
+
+    def __init__(self, port: int, token: str | None = None):
+        self.port = port
+        self.auth = f"Authorization: Bearer {token}\r\n".encode() if token else b""
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(HOST, self.port, limit=1 << 22)
+
+    async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        if self.writer is None:
+            await self.open()
+        head = f"{method} {path} HTTP/1.1\r\nHost: {HOST}\r\n".encode() + self.auth
+        if body is not None:
+            head += b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n"
+        self.writer.write(head + b"\r\n" + (body or b""))
+        await self.writer.drain()
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(raw[9:12])
+        length = 0
+        for line in raw.split(b"\r\n")[1:]:
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        data = await self.reader.readexactly(length) if length else b""
+        return status, data
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            try:
+                await self.writer.wait_closed()
+            except Exception:
+                pass
+            self.writer = None
+
+
+def summarise(lat: list[float], errors: int, seconds: float) -> dict[str, Any]:
+    a = np.array(lat) * 1000.0 if lat else np.zeros(1)
+    return {"requests": len(lat), "errors": errors, "seconds": round(seconds, 2),
+            "throughput_rps": round(len(lat) / seconds, 1) if seconds > 0 else 0.0,
+            "p50_ms": round(float(np.percentile(a, 50)), 2), "p90_ms": round(float(np.percentile(a, 90)), 2),
+            "p99_ms": round(float(np.percentile(a, 99)), 2), "max_ms": round(float(a.max()), 2)}
+
+
+async def closed_loop(port: int, n_clients: int, seconds: float, make_request, max_requests: int,
+                      token: str | None = None) -> dict[str, Any]:
+    """``n_clients`` connections each sending its next request as soon as the previous answered."""
+    lat: list[float] = []
+    errors = [0]
+    stop_at = time.perf_counter() + seconds
+    count = [0]
+
+    async def client(i: int) -> None:
+        c = Conn(port, token)
+        k = 0
+        try:
+            while time.perf_counter() < stop_at and count[0] < max_requests:
+                method, path, body, ok = make_request(i, k)
+                k += 1
+                count[0] += 1
+                t0 = time.perf_counter()
+                try:
+                    st, _ = await c.request(method, path, body)
+                except Exception:
+                    errors[0] += 1
+                    await c.close()
+                    continue
+                lat.append(time.perf_counter() - t0)
+                if st not in ok:
+                    errors[0] += 1
+        finally:
+            await c.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(i) for i in range(n_clients)))
+    return summarise(lat, errors[0], time.perf_counter() - t0)
+
+
+async def open_loop(port: int, n_clients: int, rate: float, seconds: float, make_request,
+                    token: str | None = None, on_tick=None) -> tuple[dict[str, Any], list[float]]:
+    """Requests scheduled at ``rate``/s in total, round-robin over ``n_clients`` connections; latency is measured
+    from the scheduled time (a late send counts as latency). Returns the summary and per-request latencies."""
+    lat: list[float] = []
+    errors = [0]
+    per_client = rate / n_clients
+    start = time.perf_counter() + 0.2
+    end = start + seconds
+
+    async def client(i: int) -> None:
+        c = Conn(port, token)
+        k = 0
+        t_next = start + (i / n_clients) / per_client  # staggered
+        try:
+            while t_next < end:
+                delay = t_next - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                method, path, body, ok = make_request(i, k)
+                k += 1
+                try:
+                    st, _ = await c.request(method, path, body)
+                except Exception:
+                    errors[0] += 1
+                    await c.close()
+                    t_next += 1.0 / per_client
+                    continue
+                lat.append(time.perf_counter() - t_next)
+                if st not in ok:
+                    errors[0] += 1
+                t_next += 1.0 / per_client
+        finally:
+            await c.close()
+
+    tasks = [asyncio.create_task(client(i)) for i in range(n_clients)]
+    ticker = None
+    if on_tick is not None:
+        async def tick() -> None:
+            while time.perf_counter() < end:
+                on_tick(time.perf_counter() - start)
+                await asyncio.sleep(min(5.0, max(1.0, seconds / 60)))
+        ticker = asyncio.create_task(tick())
+    await asyncio.gather(*tasks)
+    if ticker is not None:
+        ticker.cancel()
+    return summarise(lat, errors[0], max(time.perf_counter() - start, 1e-9)), lat
+
+
+# ---------------------------------------------------------------------- server process
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def start_server(database: str, port: int, workers: int, logfile: Path) -> subprocess.Popen:
+    env = dict(os.environ, REBALANCER_SOLVER_WORKERS=str(workers), PYTHONUNBUFFERED="1")
+    env.pop("REBALANCER_API_TOKENS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--host", HOST, "--port", str(port),
+                             "--database", database, "--log-level", "warning"], cwd=ROOT, env=env,
+                            stdout=open(logfile, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited ({proc.returncode}); see {logfile}")
+        try:
+            with socket.create_connection((HOST, port), timeout=0.5) as s:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                if b" 200 " in s.recv(1024):
+                    return proc
+        except OSError:
+            pass
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise RuntimeError("server did not start")
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (seconds)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def with_cpu(pid: int, fn):  # noqa: ANN001
+    """Run ``fn()`` and add the server's CPU milliseconds per request to its summary."""
+    c0 = cpu_seconds(pid)
+    res = fn()
+    summary = res[0] if isinstance(res, tuple) else res
+    used = cpu_seconds(pid) - c0
+    if summary["requests"]:
+        summary["server_cpu_ms_per_request"] = round(1000 * used / summary["requests"], 3)
+        summary["server_cpu_share"] = round(used / summary["seconds"], 3)
+    return res
+
+
+def group_rss(pgid: int) -> int:
+    total = 0
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if os.getpgid(int(p.name)) == pgid:
+                    total += rss_bytes(int(p.name))
+            except OSError:
+                continue
+    return total
+
+
+# ---------------------------------------------------------------------- workloads
+def make_jobs(port: int, n_jobs: int, key_groups: int, nodes: int) -> list[str]:
+    async def go() -> list[str]:
+        c = Conn(port)
+        ids = []
+        for j in range(n_jobs):
+            jid = f"bench-{j}"
+            body = json.dumps({"nodes": [f"w{i}" for i in range(nodes)],
+                               "operators": [{"id": "agg", "key_groups": key_groups}],
+                               "window_batches": 5, "algorithm": "flux"}).encode()
+            st, data = await c.request("PUT", f"/v1/jobs/{jid}", body)
+            if st not in (200, 201):
+                raise RuntimeError(f"PUT {jid}: {st} {data[:200]!r}")
+            ids.append(jid)
+        await c.close()
+        return ids
+    return asyncio.run(go())
+
+
+def stats_bodies(key_groups: int, variants: int, seed: int = 0) -> list[bytes]:
+    """Pre-encoded key group arrays (the client must not be the bottleneck); the batch id is spliced in."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(variants):
+        loads = rng.gamma(2.0, 50.0, size=key_groups)
+        kgs = ",".join(f'{{"id":"agg/{k}","load":{loads[k]:.4f},"state_bytes":{int(1 << 20)}}}'
+                       for k in range(key_groups))
+        out.append(kgs.encode())
+    return out
+
+
+class StatsWorkload:
+    def __init__(self, jobs: list[str], bodies: list[bytes], first_batch: int):
+        self.jobs = jobs
+        self.bodies = bodies
+        self.next_batch = [first_batch] * len(jobs)
+
+    def __call__(self, i: int, k: int):
+        j = i % len(self.jobs)
+        b = self.next_batch[j]
+        self.next_batch[j] += 1
+        body = b'{"batch_id":%d,"epoch":0,"key_groups":[' % b + self.bodies[b % len(self.bodies)] + b"]}"
+        return "POST", f"/v1/jobs/{self.jobs[j]}/stats", body, (202,)
+
+
+# ---------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="short phases (a smoke run)")
+    ap.add_argument("--seconds", type=float, default=None, help="duration of each throughput phase (default 15, "
+                                                                "quick 5)")
+    ap.add_argument("--soak-seconds", type=float, default=None, help="soak duration (default 60, quick 15; the "
+                                                                     "issue's full soak: 600)")
+    ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument("--key-groups", type=int, default=1000)
+    ap.add_argument("--rate", type=float, default=TARGET_STATS_RPS, help="open-loop stats rate (posts/s)")
+    ap.add_argument("--soak-rate", type=float, default=50.0)
+    ap.add_argument("--workers", type=int, default=2, help="solver worker processes of the server")
+    ap.add_argument("--database", default=None, help="SQLAlchemy URL (default: a fresh SQLite file)")
+    ap.add_argument("--output", default="bench-results/api.json")
+    args = ap.parse_args(argv)
+    secs = args.seconds or (5.0 if args.quick else 15.0)
+    soak = args.soak_seconds if args.soak_seconds is not None else (15.0 if args.quick else 60.0)
+
+    out_path = ROOT / args.output if not os.path.isabs(args.output) else Path(args.output)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
+    database = args.database or f"sqlite:///{tmp}/bench.db"
+    port = free_port()
+    log(f"starting server on {HOST}:{port} ({database}); log {tmp}/server.log")
+    proc = start_server(database, port, args.workers, tmp / "server.log")
+    result: dict[str, Any] = {
+        "config": {"clients": args.clients, "key_groups_per_post": args.key_groups, "phase_seconds": secs,
+                   "open_loop_rate": args.rate, "soak_seconds": soak, "soak_rate": args.soak_rate,
+                   "database": "sqlite" if database.startswith("sqlite") else database.split(":")[0],
+                   "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()[0]},
+    }
+    try:
+        time.sleep(3.0)  # let the solver workers warm up
+        # 1. baseline
+        log(f"healthz: {args.clients} clients, closed loop, {secs:.0f} s")
+        hz = with_cpu(proc.pid, lambda: asyncio.run(closed_loop(
+            port, args.clients, secs, lambda i, k: ("GET", "/healthz", None, (200,)), max_requests=1_000_000)))
+        result["healthz"] = hz
+        log(f"  {hz}")
+
+        # 2. stats
+        jobs = make_jobs(port, args.clients, args.key_groups, nodes=20)
+        bodies = stats_bodies(args.key_groups, variants=8)
+        wl = StatsWorkload(jobs, bodies, first_batch=1)
+        log(f"stats saturation: {args.clients} clients x {args.key_groups} key groups, closed loop, {secs:.0f} s")
+        sat = with_cpu(proc.pid, lambda: asyncio.run(closed_loop(port, args.clients, secs, wl, max_requests=500_000)))
+        result["stats_saturation"] = sat
+        log(f"  {sat}")
+        log(f"stats at {args.rate:.0f} posts/s: open loop over {args.clients} clients, {secs:.0f} s")
+        rated, _ = with_cpu(proc.pid, lambda: asyncio.run(open_loop(port, args.clients, args.rate, secs, wl)))
+        result["stats_at_rate"] = rated
+        log(f"  {rated}")
+
+        # 3. plans for a 40/800 problem
+        from evaluation.generators import albic_synthetic
+        from solvers import registry
+
+        algo = "albic-milp" if "albic-milp" in registry.available_names() else "flux"
+        problem = albic_synthetic(40, key_groups_per_node=20, seed=1, max_migrations=40).to_dict()
+        plan_body = json.dumps({"problem": problem, "algorithm": algo, "time_limit_s": 1.0}).encode()
+        plan_clients = max(1, args.workers)
+        log(f"plans: 40 nodes / 800 key groups, {algo}, {plan_clients} clients, closed loop, {secs:.0f} s")
+        pl = asyncio.run(closed_loop(port, plan_clients, max(secs, 8.0),
+                                     lambda i, k: ("POST", "/v1/plans", plan_body, (200,)), max_requests=10_000))
+        pl["algorithm"] = algo
+        result["plans_40x800"] = pl
+        log(f"  {pl}")
+
+        # 4. soak
+        log(f"soak: {args.soak_rate:.0f} stats posts/s for {soak:.0f} s")
+        samples: list[tuple[float, int, int]] = []
+
+        def tick(t: float) -> None:
+            samples.append((round(t, 1), rss_bytes(proc.pid), group_rss(proc.pid)))
+
+        tick(0.0)
+        soak_res, _ = asyncio.run(open_loop(port, args.clients, args.soak_rate, soak, wl, on_tick=tick))
+        tick(soak)
+        warm = [s for s in samples if s[0] >= 0.1 * soak] or samples
+        base_rss = warm[0][1]
+        growth = (samples[-1][1] - base_rss) / base_rss if base_rss else 0.0
+        soak_res.update({"rss_start_mb": round(samples[0][1] / 2**20, 1), "rss_after_10pct_mb": round(base_rss / 2**20, 1),
+                         "rss_end_mb": round(samples[-1][1] / 2**20, 1), "memory_growth": round(growth, 4),
+                         "group_rss_end_mb": round(samples[-1][2] / 2**20, 1),
+                         "rss_samples": [[t, round(r / 2**20, 1)] for t, r, _ in samples]})
+        result["soak"] = soak_res
+        log(f"  errors {soak_res['errors']}, rss {soak_res['rss_after_10pct_mb']} -> {soak_res['rss_end_mb']} MB "
+            f"({growth:+.1%}), p99 {soak_res['p99_ms']} ms")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    best_rps = max(result["stats_saturation"]["throughput_rps"], result["stats_at_rate"]["throughput_rps"])
+    result["targets"] = {
+        "stats_throughput_rps": {"target": f">= {TARGET_STATS_RPS:.0f}", "value": result["stats_saturation"]["throughput_rps"],
+                                 "met": result["stats_saturation"]["throughput_rps"] >= TARGET_STATS_RPS},
+        "stats_p99_ms_at_rate": {"target": f"<= {TARGET_P99_MS:.0f} at {args.rate:.0f}/s",
+                                 "value": result["stats_at_rate"]["p99_ms"],
+                                 "met": result["stats_at_rate"]["p99_ms"] <= TARGET_P99_MS
+                                 and result["stats_at_rate"]["throughput_rps"] >= 0.95 * args.rate
+                                 and result["stats_at_rate"]["errors"] == 0},
+        "soak_errors": {"target": 0, "value": result["soak"]["errors"], "met": result["soak"]["errors"] == 0},
+        "soak_memory_growth": {"target": f"<= {TARGET_MEM_GROWTH:.0%}", "value": result["soak"]["memory_growth"],
+                               "met": result["soak"]["memory_growth"] <= TARGET_MEM_GROWTH},
+    }
+    del best_rps
+    result["config"]["loadavg_end"] = os.getloadavg()[0]
+    out_path.write_text(json.dumps(result, indent=2) + "\n")
+    log(f"wrote {out_path}")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6, 3))
+        xs = [t for t, _ in result["soak"]["rss_samples"]]
+        ys = [r for _, r in result["soak"]["rss_samples"]]
+        ax.plot(xs, ys, marker=".")
+        ax.set_xlabel("soak time (s)")
+        ax.set_ylabel("server RSS (MiB)")
+        ax.set_title(f"soak: {args.soak_rate:.0f} stats posts/s x {args.key_groups} key groups")
+        fig.tight_layout()
+        fig.savefig(out_path.with_name("api_soak.png"), dpi=100)
+    except Exception as exc:  # plots are optional
+        log(f"no plot: {exc}")
+    print(json.dumps(result["targets"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
