@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 from controller.telemetry import Telemetry
 
 OPEN_PATHS = {"/healthz"}
+_METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}
 
 
 async def _send_json(send: Callable, status: int, body: dict, headers: list | None = None) -> None:
@@ -45,7 +46,8 @@ class MetricsMiddleware:
         finally:
             route = scope.get("route")
             name = getattr(route, "path", None) or "unmatched"
-            self.telemetry.requests.inc(scope["method"], name, str(status[0]))
+            method = scope["method"] if scope["method"] in _METHODS else "OTHER"  # bounded label values
+            self.telemetry.requests.inc(method, name, str(status[0]))
             self.telemetry.latency.observe(time.perf_counter() - t0, name)
 
 

@@ -141,6 +141,16 @@ class Controller:
         self.pool = SolverPool(s.solver_workers, s.max_concurrent_solves, s.max_time_limit_s)
         if warm:
             self._spawn(self.pool.warm())
+            self._spawn(asyncio.to_thread(self._warm_imports))
+
+    def _warm_imports(self) -> None:
+        """Import the planners (OR-tools…) and Gedik in the server process too, off the request path."""
+        try:
+            self.default_algorithm()
+            self.algorithms()
+            importlib.import_module("solvers.gedik")
+        except Exception:
+            pass
 
     def _load(self) -> None:
         repo.create_schema(self.engine)
