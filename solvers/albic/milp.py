@@ -49,7 +49,8 @@ BACKENDS = ("cpsat", "cbc")
 FULL_MODEL_MAX = 6000          # units × nodes up to which the whole MILP is built
 SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
 FLUX_MAX_KEY_GROUPS = 200_000  # Flux as a warm start up to this size
-RESTART_SHARE = 0.6            # share of the time limit for greedy + randomised restarts (then MILP/LNS)
+RUIN_SHARE = 0.3               # share of the best plan's migrations undone by one ruin-and-recreate round
+RESTART_SHARE = 0.8            # share of the time limit for greedy + randomised restarts (then MILP/LNS)
 OPTIMALITY_TOL = 1e-6          # "optimal": distance within 1e-6 × mean utilisation of the proven bound
 
 
@@ -239,21 +240,36 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
         offer(s.place, origin + "+ls")
         if best_state is None or s.key() < best_state.key():
             best_state = s
-    # randomised restarts (GRASP): the greedy with one of the 3 best candidates drawn at random at each step
+    # randomised restarts (GRASP) and ruin-and-recreate: every third round the greedy restarts from a start with
+    # one of the 3 best candidates drawn at random at each step; the other rounds undo a random ~30 % of the best
+    # plan's migrations (freeing budget) and let the randomised greedy spend it again. Accepted when better.
     rng = np.random.default_rng(seed)
     full_model = units.n_units * p.n_nodes <= FULL_MODEL_MAX
     # small instances: little GRASP, most of the time for the exact model
     restart_deadline = t_start + (0.15 if full_model else RESTART_SHARE) * budget_total
-    restarts = 0
+    restarts = ruins = 0
     while time.perf_counter() < restart_deadline and not reached():
-        place, origin = starts[restarts % len(starts)]
-        s = State(units, place, t_lin)
+        if restarts % 3 == 0:
+            place, origin = starts[(restarts // 3) % len(starts)]
+            s = State(units, place, t_lin)
+            origin += "+grasp"
+        else:
+            s = best_state.copy()
+            origin = "ruin"
+            cost_now = units.cost_count_to(np.arange(units.n_units), s.place)
+            moved = np.flatnonzero(cost_now > 0)
+            if moved.size:
+                r = max(1, int(round(RUIN_SHARE * moved.size * rng.uniform(0.5, 1.5))))
+                for x in rng.choice(moved, size=min(r, moved.size), replace=False).tolist():
+                    s.move(x, units.cheapest_node(x))
+            ruins += 1
         improve(s, restart_deadline, rng=rng, topk=3)
+        improve(s, restart_deadline)
         restarts += 1
         if s.key() < best_state.key():
-            improve(s, restart_deadline)
-            offer(s.place, origin + "+grasp")
+            offer(s.place, origin)
             best_state = s
+    details["ruins"] = ruins
     details["restarts"] = restarts
     details["greedy_seconds"] = round(time.perf_counter() - t_start, 4)
 
