@@ -797,7 +797,10 @@ class Controller:
             for i, nd in enumerate(add):
                 nd = _node(nd)
                 if nd["id"] in index:
-                    raise InvalidInput(f"add[{i}].id", f"node {nd['id']!r} already exists")
+                    if nodes[index[nd["id"]]] == nd:
+                        continue  # a retried add: nothing to do
+                    raise InvalidInput(f"add[{i}].id", f"node {nd['id']!r} already exists (with another capacity or "
+                                                       f"state)")
                 index[nd["id"]] = len(nodes)
                 nodes.append(nd)
             for i, nid in enumerate(remove):

@@ -130,7 +130,10 @@ def test_proposal_and_nodes_errors(client):
         "params.q"
     assert _field(client.post(f"/v1/jobs/{jid}/proposals", json={"time_limit_s": 0})) == "time_limit_s"
     assert _field(client.post(f"/v1/jobs/{jid}/nodes", json={"remove": ["zz"]})) == "remove[0]"
-    assert _field(client.post(f"/v1/jobs/{jid}/nodes", json={"add": ["w0"]})) == "add[0].id"
+    assert _field(client.post(f"/v1/jobs/{jid}/nodes", json={"add": [{"id": "w0", "capacity": 5}]})) == "add[0].id"
+    # re-adding an identical node (a retried request) changes nothing
+    r = client.post(f"/v1/jobs/{jid}/nodes", json={"add": ["w0"]})
+    assert r.status_code == 200 and r.json()["epoch"] == 0
     assert _field(client.post(f"/v1/jobs/{jid}/nodes", json={"remove": ["w0", "w1", "w2"]})) == "remove"
     assert _field(client.post(f"/v1/jobs/{jid}/nodes", json={"delete": ["zz"]})) == "delete[0]"
     assert client.get(f"/v1/jobs/{jid}").json()["epoch"] == 0
