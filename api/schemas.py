@@ -143,6 +143,11 @@ class ScalingRequest(_Req):
     target_load_distance: Optional[float] = Field(
         None, ge=0, allow_inf_nan=False,
         description="the goal a recommended cluster must meet (default: the current load distance)")
+    max_utilisation: Optional[float] = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="the most load per unit of capacity a node of a recommended cluster may carry (default: the "
+                    "hottest node's utilisation today, so a smaller cluster is only recommended if no node gets "
+                    "hotter than the hottest one now)")
     algorithm: Optional[str] = None
     params: dict[str, Any] = {}
     time_limit_s: float = Field(1.0, gt=0, allow_inf_nan=False)
@@ -166,6 +171,7 @@ class ScalingCandidate(_Resp):
 class ScalingResponse(_Resp):
     current: StateMetrics
     target_load_distance: float
+    max_utilisation: float
     algorithm: str
     candidates: list[ScalingCandidate]
     recommendation: Optional[int] = Field(description="index in candidates of the smallest cluster meeting the "

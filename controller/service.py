@@ -307,16 +307,18 @@ class Controller:
         return doc
 
     async def what_if(self, problem_doc: dict, candidates: list[Any], target: float | None,
-                      algorithm: str | None, params: dict, time_limit: float) -> dict:
+                      algorithm: str | None, params: dict, time_limit: float,
+                      max_utilisation: float | None = None) -> dict:
         """What-if scaling (after Cruise Control's rightsizing and Flink's autoscaler report).
 
         Each candidate is a cluster size (int: nodes are added with the mean active capacity, or the least loaded
         active nodes are marked removing) or an explicit change ``{"add": [...], "remove": [...]}``. Every candidate
         is fully rebalanced (no budget) with ``algorithm``; the report gives the load distance after, the
         migrations and bytes needed, the rounds that takes under the problem's per-round budget, and whether the
-        target load distance (default: the current one) is met. The recommendation is the candidate with the fewest
-        active nodes (then least capacity, then lowest load distance) that meets the target with no load left on
-        removing nodes.
+        goal is met: load distance ≤ the target (default: the current one), no load left on removing nodes, and no
+        node's utilisation (load / capacity) above ``max_utilisation`` (default: the hottest node's today — the load
+        distance alone would always favour a single node). The recommendation is the candidate with the fewest
+        active nodes (then least capacity, then lowest load distance) that meets the goal.
         """
         problem = self.problem_from_doc(problem_doc)
         name, params = self.check_algorithm(algorithm, params)
@@ -324,6 +326,7 @@ class Controller:
             raise TooLarge(f"candidates: more than {self.settings.max_candidates}")
         current = metrics.state_metrics(problem, problem.current)
         goal = current["load_distance"] if target is None else float(target)
+        limit = current["max_utilisation"] if max_utilisation is None else float(max_utilisation)
         variants = [self._candidate(problem, j, c) for j, c in enumerate(candidates)]
         assert self.pool is not None
         self.pool.check_admission(1)
@@ -345,14 +348,16 @@ class Controller:
                 "load_distance": after["load_distance"], "load_on_removing": after["load_on_removing"],
                 "max_utilisation": after["max_utilisation"], "migrations": mig, "migration_bytes": byt,
                 "rounds": rounds,
-                "meets_target": bool(after["load_distance"] <= goal + 1e-9 and after["load_on_removing"] <= 1e-9),
+                "meets_target": bool(after["load_distance"] <= goal + 1e-9 and after["load_on_removing"] <= 1e-9
+                                     and after["max_utilisation"] <= limit * (1 + 1e-9) + 1e-12),
                 "solver": doc["solver"], "_cap": float(p.capacity[~p.removing].sum()),
             })
         meeting = [j for j, c in enumerate(out) if c["meets_target"]]
         rec = min(meeting, key=lambda j: (out[j]["nodes"], out[j]["_cap"], out[j]["load_distance"])) if meeting else None
         for c in out:
             c.pop("_cap")
-        return {"current": current, "target_load_distance": goal, "algorithm": name, "candidates": out,
+        return {"current": current, "target_load_distance": goal, "max_utilisation": limit, "algorithm": name,
+                "candidates": out,
                 "recommendation": rec, "recommended": None if rec is None else out[rec]}
 
     def _candidate(self, problem: Problem, j: int, cand: Any) -> tuple[Problem, list[str], list[str]]:

@@ -36,11 +36,13 @@ async def evaluate(body: EvaluateRequest, ctl: Controller = Depends(get_controll
 async def what_if_scaling(body: ScalingRequest, ctl: Controller = Depends(get_controller)) -> Any:
     """For each candidate cluster (a size, or ``{"add": [...], "remove": [...]}``): the load distance after a full
     rebalance, the migrations and bytes it needs, the rounds under the problem's per-round budget, and whether it
-    meets ``target_load_distance`` (default: the current load distance). ``recommendation`` is the index of the
-    smallest cluster meeting the target (Cruise Control's rightsizing, Flink's autoscaler report)."""
+    meets the goal: load distance ≤ ``target_load_distance`` (default: the current one), no load left on removing
+    nodes, and no node above ``max_utilisation`` (default: the hottest node's utilisation today).
+    ``recommendation`` is the index of the smallest cluster meeting the goal (Cruise Control's rightsizing, Flink's
+    autoscaler report), or null."""
     cands = [c if isinstance(c, int) else c.model_dump(exclude_none=True) for c in body.candidates]
     return await ctl.what_if(body.problem.model_dump(exclude_none=True), cands, body.target_load_distance,
-                             body.algorithm, body.params, body.time_limit_s)
+                             body.algorithm, body.params, body.time_limit_s, body.max_utilisation)
 
 
 @router.post("/partitioning", responses={**SOLVE_ERRORS, 501: {"model": ErrorDoc,

@@ -288,7 +288,11 @@ def test_what_if_scaling(client):
     assert len(c[0]["removed"]) == 2 and len(c[2]["added"]) == 2 and c[3]["removed"] == ["w0", "w1"]
     for x in c:
         assert x["rounds"] == (0 if x["migrations"] == 0 else -(-x["migrations"] // 4))
-        assert x["meets_target"] == (x["load_distance"] <= 5.0 + 1e-9 and x["load_on_removing"] <= 1e-9)
+        assert x["meets_target"] == (x["load_distance"] <= 5.0 + 1e-9 and x["load_on_removing"] <= 1e-9
+                                     and x["max_utilisation"] <= out["max_utilisation"] * (1 + 1e-9))
+    # default utilisation limit: the hottest node today, so shrinking to 2 of 4 nodes (mean load x2) cannot qualify
+    assert out["max_utilisation"] == pytest.approx(metrics.state_metrics(problem, problem.current)["max_utilisation"])
+    assert not c[0]["meets_target"]
     meeting = [i for i, x in enumerate(c) if x["meets_target"]]
     if meeting:
         assert out["recommendation"] in meeting
