@@ -37,7 +37,8 @@ class Server:
 
     def start(self, timeout: float = 60.0) -> "Server":
         env = dict(os.environ)
-        env.update({"REBALANCER_SOLVER_WORKERS": "1", "REBALANCER_MAX_TIME_LIMIT_S": "2", "PYTHONUNBUFFERED": "1"})
+        env.update({"REBALANCER_SOLVER_WORKERS": "1", "REBALANCER_MAX_TIME_LIMIT_S": "2",
+                    "REBALANCER_REQUEST_WAIT_S": "60", "PYTHONUNBUFFERED": "1"})  # a loaded CI box: no 202s
         env.update(self.env)
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(

@@ -27,6 +27,6 @@ def test_served_document_is_the_tested_one(client):
 
 
 @schema.parametrize()
-@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_openapi_contract(case, server):
     case.call_and_validate(base_url=server.url, checks=CHECKS)
