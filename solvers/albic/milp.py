@@ -50,7 +50,9 @@ FULL_MODEL_MAX = 6000          # units × nodes up to which the whole MILP is bu
 SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
 FLUX_MAX_KEY_GROUPS = 200_000  # Flux as a warm start up to this size
 RUIN_SHARE = 0.3               # share of the best plan's migrations undone by one ruin-and-recreate round
-RESTART_SHARE = 0.8            # share of the time limit for greedy + randomised restarts (then MILP/LNS)
+RESTART_SHARE = 0.9            # share of the time limit for greedy + randomised restarts (then MILP/LNS)
+LNS_MIN_SECONDS = 0.25         # an LNS round is only started with this much time left
+LNS_BUILD_SECONDS = 0.1        # reserved for building one sub-MILP
 OPTIMALITY_TOL = 1e-6          # "optimal": distance within 1e-6 × mean utilisation of the proven bound
 
 
@@ -263,13 +265,20 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
                 for x in rng.choice(moved, size=min(r, moved.size), replace=False).tolist():
                     s.move(x, units.cheapest_node(x))
             ruins += 1
-        improve(s, restart_deadline, rng=rng, topk=3)
+        if origin == "ruin" and ruins % 2 == 0:
+            # budget-aware repair towards a slightly better distance than the best so far
+            origin = "ruin+target"
+            tau = best_state.key()[2] * rng.uniform(0.8, 0.98)
+            improve(s, restart_deadline, rng=rng, topk=2, target=tau, swap_nodes=16)
+        else:
+            improve(s, restart_deadline, rng=rng, topk=3)
         improve(s, restart_deadline)
         restarts += 1
         if s.key() < best_state.key():
             offer(s.place, origin)
             best_state = s
     details["ruins"] = ruins
+    details["search_seconds"] = round(time.perf_counter() - t_start, 4)
     details["restarts"] = restarts
     details["greedy_seconds"] = round(time.perf_counter() - t_start, 4)
 
@@ -308,14 +317,14 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
         k = min(n, 12)
         while True:
             remaining = deadline - time.perf_counter() - stop_margin
-            if remaining < 0.03:
+            if remaining < LNS_MIN_SECONDS:  # building a sub-MILP alone takes ~0.1 s
                 break
             if reached():
                 break
             nodes = _neighbourhood(state, k, rng)
             cand = _units_on(state, nodes, rng)
             sm = build(state, cand, nodes)
-            sub_t = min(remaining, max(0.05, min(0.3, 0.2 * budget_total)))
+            sub_t = min(remaining, max(0.05, min(0.3, 0.2 * budget_total))) - LNS_BUILD_SECONDS
             res = sub_solver(state, sm, sub_t, workers=workers, seed=int(rng.integers(1 << 30)))
             milp_ran = True
             lns_iters += 1
@@ -333,6 +342,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
                     k = max(4, int(k * 0.7))
             else:
                 k = max(4, int(k * 0.7))
+        details["lns_seconds"] = round(time.perf_counter() - t_start, 4)
         details["lns_iterations"] = lns_iters
         details["lns_improved"] = lns_improved
 
@@ -342,10 +352,11 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
     d = key[2]
     tol = OPTIMALITY_TOL * max(t_lin, 1e-300)
     lb = min(lb, d)  # a bound above the achieved distance can only be float noise of the scaling
-    if full_proved or d <= lb + tol:
+    exact_loads = p.communication_cost == 0 or not p.comm.nnz
+    if full_proved or (exact_loads and d <= lb + tol):
         status = "optimal"
-    elif milp_ran:
-        status = "feasible"
+    elif milp_ran or exact_loads:
+        status = "feasible"  # a proof was attempted (MILP and/or the analytic bound) and the time ran out
     else:
         status = "heuristic"
     details["origin"] = origin

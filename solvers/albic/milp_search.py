@@ -126,13 +126,27 @@ def _res_ok(s: State, us: np.ndarray, dests: np.ndarray) -> np.ndarray:
 
 
 def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: float, scale: float,
-          rng: np.random.Generator | None = None, topk: int = 1):
+          rng: np.random.Generator | None = None, topk: int = 1, land: np.ndarray | None = None):
     """Index of the best improving candidate: lowest new d, then lowest budget use, then lowest Σc·dev².
 
-    With ``rng`` one of the ``topk`` best is drawn at random (the randomised greedy of the restarts)."""
+    With ``rng`` one of the ``topk`` best is drawn at random (the randomised greedy of the restarts).
+    With ``land`` (target mode) the cheapest candidate that lands the critical node inside the target band
+    without pushing its partner out of it wins; only if there is none the rule above applies."""
+    if land is not None:
+        cand = ok & land
+        if cand.any():
+            dcb = np.broadcast_to(dc, newd.shape)
+            cmin = dcb[cand].min()
+            cand &= dcb == cmin
+            score = np.where(cand, dss, np.inf)
+            if rng is not None and topk > 1:
+                flat = np.flatnonzero(cand.ravel())
+                order = flat[np.argsort(score.ravel()[flat], kind="stable")]
+                return np.unravel_index(int(order[int(rng.integers(min(topk, order.size)))]), newd.shape), True
+            return np.unravel_index(int(np.argmin(score)), score.shape), True
     improving = ok & ((newd < d - 1e-9 * scale) | ((newd <= d + 1e-12 * scale) & (dss < -1e-9 * scale * scale) & (dc <= 0)))
     if not improving.any():
-        return None
+        return None, False
     flat = np.flatnonzero(improving.ravel())
     nd = newd.ravel()[flat]
     if rng is not None and topk > 1 and flat.size > 1:
@@ -140,17 +154,18 @@ def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: 
         q = np.round(nd / (1e-6 * scale))
         order = np.lexsort((dss.ravel()[flat], np.broadcast_to(dc, newd.shape).ravel()[flat], q))
         pick = order[int(rng.integers(min(topk, order.size)))]
-        return np.unravel_index(int(flat[pick]), newd.shape)
+        return np.unravel_index(int(flat[pick]), newd.shape), False
     best = nd.min()
     tie = nd <= best + 1e-9 * scale
     dcf = np.broadcast_to(dc, newd.shape).ravel()[flat]
     tie &= dcf == dcf[tie].min()
     score = np.where(tie, dss.ravel()[flat], np.inf)
-    return np.unravel_index(int(flat[int(np.argmin(score))]), newd.shape)
+    return np.unravel_index(int(flat[int(np.argmin(score))]), newd.shape), False
 
 
 def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int = 8,
-            rng: np.random.Generator | None = None, topk: int = 1, near: int = 48) -> int:
+            rng: np.random.Generator | None = None, topk: int = 1, near: int = 48,
+            target: float | None = None) -> int:
     """Best-improvement local search on (load distance, Σ cap·dev²); returns the number of steps taken.
 
     Each step looks at the node ``h`` with the largest deviation: moves of its units to the ``near`` coldest
@@ -167,11 +182,12 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
         dev = np.where(s.act, np.abs(u - s.t), -1.0)
         h = int(np.argmax(dev))
         d = float(dev[h])
-        if d <= 1e-12 * scale:
+        if d <= 1e-12 * scale or (target is not None and d <= target):
             break
         room_c = s.max_c - s.used_c
         room_b = s.max_b - s.used_b
         best = None  # (kind, data)
+        landed = False
         if s.floor > 0 and d <= s.floor + 1e-12 * scale:
             best = _drain_step(s, u, dev, max(d, s.floor), room_c, room_b, near)
             if best is not None:
@@ -197,7 +213,11 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
                 newd = np.maximum(np.maximum(_rest(dev, h, D)[None, :], np.abs(uh - s.t)[:, None]), np.abs(uj - s.t))
                 dss = (cap[h] * ((uh - s.t) ** 2 - (u[h] - s.t) ** 2))[:, None] + cap[D][None, :] * (
                     (uj - s.t) ** 2 - (u[D] - s.t)[None, :] ** 2)
-                idx = _pick(newd, dc, dss, ok, d, scale, rng, topk)
+                land = None
+                if target is not None:
+                    land = (np.abs(uh - s.t) <= target)[:, None] & (
+                        np.abs(uj - s.t) <= np.maximum(target, np.abs(u[D] - s.t))[None, :])
+                idx, landed = _pick(newd, dc, dss, ok, d, scale, rng, topk, land)
                 if idx is not None:
                     best = ("move", int(R[idx[0]]), int(D[idx[1]]))
         else:
@@ -225,11 +245,16 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
                 newd = np.maximum(np.maximum(_rest(dev, h, src), np.abs(uh - s.t)), dev_src)
                 dss = cap[h] * ((uh - s.t) ** 2 - (u[h] - s.t) ** 2) + np.where(
                     a_src, cap[src] * ((us_new - s.t) ** 2 - (u[src] - s.t) ** 2), 0.0)
-                idx = _pick(newd, dc, dss, ok, d, scale, rng, topk)
+                land = None
+                if target is not None:
+                    land = (np.abs(uh - s.t) <= target) & (dev_src <= np.maximum(target, dev[src]))
+                idx, landed = _pick(newd, dc, dss, ok, d, scale, rng, topk, land)
                 if idx is not None:
                     best = ("move", int(S[idx[0]]), h)
-        if best is None and swap_nodes > 0:
-            best = _best_swap(s, u, dev, h, d, room_c, room_b, swap_nodes, scale, rng, topk)
+        if swap_nodes > 0 and (best is None or (target is not None and not landed)):
+            sw, sw_landed = _best_swap(s, u, dev, h, d, room_c, room_b, swap_nodes, scale, rng, topk, target)
+            if sw is not None and (best is None or sw_landed):
+                best = sw
         if best is None:
             break
         _apply(s, best)
@@ -312,7 +337,8 @@ def _drain_step(s: State, u: np.ndarray, dev: np.ndarray, limit: float, room_c: 
 
 
 def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_c: float, room_b: float,
-               k: int, scale: float, rng: np.random.Generator | None = None, topk: int = 1):
+               k: int, scale: float, rng: np.random.Generator | None = None, topk: int = 1,
+               target: float | None = None):
     """Best swap of a unit on the critical node ``h`` with a unit on one of the ``k`` most opposite nodes."""
     U = s.units
     W = U.load
@@ -321,13 +347,13 @@ def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_
     hot = u[h] > s.t
     others = act_nodes[act_nodes != h]
     if others.size == 0:
-        return None
+        return None, False
     order = np.argsort(u[others])
     partners = others[order[:k]] if hot else others[order[::-1][:k]]
     R = np.flatnonzero(s.place == h)
     Q = np.flatnonzero(np.isin(s.place, partners))
     if R.size == 0 or Q.size == 0:
-        return None
+        return None, False
     jq = s.place[Q]
     net = W[R][:, None] - W[Q][None, :]          # load leaving h
     uh = u[h] - net / cap[h]
@@ -360,7 +386,10 @@ def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_
         ok &= np.all(after_h <= lim[h] + 1e-9, axis=2) & np.all(after_j <= lim[jq][None, :, :] + 1e-9, axis=2)
     dss = cap[h] * ((uh - s.t) ** 2 - (u[h] - s.t) ** 2) + cap[jq][None, :] * (
         (uj - s.t) ** 2 - (u[jq] - s.t)[None, :] ** 2)
-    idx = _pick(newd, dc, dss, ok, d, scale, rng, topk)
+    land = None
+    if target is not None:
+        land = (np.abs(uh - s.t) <= target) & (np.abs(uj - s.t) <= np.maximum(target, dev[jq])[None, :])
+    idx, landed = _pick(newd, dc, dss, ok, d, scale, rng, topk, land)
     if idx is None:
-        return None
-    return ("swap", int(R[idx[0]]), int(Q[idx[1]]))
+        return None, False
+    return ("swap", int(R[idx[0]]), int(Q[idx[1]])), landed
