@@ -115,26 +115,36 @@ def _placement_ok(units: Units, place: np.ndarray) -> bool:
 
 
 def _cheapest_feasible_units(problem: Problem, units: Units, unit_of, allowed) -> tuple[Units, np.ndarray]:
-    """Place every unit on its cheapest allowed node; break the most expensive units apart while that exceeds
-    the budget (their key groups then stay where they are)."""
+    """Place every unit on its cheapest allowed node; if that exceeds the budget, break the most expensive
+    units apart (their key groups then stay where they are) — all at once, most expensive first."""
     p = problem
-    while True:
-        place = np.array([units.cheapest_node(u) for u in range(units.n_units)], dtype=np.int64) \
-            if (units.mixed or units.allowed) else units.home.copy()
-        bad = [u for u in range(units.n_units) if place[u] < 0]
-        c, b = units.placement_cost(np.where(place < 0, 0, place)) if not bad else (math.inf, math.inf)
-        over = (p.max_migrations is not None and c > p.max_migrations) or (
-            p.max_migration_bytes is not None and b > p.max_migration_bytes * (1 + 1e-12))
-        if not bad and not over:
+    for _ in range(3):
+        if units.mixed or units.allowed:
+            place = np.array([units.cheapest_node(u) for u in range(units.n_units)], dtype=np.int64)
+        else:
+            place = units.home.copy()
+        bad = np.flatnonzero(place < 0).tolist()
+        safe = np.where(place < 0, 0, place)
+        cc = units.cost_count_to(np.arange(units.n_units), safe)
+        cb = units.cost_bytes_to(np.arange(units.n_units), safe)
+        cc[bad] = 0
+        cb[bad] = 0.0
+        order = np.argsort(-cc, kind="stable")
+        split: list[int] = list(bad)
+        tot_c, tot_b = float(cc.sum()), float(cb.sum())
+        for u in order.tolist():
+            over = (p.max_migrations is not None and tot_c > p.max_migrations) or (
+                p.max_migration_bytes is not None and tot_b > p.max_migration_bytes * (1 + 1e-12))
+            if not over or cc[u] == 0 and cb[u] == 0:
+                break
+            split.append(u)
+            tot_c -= cc[u]
+            tot_b -= cb[u]
+        if not split:
             return units, place
-        if bad:
-            units = split_units(units, bad, unit_of, allowed)
-            continue
-        costs = units.cost_count_to(np.arange(units.n_units), place)
-        worst = int(np.argmax(costs))
-        if costs[worst] == 0:
-            return units, place
-        units = split_units(units, [worst], unit_of, allowed)
+        units = split_units(units, split, unit_of, allowed)
+    place = np.array([units.cheapest_node(u) for u in range(units.n_units)], dtype=np.int64)
+    return units, place
 
 
 def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
