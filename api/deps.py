@@ -11,7 +11,7 @@ from controller.service import Controller
 bearer = HTTPBearer(auto_error=False, description="REBALANCER_API_TOKENS, when set")
 
 
-def get_controller(request: Request) -> Controller:
+async def get_controller(request: Request) -> Controller:  # async: no threadpool hop per request
     return request.app.state.controller
 
 

@@ -10,6 +10,7 @@ are used. So the accepted bodies and the error messages are exactly those of the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from operator import itemgetter
 
 import numpy as np
@@ -83,7 +84,7 @@ def _fast(raw: bytes) -> ParsedStats | None:
     try:
         ids = list(map(_get_id, kgs))  # KeyError / TypeError when an item is not an object with an id
         loads = list(map(_get_load, kgs))
-        sbs = [k.get("state_bytes", _MISSING) for k in kgs]
+        sbs = list(map(dict.get, kgs, repeat("state_bytes", len(kgs)), repeat(_MISSING, len(kgs))))
         missing = sbs.count(_MISSING)
         # every item has id and load; any key besides state_bytes makes the total length larger
         if sum(map(len, kgs)) != 3 * len(kgs) - missing:
