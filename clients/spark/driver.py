@@ -251,8 +251,7 @@ class RebalancingDriver:
                 self._down("registration", exc)
 
         partials = self.state.update(df)
-        part = partials.partition_records()
-        kg_n, kg_b = partials.key_group_records(self.G)
+        part, kg_n, kg_b = partials.summary(self.G)
         state_b = self.state.state_bytes_per_key_group() if self.state_stats else np.zeros(self.G, dtype=np.int64)
         hash_part = None
         if self.measure_hash:
@@ -332,6 +331,11 @@ class RebalancingDriver:
         prop = self.propose()
         if prop is not None:
             self.execute(prop)
+
+    def apply_proposal(self, prop) -> str:
+        """Execute ``prop`` and never raise: ``"ok"`` (applied at the next boundary), ``"conflict"`` (the job had
+        moved on: its current assignment is adopted at the next boundary instead) or ``"down"``."""
+        return self._guarded("execute", lambda: self.execute(prop))
 
     def propose(self):
         """Ask the controller for a proposal from the current window; ``None`` when it would not improve."""

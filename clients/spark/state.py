@@ -66,6 +66,23 @@ class BatchPartials:
     df: object                           # DataFrame (_rb_route, _rb_kg, key..., aggregates..., _rb_n, _rb_b)
     n_partitions: int
 
+    def summary(self, key_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One Spark job: (records per partition (n,), records per key group (G,), bytes per key group (G,)),
+        the partition measured with ``spark_partition_id()``."""
+        from pyspark.sql import functions as F
+
+        rows = (self.df.select(F.spark_partition_id().alias("p"), KG_COL, N_COL, B_COL)
+                .groupBy("p", KG_COL).agg(F.sum(N_COL).alias("n"), F.sum(B_COL).alias("b")).collect())
+        part = np.zeros(self.n_partitions, dtype=np.int64)
+        n = np.zeros(key_groups, dtype=np.int64)
+        b = np.zeros(key_groups, dtype=np.int64)
+        for r in rows:
+            c = int(r["n"] or 0)
+            part[int(r["p"])] += c
+            n[int(r[KG_COL])] += c
+            b[int(r[KG_COL])] += int(r["b"] or 0)
+        return part, n, b
+
     def partition_records(self) -> np.ndarray:
         """Records of the batch per Spark partition, measured with ``spark_partition_id()``."""
         from pyspark.sql import functions as F

@@ -24,14 +24,15 @@ def _zipf_frame(spark, rng, rows, keys=400, z=1.3):
 
 
 def test_hash_preimages_match_spark_hash(spark):
-    for n in (1, 3, 8, 13):
-        pre = hash_preimages(n)
-        rows = (spark.createDataFrame([(int(v),) for v in pre], "v int")
-                .select("v", F.pmod(F.hash("v"), F.lit(n)).alias("p"), F.hash("v").alias("h")).collect())
-        got = {r["v"]: (r["p"], r["h"]) for r in rows}
-        for p, v in enumerate(pre):
-            assert got[v][0] == p
-            assert got[v][1] == spark_hash_int(v)
+    ns = (1, 3, 8, 13)
+    data = [(n, p, int(v)) for n in ns for p, v in enumerate(hash_preimages(n))]
+    rows = (spark.createDataFrame(data, "n int, p int, v int")
+            .select("n", "p", "v", F.pmod(F.hash("v"), F.col("n")).alias("spark_p"), F.hash("v").alias("h"))
+            .collect())
+    assert len(rows) == sum(ns)
+    for r in rows:
+        assert r["spark_p"] == r["p"], r
+        assert r["h"] == spark_hash_int(r["v"])
 
 
 @pytest.mark.parametrize("method", ["expr", "broadcast"])
@@ -78,6 +79,8 @@ def test_statistics_equal_a_direct_count(spark):
     for kg, c in direct.items():
         per_partition[table.partition_of[kg]] += c
     assert partials.partition_records().tolist() == per_partition.tolist()
+    part2, recs2, bytes2 = partials.summary(G)
+    assert part2.tolist() == per_partition.tolist() and (recs2 == recs).all() and (bytes2 == nbytes).all()
     placed = table.route_and_place(df, "key")
     assert partition_record_counts(placed, n).tolist() == per_partition.tolist()
     KeyedState.release(partials)

@@ -1,0 +1,102 @@
+"""The driver with a real controller over HTTP: epochs, stale plans, a controller that goes away mid-run."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("pyspark")
+
+from clients.python import ConflictError, RebalancerClient  # noqa: E402
+from clients.spark.driver import RebalancingDriver  # noqa: E402
+
+
+def _batch(rng, rows=800, keys=200, z=1.2):
+    ranks = np.minimum(rng.zipf(z, rows), keys)
+    return pd.DataFrame({"key": [f"k{r}" for r in ranks], "v": rng.integers(0, 10, rows).astype("int64")})
+
+
+def _check_state(driver, frames):
+    every = pd.concat(frames)
+    expected = every.groupby("key")["v"].agg(["size", "sum"])
+    got = driver.state_frame().toPandas().set_index("key").sort_index()
+    assert got.index.is_unique and got.index.tolist() == sorted(expected.index.tolist())
+    assert (got["count"] == expected.loc[got.index, "size"]).all()
+    assert (got["total"] == expected.loc[got.index, "sum"]).all()
+
+
+def test_stale_epoch_is_refused_and_the_driver_recovers(spark, controller):
+    jid = "drv-" + uuid.uuid4().hex[:8]
+    rc = RebalancerClient(controller.url, timeout=10, retries=1)
+    driver = RebalancingDriver(spark, key="key", aggregations={"count": ("count", None), "total": ("sum", "v")},
+                               client=rc, job_id=jid, key_groups=12, partitions=3, algorithm="flux",
+                               budget={"max_migrations": 3}, window_batches=2, cooldown_batches=1)
+    assert driver.start() and driver.epoch == 0
+    rng = np.random.default_rng(1)
+    frames = []
+
+    def run(b):
+        frames.append(_batch(rng))
+        return driver.process(spark.createDataFrame(frames[-1]), b)
+
+    run(0)
+    r1 = run(1)  # window full: the driver proposes and executes; applied at the next boundary
+    assert r1.controller == "ok" and r1.plan_received and driver.pending[0] == 1
+    r2 = run(2)
+    assert r2.epoch == 1 and r2.migrations >= 1 and r2.migrations <= 3
+    assert rc.get_job(jid).epoch >= 1
+
+    # another actor executes a plan of the same epoch first: the driver's own execute is a stale one
+    mine = rc.create_proposal(jid)
+    theirs = rc.create_proposal(jid)
+    executed = rc.execute_proposal(jid, theirs.id)
+    with pytest.raises(ConflictError):
+        rc.execute_proposal(jid, mine.id)
+    assert driver.apply_proposal(mine) == "conflict"  # refused; the driver adopts the job's epoch instead
+    assert driver.pending is not None and driver.pending[0] == executed.epoch
+
+    r3 = run(3)  # the boundary: the controller's assignment of the new epoch is in force
+    assert r3.epoch == executed.epoch
+    ack = rc.post_stats(jid, batch_id=3, epoch=r3.epoch, key_groups=[])
+    assert ack.duplicate  # the batch under the new epoch had been accepted
+    job = rc.get_job(jid)  # the driver may have executed its next round already (applied at the next boundary)
+    epoch, assignment = driver.pending if driver.pending else (driver.epoch, driver.routing.assignment())
+    assert (epoch, assignment) == (job.epoch, job.assignment)
+    _check_state(driver, frames)
+    driver.close()
+
+
+def test_controller_stopped_mid_run_every_batch_completes(spark, make_controller, tmp_path):
+    ctl = make_controller()
+    src = tmp_path / "events"
+    src.mkdir()
+    rng = np.random.default_rng(2)
+    frames = [_batch(rng, rows=600) for _ in range(4)]
+    for i, f in enumerate(frames):
+        f.to_parquet(src / f"part-{i:03d}.parquet", index=False)
+
+    rc = RebalancerClient(ctl.url, timeout=2, connect_timeout=1, retries=1, backoff=0.05)
+
+    def on_batch(report):
+        if report.batch_id == 1:
+            ctl.stop()  # the controller goes away mid-run
+
+    driver = RebalancingDriver(spark, key="key", aggregations={"count": ("count", None), "total": ("sum", "v")},
+                               client=rc, job_id="stop-test", key_groups=12, partitions=3, algorithm="flux",
+                               window_batches=1, on_batch=on_batch)
+    driver.start()
+    stream = (spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1)
+              .parquet(str(src)))
+    query = (stream.writeStream.foreachBatch(driver.foreach_batch).trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "chk")).start())
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert [r.batch_id for r in driver.reports] == [0, 1, 2, 3]
+    statuses = [r.controller for r in driver.reports]
+    assert statuses[0] == "ok" and set(statuses[2:]) <= {"down", "skipped"} and "down" in statuses[2:]
+    assert sum(r.records for r in driver.reports) == sum(len(f) for f in frames)
+    _check_state(driver, frames)
+    driver.close()
