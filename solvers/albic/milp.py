@@ -11,22 +11,31 @@ Multi-Dimensional Load").
 Solving it fast enough to matter ("Speed is the work here") — the whole call, model building included, stays
 inside ``time_limit``:
 
-1. **Warm start** — the current assignment, the hint (if any) and, for plain key groups, Flux; each is improved by
-   a best-improvement local search of moves and swaps around the node with the largest deviation
-   (:mod:`milp_search`). The best is the incumbent; the planner never returns anything worse than it.
+1. **Warm start** — a best-improvement local search of moves and swaps around the node with the largest
+   deviation (:mod:`milp_search`; only units of the worst nodes move, only onto the ~48 most opposite nodes),
+   from the current assignment, the hint (if any) and, for plain key groups, Flux's plan. The current assignment
+   and every start are candidates, so the planner never returns anything worse than them.
 2. **Proven bound** — :func:`milp_bounds.analytic_bound`: the heaviest movable key groups, the budget and the
    band widths give, by bisection, the smallest distance any plan within the budget can reach.
-3. **Exact model on small instances** — when units × nodes is small the full MILP is solved by CP-SAT (hinted
-   with the incumbent); its proven bound is combined with the analytic one, and ``optimal`` means proven.
-4. **Large-neighbourhood search** otherwise — repeatedly the MILP restricted to the nodes with the largest
-   deviation (plus removing nodes and a few random ones) and the units on them, everything else fixed; each
-   sub-MILP is small enough to solve in a fraction of a second and is accepted when it improves the objective.
-   Only what can help moves: key groups of the worst nodes, onto the worst nodes.
-5. **Greedy fallback for very large instances** — when the time is too short for sub-MILPs the local search of
-   step 1 is the answer; the analytic bound is still reported.
+3. **Randomised restarts and ruin-and-recreate** (most of the time limit): GRASP restarts of the greedy, and
+   rounds that undo ~30 % of the best plan's migrations and spend the freed budget again — either greedily or
+   with a budget-aware repair that lands each critical node inside a slightly tighter band at the lowest cost.
+   Stops as soon as the plan meets the bound.
+4. **Exact model on small instances** — when units × nodes ≤ 6,000 the full MILP is solved by CP-SAT (or CBC),
+   hinted with the incumbent; its proven bound is combined with the analytic one.
+5. **Large-neighbourhood search** with long time limits — the MILP restricted to the nodes with the largest
+   deviation (plus removing nodes and a few random ones) and the units on them, everything else fixed.
+6. **Very large instances** (1,000 nodes × 100,000 key groups): the same greedy is the fallback; the analytic
+   bound is still reported (O(m log m)).
 
-Status: ``optimal`` when the plan's distance meets the proven bound (up to the CP-SAT scaling tolerance),
-``feasible`` when a MILP ran but did not prove it, ``heuristic`` when only the greedy ran.
+Removing nodes: finite key groups break Lemma 2 (the last ones on B can only leave by pushing some node up by
+their own load), so a pure min-distance plan may keep them on B for ever. Below the *drain floor* (the heaviest
+unit on B divided by the largest active capacity) the planner prefers less load on B over a lower distance; with
+no removing nodes the objective is exactly the paper's (d first, then the band width).
+
+Status: ``optimal`` when the plan's distance meets the proven bound (within 1e-6 of the mean utilisation, or the
+full model proved it), ``feasible`` when a proof was attempted but the time ran out, ``heuristic`` when no bound
+could be attempted (communication costs without an exact model).
 """
 
 from __future__ import annotations
