@@ -49,6 +49,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     z.add_argument("--max-migrations", type=int, default=None)
     z.add_argument("--output", help="write here instead of stdout")
     z.set_defaults(func=run_generate)
+    c = gsub.add_parser("collocation", help="the ALBIC paper's §5.3 instance with communication between operators")
+    c.add_argument("--nodes", type=int, default=40)
+    c.add_argument("--key-groups-per-node", type=int, default=20)
+    c.add_argument("--operators", type=int, default=20)
+    c.add_argument("--one-to-one", type=float, default=0.5, help="share of key groups with 1-1 communication")
+    c.add_argument("--topology", choices=("chain", "pairs"), default="chain")
+    c.add_argument("--max-migrations", type=int, default=20)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--output", help="write here instead of stdout")
+    c.set_defaults(func=run_generate)
+    r = gsub.add_parser("real-job-2", help="the ALBIC paper's §5.4 Real Job 2-like job: two operators keyed alike")
+    r.add_argument("--nodes", type=int, default=20)
+    r.add_argument("--key-groups-per-operator-per-node", type=int, default=5)
+    r.add_argument("--max-migrations", type=int, default=10)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--output", help="write here instead of stdout")
+    r.set_defaults(func=run_generate)
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -93,11 +110,18 @@ def run_algorithms(args: argparse.Namespace) -> int:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from evaluation import generators
+    from evaluation import collocation_scenarios, generators
 
     if args.generator == "albic-synthetic":
         problem = generators.albic_synthetic(args.nodes, args.key_groups_per_node, args.varies, args.seed,
                                              args.max_migrations, args.operators)
+    elif args.generator == "collocation":
+        problem = collocation_scenarios.collocation_synthetic(
+            nodes=args.nodes, key_groups_per_node=args.key_groups_per_node, operators=args.operators,
+            one_to_one=args.one_to_one, topology=args.topology, max_migrations=args.max_migrations, seed=args.seed)
+    elif args.generator == "real-job-2":
+        problem = collocation_scenarios.real_job_2(args.nodes, args.key_groups_per_operator_per_node,
+                                                   max_migrations=args.max_migrations, seed=args.seed)
     else:
         problem = generators.skewed(args.nodes, args.key_groups, args.zipf, args.heterogeneous, args.removing,
                                     args.seed, args.max_migrations)

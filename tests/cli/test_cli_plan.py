@@ -86,3 +86,16 @@ def test_algorithms_lists_flux():
 def test_generator_validation():
     err = one_line_error(rb("generate", "skewed", "--nodes", "3", "--key-groups", "10", "--removing", "3"))
     assert "removing" in err
+
+
+@pytest.mark.parametrize("gen", [["collocation", "--nodes", "6", "--operators", "4"], ["real-job-2", "--nodes", "4"]])
+def test_collocation_generators_feed_albic(tmp_path, gen):
+    f = tmp_path / "c.json"
+    assert rb("generate", *gen, "--output", str(f)).returncode == 0
+    doc = json.loads(f.read_text())
+    assert doc["communication"] and doc["communication_cost"] > 0
+    r = rb("plan", "--algorithm", "albic", "--input", str(f), "--time-limit", "0.5")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert plan["metrics"]["migrations"] <= doc["budget"]["max_migrations"]
+    assert plan["metrics"]["after"]["collocation_factor"] >= plan["metrics"]["before"]["collocation_factor"]
