@@ -280,8 +280,17 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
             cost_now = units.cost_count_to(np.arange(units.n_units), s.place)
             moved = np.flatnonzero(cost_now > 0)
             if moved.size:
-                r = max(1, int(round(RUIN_SHARE * moved.size * rng.uniform(0.5, 1.5))))
-                for x in rng.choice(moved, size=min(r, moved.size), replace=False).tolist():
+                r = min(moved.size, max(1, int(round(RUIN_SHARE * moved.size * rng.uniform(0.5, 1.5)))))
+                pick = rng.choice(moved, size=r, replace=False)
+                if ruins % 4 == 1:
+                    # targeted: undo the migrations that touch the nodes deviating most
+                    dev = s.devs()
+                    worst = np.argsort(-dev)[:4]
+                    near = moved[np.isin(s.place[moved], worst) | np.isin(units.home[moved], worst)]
+                    if near.size:
+                        rest = pick[~np.isin(pick, near)]
+                        pick = np.concatenate([near, rest])[: max(r, near.size)]
+                for x in pick.tolist():
                     s.move(x, units.cheapest_node(x))
             ruins += 1
         if origin == "ruin" and ruins % 2 == 0:
