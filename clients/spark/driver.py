@@ -80,6 +80,8 @@ class RebalancingDriver:
             the driver requests and executes proposals.
         cooldown_batches: batches between two rebalancing rounds.
         load_distance_threshold: do not rebalance while the windowed load distance is at or below it.
+        min_gain: execute a proposal only when it lowers the load distance by at least this share of the mean
+            partition load (default 2%): hysteresis against chasing sampling noise with migrations.
         measure_hash: also measure Spark's plain hash partitioning of each batch (``repartition(n, key)``) for
             comparison (costs one more shuffle per batch; the demo uses it).
         state_stats: send state bytes per key group (one aggregation over the state per batch).
@@ -106,6 +108,7 @@ class RebalancingDriver:
         auto: bool = False,
         cooldown_batches: int = 1,
         load_distance_threshold: float | None = None,
+        min_gain: float = 0.02,
         measure_hash: bool = False,
         state_stats: bool = True,
         max_skip_batches: int = 16,
@@ -126,6 +129,7 @@ class RebalancingDriver:
         self.auto = bool(auto)
         self.cooldown_batches = int(cooldown_batches)
         self.load_distance_threshold = load_distance_threshold
+        self.min_gain = float(min_gain)
         self.measure_hash = measure_hash
         self.state_stats = state_stats
         self.max_skip_batches = int(max_skip_batches)
@@ -345,9 +349,11 @@ class RebalancingDriver:
         if prop.base_epoch is not None and prop.base_epoch != self.epoch:
             self._resync()
             return None
-        before = float(prop.plan.metrics.get("before", {}).get("load_distance", 0.0))
+        before_m = prop.plan.metrics.get("before", {})
+        before = float(before_m.get("load_distance", 0.0))
         after = float(prop.plan.metrics.get("after", {}).get("load_distance", 0.0))
-        if after >= before:
+        mean_load = float(before_m.get("total_load", 0.0) or 0.0) / self.n
+        if after >= before or (before - after) < self.min_gain * mean_load:
             return None
         if self.load_distance_threshold is not None and before <= self.load_distance_threshold:
             return None
