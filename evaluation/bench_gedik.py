@@ -324,6 +324,12 @@ def main(argv=None) -> int:
     steps = B.point(ALGOS, n_max=n_max, all_steps=True)
     res["fig6_channels"] = {"N": [s["N"] for s in steps["readj"]], **{a: steps[a] for a in ALGOS}}
 
+    log("[gedik] ablation: readj that also requires a utility gain (the text's stopping rule)")
+    cfg_g = Config(readj_require_gain=True)
+    seqs = [run_sequence(B.workload(10**6, s, 1.0), "readj", cfg_g, n_max, args.tuples) for s in range(runs)]
+    res["ablation_readj_require_gain"] = {"N": [s["N"] for s in seqs[0]],
+                                          "readj": [_avg([sq[i] for sq in seqs]) for i in range(len(seqs[0]))]}
+
     log("[gedik] Fig. 4/14: skew")
     zs = [0.5, 0.8, 1.0] if quick else [0.2, 0.4, 0.6, 0.8, 0.9, 1.0]
     zq = [0.25, 0.5] if quick else [0.25, 0.35, 0.45, 0.5]
@@ -403,7 +409,7 @@ def targets(res: dict) -> list[dict]:
     red = [s["m"] for s in f6["redist"]]
     add("redist m roughly flat in N (max/min over N=4..N_max < 1.6)", max(red[2:]) / min(red[2:]), "<", 1.6)
     last = -1
-    add(f"scan highest m of scan/redist/readj at N={Ns[last]}",
+    add(f"scan highest m of scan/redist/readj at N={Ns[last]:.0f}",
         f6["scan"][last]["m"] >= max(f6["redist"][last]["m"], f6["readj"][last]["m"]), "true", None)
     for a in ("scan", "redist", "readj"):
         add(f"{a} construction < 0.05 s at sigma=0.1 (N=10, max over runs, CPU s)", f6[a][i10]["seconds_max"], "<",
@@ -431,8 +437,16 @@ def table(res: dict) -> str:
               "|---|" + "---|" * len(ALGOS)]
     for i, n in enumerate(f6["N"]):
         if n in (2, 4, 8, 10, 16, 20, 24, 32):
-            lines.append(f"| {n} | " + " | ".join(f"{fmt(f6[a][i]['m'])} / {fmt(f6[a][i]['b'])}" for a in ALGOS)
+            lines.append(f"| {n:.0f} | " + " | ".join(f"{fmt(f6[a][i]['m'])} / {fmt(f6[a][i]['b'])}" for a in ALGOS)
                          + " |")
+    ab = res.get("ablation_readj_require_gain")
+    if ab:
+        lines += ["", "Ablation: readj stopping when no step lowers U (text) instead of when none lowers rho (listing)",
+                  "| N | readj (listing, default) m / b | readj (require gain) m / b |", "|---|---|---|"]
+        for i, n in enumerate(ab["N"]):
+            if n in (4, 10, 16, 24, 32):
+                lines.append(f"| {n:.0f} | {fmt(f6['readj'][i]['m'])} / {fmt(f6['readj'][i]['b'])} | "
+                             f"{fmt(ab['readj'][i]['m'])} / {fmt(ab['readj'][i]['b'])} |")
     lines += ["", "Targets", "| target | value | holds |", "|---|---|---|"]
     for t in res["targets"]:
         v = t["value"]
