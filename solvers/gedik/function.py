@@ -308,9 +308,8 @@ def build_document(spec: dict) -> dict:
     tracked = np.flatnonzero(mask)
     # D_o: explicit keys of the previous function that are not tracked now
     prev_f = getattr(prev, "frequencies", {}) if prev is not None else {}
-    o_keys = [k for k in (prev.explicit if prev is not None else {}) if not (k in s["frequencies"]
-                                                                               and mask[keys.index(k)])] \
-        if prev is not None and prev.explicit else []
+    tracked_now = {keys[i] for i in np.flatnonzero(mask).tolist()}
+    o_keys = [k for k in prev.explicit if k not in tracked_now] if prev is not None else []
     assign = np.empty(0, dtype=np.int64)
     stats: dict = {}
     if alg in CONSTRUCTIONS and len(tracked):
