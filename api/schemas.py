@@ -127,7 +127,7 @@ class EvaluateResponse(_Resp):
     before: StateMetrics
     after: StateMetrics
     migrations: int
-    migration_bytes: float
+    migration_bytes: Union[int, float]
     moves: list[Move]
     within_budget: bool
 
@@ -162,7 +162,7 @@ class ScalingCandidate(_Resp):
     load_on_removing: float
     max_utilisation: float
     migrations: int
-    migration_bytes: float
+    migration_bytes: Union[int, float]
     rounds: Optional[int] = Field(description="rounds needed under the problem's per-round budget (null: never, the budget is 0)")
     meets_target: bool
     solver: SolverInfo

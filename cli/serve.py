@@ -33,5 +33,5 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings(database_url=args.database) if args.database else Settings()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
-                access_log=args.access_log, http="h11", loop="asyncio", timeout_keep_alive=30)
+                access_log=args.access_log, http="auto", loop="auto", timeout_keep_alive=30)  # httptools/uvloop when installed
     return 0
