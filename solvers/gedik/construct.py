@@ -126,21 +126,43 @@ def _add_eval(ctx: _Ctx, L: np.ndarray, V: np.ndarray):
     return ctx.rho(newmax, newmin, total)
 
 
+def _tie_load(L: np.ndarray, cnt: np.ndarray) -> np.ndarray:
+    """Secondary key among placements of equal utility: the channel's load (each active resource normalised by
+    its total) then its item count — the least loaded channel wins instead of the lowest index."""
+    tot = L.sum(axis=1, keepdims=True)
+    norm = np.divide(L, tot, out=np.zeros_like(L), where=tot > 0).sum(axis=0)
+    return norm + 1e-9 * cnt / max(cnt.sum(), 1)
+
+
+def _tied(u: np.ndarray) -> np.ndarray:
+    umin = np.min(u)
+    return u <= umin + 1e-12 * max(1.0, abs(float(umin)))
+
+
 def scan(inst: Instance, cfg: Config) -> np.ndarray:
     """Algorithm 2 (scan, §4.2.2): items in decreasing frequency, each placed on the channel of best utility
-    U(ρ(H_p ∪ {d⇒l}), γ); ties go to the lowest channel index. O(R·N)."""
+    U(ρ(H_p ∪ {d⇒l}), γ). O(R·N).
+
+    Ties: ρ (Eq. 19) only sees the max and min channel, so many placements have exactly the same utility (with two
+    or more empty channels, all of them). The listing keeps the first (lowest index), which piles a from-scratch
+    build onto the first channels; we keep the least loaded of the tied channels instead.
+    """
     ctx = _Ctx(inst, cfg)
     n, R = inst.channels, len(inst.freqs)
     out = np.full(R, -1, dtype=np.int64)
     L = np.zeros((ctx.K, n))
+    cnt = np.zeros(n)
     m = ctx.m0
     lanes = np.arange(n)
     for d in np.argsort(-inst.freqs, kind="stable"):
         a = _add_eval(ctx, L, ctx.B[:, d:d + 1])[0]
         g = ctx.gamma(m + ctx.s[d] * (lanes != ctx.old[d]))
-        j = int(np.argmin(utility(ctx.U, a, g)))
+        u = utility(ctx.U, a, g)
+        tied = np.flatnonzero(_tied(u))
+        j = int(tied[np.argmin(_tie_load(L, cnt)[tied])]) if len(tied) > 1 else int(tied[0])
         out[d] = j
         L[:, j] += ctx.B[:, d]
+        cnt[j] += 1
         if ctx.mig and j != ctx.old[d]:
             m += ctx.s[d]
     return out
@@ -148,11 +170,13 @@ def scan(inst: Instance, cfg: Config) -> np.ndarray:
 
 def redist(inst: Instance, cfg: Config) -> np.ndarray:
     """Algorithm 3 (redist, §4.2.3): at each step, among all unplaced items and all channels, place the one with
-    the lowest U(ρ, γ)/f(c) (best utility per volume). O(R²·N)."""
+    the lowest U(ρ, γ)/f(c) (best utility per volume). O(R²·N). Ties: the most frequent tied item, on the least
+    loaded of its tied channels (see :func:`scan`)."""
     ctx = _Ctx(inst, cfg)
     n, R = inst.channels, len(inst.freqs)
     out = np.full(R, -1, dtype=np.int64)
     L = np.zeros((ctx.K, n))
+    cnt = np.zeros(n)
     m = ctx.m0
     lanes = np.arange(n)
     cand = np.argsort(-inst.freqs, kind="stable")  # ties between items go to the more frequent one
@@ -162,11 +186,14 @@ def redist(inst: Instance, cfg: Config) -> np.ndarray:
         a = _add_eval(ctx, L, ctx.B[:, cand])                              # (C, N)
         g = ctx.gamma(m + ctx.s[cand, None] * (lanes[None, :] != ctx.old[cand, None]))
         u = utility(ctx.U, a, g) * inv_f[cand, None]
-        flat = int(np.argmin(u))
-        ci, j = divmod(flat, n)
+        tied = _tied(u)
+        ci = int(np.argmax(tied.any(axis=1)))
+        row = np.flatnonzero(tied[ci])
+        j = int(row[np.argmin(_tie_load(L, cnt)[row])]) if len(row) > 1 else int(row[0])
         d = cand[ci]
         out[d] = j
         L[:, j] += ctx.B[:, d]
+        cnt[j] += 1
         if ctx.mig and j != ctx.old[d]:
             m += ctx.s[d]
         cand = np.delete(cand, ci)

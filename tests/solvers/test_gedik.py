@@ -325,3 +325,20 @@ def test_invalid_specs_raise_invalid_input(patch, field):
 def test_frequencies_within_tolerance_are_accepted():
     d = build_document(spec(frequencies={"a": 0.5, "b": 0.5 + 1e-9}, channels=3))
     assert set(d["explicit"]) == {"a", "b"}
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 16), st.integers(0, 10**6), st.sampled_from(["scan", "redist"]),
+       st.sampled_from(["LCL", "LLL", "LQL"]))
+def test_from_scratch_builds_use_every_channel(n, seed, alg, res):
+    """ρ only sees max and min, so with several empty channels all placements tie; ties must not pile items onto
+    the first channels (every channel gets an item when there are at least 2N items)."""
+    rng = np.random.default_rng(seed)
+    r = 2 * n + int(rng.integers(0, 20))
+    f = np.sort(rng.pareto(1.5, r) + 0.01)[::-1]
+    f = f / f.sum() * 0.5
+    fn = {"L": "linear", "C": "constant", "Q": "quadratic"}
+    cfg = Config(resources=tuple(fn[c] for c in res))
+    inst = Instance(channels=n, freqs=f, old=np.full(r, -1), hc_new=rng.integers(0, n, r), has_previous=False)
+    out = construct(alg, inst, cfg)
+    assert set(out.tolist()) == set(range(n))
