@@ -234,3 +234,39 @@ def test_invalid_parameters_raise_clear_errors():
         solve_grouped(p, unit_of=np.zeros(3, dtype=int))
     with pytest.raises(InvalidInput, match="hint"):
         solve_grouped(p, hint=np.zeros(2, dtype=int))
+
+
+@st.composite
+def small_grouped(draw):
+    p = draw(small_problems())
+    m, n = p.n_key_groups, p.n_nodes
+    unit_of = np.array(draw(st.lists(st.integers(0, m - 1), min_size=m, max_size=m)))
+    allowed = None
+    if draw(st.booleans()):
+        u = int(unit_of[0])
+        allowed = {u: np.array(sorted(set(draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n)))))}
+    return p, unit_of, allowed
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_grouped())
+def test_grouped_valid_and_optimal_when_collocation_fits(case):
+    p, unit_of, allowed = case
+    plan = solve_grouped(p, unit_of=unit_of, allowed=allowed, time_limit=2.0)
+    a = plan.assignment
+    check_plan(p, a)
+    d = metrics.load_distance(p, a)
+    assert plan.lower_bound <= d + 1e-9
+    if plan.details.get("split_units"):
+        return  # collocating every unit does not fit the budget: units were split (reported), nothing to compare
+    units = np.unique(unit_of)
+    for u in units:
+        assert len(set(a[unit_of == u].tolist())) == 1, "a unit was split"
+    if allowed:
+        (u, nodes), = allowed.items()
+        node = a[unit_of == u][0]
+        members_home = p.current[unit_of == u]
+        assert node in nodes or (p.removing[node] and np.all(members_home == node))
+    opt = enumerate_optimum(p, unit_of, {int(np.searchsorted(units, u)): v for u, v in (allowed or {}).items()})
+    if np.isfinite(opt):
+        assert d <= opt + 1e-6 * max(1.0, float(p.load.sum()))
