@@ -110,8 +110,11 @@ def measure_overhead(spark, *, rows: int = 1_000_000, keys: int = 100_000, parti
 
 
 def spark_session(partitions: int = 8):
+    import os
+
     from pyspark.sql import SparkSession
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers run in this interpreter's env
     spark = (SparkSession.builder.master("local[2]").appName("rebalancer-spark")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", str(partitions))

@@ -88,6 +88,7 @@ def spark():
     pyspark = pytest.importorskip("pyspark")
     from pyspark.sql import SparkSession
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv (pandas, pyarrow)
     s = (SparkSession.builder.master("local[2]").appName("rebalancer-tests")
          .config("spark.ui.enabled", "false")
          .config("spark.sql.shuffle.partitions", "4")
