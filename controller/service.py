@@ -121,7 +121,7 @@ class Controller:
         self.settings = settings
         self.url = settings.sqlalchemy_url()
         self.engine = repo.make_engine(self.url, settings.sqlite_synchronous)
-        self.writer: repo.Writer | None = None
+        self.writer: repo.Writer | repo.InlineWriter | None = None
         self.pool: SolverPool | None = None
         self.telemetry = Telemetry()
         self.jobs: dict[str, Job] = {}
@@ -132,11 +132,18 @@ class Controller:
         self.telemetry.gauge("rebalancer_jobs", "registered jobs", lambda: len(self.jobs))
         self.telemetry.gauge("rebalancer_solves_in_flight", "solves running or queued",
                              lambda: self.pool.in_flight if self.pool else 0)
+        self.telemetry.gauge("rebalancer_db_commits", "group commits of the writer (counter)",
+                             lambda: self.writer.commits if self.writer else 0)
+        self.telemetry.gauge("rebalancer_db_writes", "write operations committed (counter)",
+                             lambda: self.writer.ops if self.writer else 0)
+        self.telemetry.gauge("rebalancer_db_writer_cpu_seconds", "CPU time of the writer thread (counter)",
+                             lambda: self.writer.cpu_seconds if self.writer else 0)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, warm: bool = True) -> None:
         await asyncio.to_thread(self._load)
-        self.writer = repo.Writer(self.engine, self.settings.commit_batch)
+        self.writer = repo.make_writer(self.engine, self.url, self.settings.sqlite_synchronous,
+                                       self.settings.commit_batch)
         s = self.settings
         self.pool = SolverPool(s.solver_workers, s.max_concurrent_solves, s.max_time_limit_s)
         if warm:
@@ -180,7 +187,9 @@ class Controller:
     async def close(self) -> None:
         for t in list(self._tasks):
             t.cancel()
-        if self.writer is not None:
+        if isinstance(self.writer, repo.InlineWriter):
+            self.writer.close()
+        elif self.writer is not None:
             await asyncio.to_thread(self.writer.close)
         if self.pool is not None:
             self.pool.shutdown()
