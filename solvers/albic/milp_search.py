@@ -28,7 +28,7 @@ def drain_floor(units: Units, place: np.ndarray) -> float:
     prefers less load on B (0 when nothing is on B: the paper's model unchanged).
     """
     p = units.problem
-    if not p.removing.any():
+    if not units.drain or not p.removing.any():
         return 0.0
     on_b = p.removing[place]
     if not on_b.any():
