@@ -129,7 +129,8 @@ class KeyedState:
                 raise ValueError(f"aggregation {out!r}: {fn} needs an input column")
         self.aggregations = dict(aggregations)
         self.routing = routing
-        self.df = None                    # the cached state DataFrame, None before the first batch
+        self.session = spark              # the session of the latest batch (a stream runs in a cloned session)
+        self.df = None                    # the state DataFrame (local checkpoint), None before the first batch
         self.updates = 0
         self.fallback_merges = 0          # merges that needed an explicit repartition (should stay 0)
 
@@ -161,6 +162,8 @@ class KeyedState:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
+        # foreachBatch hands over DataFrames of the stream's own (cloned) session: plan in that session
+        self.session = batch_df.sparkSession
         routed = (batch_df.withColumn(B_COL, row_bytes_column(batch_df))
                   .withColumn(KG_COL, key_group_column(self.keys, self.routing.key_groups)))
         routed = routed.withColumn(ROUTE_COL, self.routing.route_column(KG_COL))
@@ -172,7 +175,7 @@ class KeyedState:
             else:
                 aggs.append(getattr(F, fn)(col).alias(out))
         aggs += [F.count(F.lit(1)).alias(N_COL), F.sum(B_COL).alias(B_COL)]
-        with _no_adaptive(self.spark):  # a cached adaptive plan would hide the hash partitioning on the route
+        with _no_adaptive(self.session):  # a cached adaptive plan would hide the hash partitioning on the route
             part = placed.groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*aggs)
             part = part.persist(StorageLevel.MEMORY_AND_DISK)
         return BatchPartials(part, self.n_partitions)
@@ -181,7 +184,7 @@ class KeyedState:
         """Merge a batch's partials into the state (the state is not shuffled; see the module docstring)."""
         from pyspark.sql import functions as F
 
-        with _no_adaptive(self.spark):
+        with _no_adaptive(self.session):
             new_rows = partials.df.select(*self._state_columns())
             if self.df is None:
                 merged = new_rows
@@ -244,7 +247,7 @@ class KeyedState:
         before = self._kg_partitions()
         moved_list = [int(k) for k in moved]
         cols = self._state_columns()
-        with _no_adaptive(self.spark):
+        with _no_adaptive(self.session):
             kept = self.df.filter(~F.col(KG_COL).isin(moved_list))
             movers = (self.df.filter(F.col(KG_COL).isin(moved_list))
                       .withColumn(ROUTE_COL, new_routing.route_column(KG_COL)).select(*cols)

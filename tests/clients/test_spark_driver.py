@@ -98,5 +98,6 @@ def test_controller_stopped_mid_run_every_batch_completes(spark, make_controller
     statuses = [r.controller for r in driver.reports]
     assert statuses[0] == "ok" and set(statuses[2:]) <= {"down", "skipped"} and "down" in statuses[2:]
     assert sum(r.records for r in driver.reports) == sum(len(f) for f in frames)
+    assert driver.state.fallback_merges == 0  # the state was merged without a shuffle in the stream's session
     _check_state(driver, frames)
     driver.close()
