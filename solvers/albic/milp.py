@@ -440,7 +440,8 @@ def _units_on(state: State, nodes: np.ndarray, rng: np.random.Generator) -> np.n
 @register(
     "albic-milp",
     "ALBIC load-balancing MILP (§4.3.1): minimise the load distance within the migration budget, drain removing "
-    "nodes gradually; warm start + analytic bound + CP-SAT/CBC (full model or large-neighbourhood search).",
+    "nodes gradually; greedy/Flux warm start, randomised restarts and ruin-and-recreate, a proven analytic bound, "
+    "CP-SAT/CBC for the exact model of small instances and neighbourhood search with long time limits.",
     params=[
         Param("backend", str, "cpsat", "MILP backend", choices=BACKENDS),
         Param("workers", int, 1, "CP-SAT worker threads", minimum=1, maximum=64),
