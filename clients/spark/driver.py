@@ -82,6 +82,13 @@ class RebalancingDriver:
         load_distance_threshold: do not rebalance while the windowed load distance is at or below it.
         min_gain: execute a proposal only when it lowers the load distance by at least this share of the mean
             partition load (default 2%): hysteresis against chasing sampling noise with migrations.
+        load: what a key group's load is: ``"records"`` (default) or ``"bytes"`` of its records in the batch.
+        communication: optional ``f(batch_df) -> [{"src", "dst", "rate"}]`` posted with the statistics, e.g.
+            ``lambda df: communication_stats(df, "user", "region", src_operator="split", dst_operator="agg", ...)``
+            (:func:`clients.spark.stats.communication_stats`); the other operator must be in ``extra_operators``.
+        extra_operators: more operators of the job (``[{"id": "split", "key_groups": 120}]``), registered with
+            the controller so that communication edges can name their key groups (this driver routes
+            ``operator`` only).
         measure_hash: also measure Spark's plain hash partitioning of each batch (``repartition(n, key)``) for
             comparison (costs one more shuffle per batch; the demo uses it).
         state_stats: send state bytes per key group (one aggregation over the state per batch).
@@ -109,6 +116,9 @@ class RebalancingDriver:
         cooldown_batches: int = 1,
         load_distance_threshold: float | None = None,
         min_gain: float = 0.02,
+        load: str = "records",
+        communication: Callable[[Any], list[dict]] | None = None,
+        extra_operators: Sequence[Mapping[str, Any]] = (),
         measure_hash: bool = False,
         state_stats: bool = True,
         max_skip_batches: int = 16,
@@ -130,6 +140,11 @@ class RebalancingDriver:
         self.cooldown_batches = int(cooldown_batches)
         self.load_distance_threshold = load_distance_threshold
         self.min_gain = float(min_gain)
+        if load not in ("records", "bytes"):
+            raise ValueError("load must be 'records' or 'bytes'")
+        self.load = load
+        self.communication = communication
+        self.extra_operators = [dict(o) for o in extra_operators]
         self.measure_hash = measure_hash
         self.state_stats = state_stats
         self.max_skip_batches = int(max_skip_batches)
@@ -174,7 +189,7 @@ class RebalancingDriver:
     def _job_spec(self) -> dict[str, Any]:
         spec: dict[str, Any] = {
             "nodes": self.node_ids,
-            "operators": [{"id": self.operator, "key_groups": self.G}],
+            "operators": [{"id": self.operator, "key_groups": self.G}, *self.extra_operators],
             "budget": self.budget,
             "window_batches": self.window_batches,
             "time_limit_s": self.time_limit_s,
@@ -257,6 +272,12 @@ class RebalancingDriver:
         partials = self.state.update(df)
         part, kg_n, kg_b = partials.summary(self.G)
         state_b = self.state.state_bytes_per_key_group() if self.state_stats else np.zeros(self.G, dtype=np.int64)
+        edges = None
+        if self.communication is not None:
+            try:
+                edges = self.communication(df)
+            except Exception as exc:  # noqa: BLE001 - statistics are best effort, the batch goes on
+                log.warning("communication statistics failed: %s", exc)
         hash_part = None
         if self.measure_hash:
             hash_part = partition_record_counts(df.repartition(self.n, *self.keys), self.n)
@@ -272,7 +293,7 @@ class RebalancingDriver:
             moved_rows=mig.moved_rows if mig else 0, moved_bytes=mig.moved_bytes if mig else 0,
             state_bytes=int(state_b.sum()),
         )
-        report.controller = self._talk(batch_id, kg_n, kg_b, state_b, report)
+        report.controller = self._talk(batch_id, kg_n, kg_b, state_b, report, edges)
         self.batches_since_change += 1
         report.seconds = time.perf_counter() - t0
         self.reports.append(report)
@@ -281,16 +302,18 @@ class RebalancingDriver:
         return report
 
     def _talk(self, batch_id: int, kg_n: np.ndarray, kg_b: np.ndarray, state_b: np.ndarray,
-              report: BatchReport) -> str:
+              report: BatchReport, edges: list[dict] | None = None) -> str:
         """All controller traffic of one batch; never raises."""
         if self.client is None:
             return "disabled"
         if not self.registered or not self._controller_available():
             return "skipped"
-        stats = [{"id": self.kg_ids[k], "load": float(kg_n[k]), "state_bytes": float(state_b[k])}
+        load = kg_n if self.load == "records" else kg_b
+        stats = [{"id": self.kg_ids[k], "load": float(load[k]), "state_bytes": float(state_b[k])}
                  for k in range(self.G)]
         try:
-            ack = self.client.post_stats(self.job_id, batch_id=batch_id, epoch=self.epoch, key_groups=stats)
+            ack = self.client.post_stats(self.job_id, batch_id=batch_id, epoch=self.epoch, key_groups=stats,
+                                         communication=edges)
         except ConflictError as exc:  # our epoch is ahead of the job (a new controller database?)
             log.warning("statistics refused (%s); fetching the job", exc.detail)
             return self._guarded("resync", self._resync, conflict=True)

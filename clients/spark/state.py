@@ -2,9 +2,11 @@
 
 Spark's built-in stateful operators fix the partition of a key (a hash you cannot choose, and
 ``spark.sql.shuffle.partitions`` cannot change after the first run — DESIGN.md, "Spark facts"). So the
-integration keeps keyed state itself: a cached DataFrame with one row per key, ``(_rb_route, _rb_kg, key...,
+integration keeps keyed state itself: a DataFrame with one row per key, ``(_rb_route, _rb_kg, key...,
 aggregates...)``, hash-partitioned by ``_rb_route`` into ``n`` partitions, so row ``r`` sits on partition
-``routing.partition_of[r._rb_kg]`` exactly (see :mod:`clients.spark.routing`).
+``routing.partition_of[r._rb_kg]`` exactly (see :mod:`clients.spark.routing`). After every batch the state is
+materialised as a *local checkpoint* (lineage cut; the blocks stay on the executors) whose recorded output
+partitioning is that hash partitioning — planned without adaptive execution, whose root node would hide it.
 
 Per micro-batch (:meth:`KeyedState.update`):
 
@@ -13,8 +15,9 @@ Per micro-batch (:meth:`KeyedState.update`):
 2. it is pre-aggregated per key inside its partitions (``groupBy(route, kg, key)`` is satisfied by the
    hash partitioning on ``route``, so no further shuffle), with the batch's record and byte counts per key;
 3. the partials are merged with the state: ``union`` of two children with the same hash partitioning keeps it
-   (``spark.sql.unionOutputPartitioning``), so the state is *not* shuffled; the merge is checked on the physical
-   plan and falls back to an explicit ``repartition(n, route)`` when a Spark version would shuffle otherwise.
+   (``spark.sql.unionOutputPartitioning``, Spark ≥ 4), so the state is *not* shuffled; the merge is checked on
+   the physical plan and falls back to an explicit ``repartition(n, route)`` (counted in ``fallback_merges``)
+   when a Spark version would shuffle otherwise — placement stays exact either way.
 
 When a plan arrives (:meth:`KeyedState.apply_routing`, at a batch boundary) only the rows of moved key groups are
 re-routed and shuffled; the other rows keep their partition (and their cached blocks). The method measures,
