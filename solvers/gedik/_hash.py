@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from solvers.hashing import _mixed_seed  # the seed mixing of the shared definition
+from solvers.hashing import mixed_seed  # the seed mixing of the shared definition
 
 __all__ = ["split_lines", "hash_spans", "hash_lines", "hash_strings", "concat_keys"]
 
@@ -62,7 +62,7 @@ def hash_spans(data: bytes | np.ndarray, starts: np.ndarray, lengths: np.ndarray
     padded[: len(raw)] = raw
     words_at = np.lib.stride_tricks.as_strided(
         padded.view(np.uint64)[:1], shape=(len(raw) + 8,), strides=(1,), writeable=False)
-    s64 = np.uint64(_mixed_seed(seed))
+    s64 = np.uint64(mixed_seed(seed))
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
     nwords = (lengths + 7) >> 3
