@@ -580,16 +580,19 @@ class Controller:
             raise Conflict(f"batch {batch_id} names epoch {epoch} but job {job_id!r} is at epoch {job.epoch}")
         index = job.kg_index
         n = len(ids)
-        idx = np.fromiter(map(index.get, ids, repeat(-1, n)), dtype=np.int64, count=n)
-        if n and idx.min() < 0:
-            i = int(np.flatnonzero(idx < 0)[0])
-            raise InvalidInput(f"key_groups[{i}].id", f"unknown key group {ids[i]!r} of job {job_id!r}")
-        if n > 1 and len(set(ids)) != n:
-            seen: set[int] = set()
-            for i, k in enumerate(idx.tolist()):
-                if k in seen:
-                    raise InvalidInput(f"key_groups[{i}].id", f"duplicate key group {ids[i]!r}")
-                seen.add(k)
+        if ids == job.kg_ids:  # every key group in registration order (what a driver usually posts): no lookups
+            idx = np.arange(n, dtype=np.int64)
+        else:
+            idx = np.fromiter(map(index.get, ids, repeat(-1, n)), dtype=np.int64, count=n)
+            if n and idx.min() < 0:
+                i = int(np.flatnonzero(idx < 0)[0])
+                raise InvalidInput(f"key_groups[{i}].id", f"unknown key group {ids[i]!r} of job {job_id!r}")
+            if n > 1 and len(set(ids)) != n:
+                seen: set[int] = set()
+                for i, k in enumerate(idx.tolist()):
+                    if k in seen:
+                        raise InvalidInput(f"key_groups[{i}].id", f"duplicate key group {ids[i]!r}")
+                    seen.add(k)
         load, state = stats.load, stats.state
         src = dst = rate = None
         if stats.src:
