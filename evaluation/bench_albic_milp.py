@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.generators import MiB, albic_synthetic, skewed
+from evaluation.generators import albic_synthetic, skewed
 from solvers import metrics, registry
 from solvers.model import Problem
 
