@@ -301,7 +301,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
             # budget-aware repair towards a slightly better distance than the best so far
             origin = "ruin+target"
             tau = best_state.key()[2] * rng.uniform(0.8, 0.98)
-            improve(s, restart_deadline, rng=rng, topk=2, target=tau, swap_nodes=16)
+            improve(s, restart_deadline, rng=rng, topk=2, target=tau, swap_nodes=64)
         else:
             improve(s, restart_deadline, rng=rng, topk=3)
         improve(s, restart_deadline)

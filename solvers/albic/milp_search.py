@@ -16,6 +16,7 @@ import numpy as np
 from solvers.albic.milp_units import Units
 
 EPS = 1e-12
+SWAP_PAIRS_MAX = 200_000   # unit pairs scored per swap step
 
 
 def drain_floor(units: Units, place: np.ndarray) -> float:
@@ -163,7 +164,7 @@ def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: 
     return np.unravel_index(int(flat[int(np.argmin(score))]), newd.shape), False
 
 
-def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int = 8,
+def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int = 64,
             rng: np.random.Generator | None = None, topk: int = 1, near: int = 48,
             target: float | None = None) -> int:
     """Best-improvement local search on (load distance, Σ cap·dev²); returns the number of steps taken.
@@ -351,6 +352,11 @@ def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_
     order = np.argsort(u[others])
     partners = others[order[:k]] if hot else others[order[::-1][:k]]
     R = np.flatnonzero(s.place == h)
+    if R.size and partners.size > 1:
+        # keep the R × Q matrix small on big instances: fewer partner nodes when they hold many units
+        counts = np.bincount(s.place, minlength=s.n)[partners]
+        keep = np.searchsorted(np.cumsum(counts), SWAP_PAIRS_MAX // max(1, R.size), side="right")
+        partners = partners[: max(1, int(keep))]
     Q = np.flatnonzero(np.isin(s.place, partners))
     if R.size == 0 or Q.size == 0:
         return None, False
