@@ -6,7 +6,7 @@ Measured (median of ``repeats`` interleaved runs, each a full execution to a ``n
 
 * ``hash``:   ``df.repartition(n, key).groupBy(key).agg(count, sum)`` — what Spark does by itself;
 * ``routed``: key → key group (``xxhash64``) → route value (literal routing table) → ``repartition(n, route)``
-  → ``groupBy(route, kg, key).agg(count, sum)`` — the integration's path (no extra shuffle);
+  → ``groupBy(route, key).agg(count, sum)`` — the integration's path (no extra shuffle);
 * ``routed_broadcast``: the same with a broadcast-joined routing frame instead of the literal array;
 * ``rdd_partitionBy`` (smaller input, Python per record): ``rdd.map(row → (pid, row)).partitionBy(n, identity)``;
 * exactness of ``repartitionByRange(n, pid)`` under a skewed routing table (share of rows not on partition pid).
@@ -38,7 +38,7 @@ def measure_overhead(spark, *, rows: int = 1_000_000, keys: int = 100_000, parti
     """Run the comparison on ``spark``; returns the result document (times in seconds)."""
     from pyspark.sql import functions as F
 
-    from clients.spark.routing import KG_COL, PID_COL, ROUTE_COL, RoutingTable
+    from clients.spark.routing import PID_COL, ROUTE_COL, RoutingTable
 
     say = log or (lambda *a: None)
     rng = np.random.default_rng(0)
@@ -55,7 +55,7 @@ def measure_overhead(spark, *, rows: int = 1_000_000, keys: int = 100_000, parti
 
     def routed_q(method="expr"):
         placed = table.route_and_place(src, "key", method=method)
-        return placed.groupBy(ROUTE_COL, KG_COL, "key").agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("s"))
+        return placed.groupBy(ROUTE_COL, "key").agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("s"))
 
     variants = {"hash": hash_q, "routed": routed_q, "routed_broadcast": lambda: routed_q("broadcast")}
     for name, q in variants.items():  # warm-up (code generation, JIT)

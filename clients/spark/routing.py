@@ -9,13 +9,15 @@ Three steps, none of which runs Python per record:
    ``element_at(array(<G literals>), kg + 1)``: the whole table travels inside the query plan (a broadcast of a
    few hundred bytes) — or, with ``method="broadcast"``, a broadcast hash join with a (kg, pid, route) frame.
 3. **exact placement**: ``DataFrame.repartition(n, col)`` places a row on ``pmod(murmur3_32(col, seed 42), n)``
-   (Spark's ``HashPartitioning``). So instead of repartitioning by the partition id itself we repartition by a
-   *hash pre-image* of it: for every partition p the integer ``route[p]`` is the smallest non-negative int with
-   ``pmod(hash(route[p]), n) == p`` (computed here with a Python port of Spark's ``Murmur3_x86_32.hashInt``,
-   verified against Spark in the tests with ``spark_partition_id()``). The routing expression yields
-   ``route[partition_of[kg]]``, and ``repartition(n, route)`` lands every record on exactly the partition its
-   routing entry names, at the cost of a plain hash repartitioning (one shuffle, no sampling, no Python).
-   An explicit ``repartition(n, ...)`` is never coalesced by adaptive query execution.
+   (Spark's ``HashPartitioning``). So the integration repartitions by a *route value* chosen so that its hash
+   lands where the routing entry says: for key group ``k`` on partition ``p`` the route value is the smallest
+   ``v = k + G·j`` (j = 0, 1, …) with ``pmod(hash(v), n) == p`` (a Python port of Spark's
+   ``Murmur3_x86_32.hashInt``, checked against Spark in the tests). The key group stays recoverable as
+   ``pmod(v, G)``, so a routed row carries one extra int column, not two, and ``repartition(n, route)`` lands every
+   record on exactly the partition its routing entry names, at the cost of a plain hash repartitioning (one
+   shuffle, no sampling, no Python). An explicit ``repartition(n, ...)`` is never coalesced by adaptive query
+   execution. A downstream ``groupBy(route, key)`` needs no further shuffle (``HashPartitioning(route)``
+   satisfies its clustering), which is how :mod:`clients.spark.state` aggregates.
 
 Why not the alternatives (measured in :mod:`clients.spark.bench`): ``repartitionByRange(n, pid)`` samples the
 column to choose bounds, so a skewed or missing pid shifts the bounds and pid i does not land on partition i;
@@ -63,6 +65,7 @@ def spark_hash_int(value: int, seed: int = 42) -> int:
 
 
 _PREIMAGES: dict[int, list[int]] = {}
+_ROUTES: dict[tuple[int, int], np.ndarray] = {}
 
 
 def hash_preimages(n: int) -> list[int]:
@@ -83,6 +86,39 @@ def hash_preimages(n: int) -> list[int]:
         v += 1
     _PREIMAGES[n] = out  # type: ignore[assignment]
     return out  # type: ignore[return-value]
+
+
+def route_value_table(key_groups: int, n: int) -> np.ndarray:
+    """(G, n) int table: ``out[k, p]`` = the smallest ``v = k + G·j`` with ``pmod(spark_hash_int(v), n) == p``.
+
+    Expected cost O(G · n · log n) hash evaluations, computed once per (G, n) and cached.
+    """
+    if key_groups < 1 or n < 1:
+        raise ValueError("key_groups and n must be >= 1")
+    cached = _ROUTES.get((key_groups, n))
+    if cached is not None:
+        return cached
+    out = np.full((key_groups, n), -1, dtype=np.int64)
+    for k in range(key_groups):
+        missing, j = n, 0
+        while missing:
+            v = k + key_groups * j
+            p = spark_hash_int(v) % n
+            if out[k, p] < 0:
+                out[k, p] = v
+                missing -= 1
+            j += 1
+            if v > 2**31 - 1 - key_groups:
+                raise ValueError("no int route value found")  # cannot happen for sane G, n
+    _ROUTES[(key_groups, n)] = out
+    return out
+
+
+def key_group_of_route(route_col, key_groups: int):
+    """Column: the key group encoded in a route value (``pmod(route, G)``)."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(_col(route_col), F.lit(key_groups)).cast("int")
 
 
 def key_group_column(key, key_groups: int = DEFAULT_KEY_GROUPS):
@@ -185,9 +221,9 @@ class RoutingTable:
 
     # ------------------------------------------------------------------ JVM expressions
     def route_values(self) -> list[int]:
-        """Per key group, the hash pre-image of its partition (what ``repartition(n, route)`` hashes)."""
-        pre = hash_preimages(self.n_partitions)
-        return [pre[int(p)] for p in self.partition_of]
+        """Per key group k, its route value: ``k + G·j`` hashing to its partition (what ``repartition`` hashes)."""
+        table = route_value_table(self.key_groups, self.n_partitions)
+        return [int(table[k, int(p)]) for k, p in enumerate(self.partition_of)]
 
     def partition_column(self, kg_col=KG_COL):
         """Column: the partition id of a row's key group (``element_at`` on a literal array; no Python)."""
@@ -197,7 +233,7 @@ class RoutingTable:
         return F.element_at(arr, _col(kg_col) + 1)
 
     def route_column(self, kg_col=KG_COL):
-        """Column: the hash pre-image of a row's partition (repartition by it to land exactly)."""
+        """Column: the route value of a row's key group (repartition by it to land exactly)."""
         from pyspark.sql import functions as F
 
         arr = F.array(*[F.lit(v) for v in self.route_values()])
@@ -208,32 +244,39 @@ class RoutingTable:
         rows = [(k, int(p), int(v)) for k, (p, v) in enumerate(zip(self.partition_of, self.route_values()))]
         return spark.createDataFrame(rows, f"{KG_COL} int, {PID_COL} int, {ROUTE_COL} int")
 
-    def route(self, df, key, *, method: str = "expr", with_pid: bool = True):
-        """Add ``_rb_kg`` (and ``_rb_pid``) and ``_rb_route`` to ``df``.
+    def route(self, df, key, *, method: str = "expr", with_pid: bool = True, with_kg: bool = True):
+        """Add ``_rb_route`` (and ``_rb_kg``, ``_rb_pid`` when asked) to ``df``.
 
         ``method="expr"`` uses literal-array lookups; ``"broadcast"`` joins the broadcast routing frame.
         """
         from pyspark.sql import functions as F
 
-        out = df.withColumn(KG_COL, key_group_column(key, self.key_groups))
         if method == "expr":
+            kg = key_group_column(key, self.key_groups)
+            out = df
+            if with_kg or with_pid:
+                out = out.withColumn(KG_COL, kg)
+                kg = F.col(KG_COL)
             if with_pid:
-                out = out.withColumn(PID_COL, self.partition_column(KG_COL))
-            return out.withColumn(ROUTE_COL, self.route_column(KG_COL))
+                out = out.withColumn(PID_COL, self.partition_column(kg))
+            out = out.withColumn(ROUTE_COL, self.route_column(kg))
+            return out if with_kg or not with_pid else out.drop(KG_COL)
         if method == "broadcast":
             table = self.frame(df.sparkSession)
             if not with_pid:
                 table = table.drop(PID_COL)
-            return out.join(F.broadcast(table), on=KG_COL, how="left")
+            out = df.withColumn(KG_COL, key_group_column(key, self.key_groups))
+            out = out.join(F.broadcast(table), on=KG_COL, how="left")
+            return out if with_kg else out.drop(KG_COL)
         raise ValueError(f"unknown routing method {method!r}; expected 'expr' or 'broadcast'")
 
     def place(self, routed_df):
         """Repartition a routed DataFrame so that every row sits on partition ``partition_of[kg]`` exactly."""
         return routed_df.repartition(self.n_partitions, ROUTE_COL)
 
-    def route_and_place(self, df, key, *, method: str = "expr", with_pid: bool = False):
-        """:meth:`route` then :meth:`place`."""
-        return self.place(self.route(df, key, method=method, with_pid=with_pid))
+    def route_and_place(self, df, key, *, method: str = "expr", with_pid: bool = False, with_kg: bool = False):
+        """:meth:`route` then :meth:`place` (by default only ``_rb_route`` travels through the shuffle)."""
+        return self.place(self.route(df, key, method=method, with_pid=with_pid, with_kg=with_kg))
 
 
 def _col(c):

@@ -12,8 +12,9 @@ Per micro-batch (:meth:`KeyedState.update`):
 
 1. the batch is routed (key → key group → route value, JVM expressions) and placed (``repartition(n, route)``:
    the only shuffle of the batch);
-2. it is pre-aggregated per key inside its partitions (``groupBy(route, kg, key)`` is satisfied by the
-   hash partitioning on ``route``, so no further shuffle), with the batch's record and byte counts per key;
+2. it is pre-aggregated per key inside its partitions (``groupBy(route, key)`` is satisfied by the hash
+   partitioning on ``route``, so no further shuffle; the key group is ``pmod(route, G)``), with the batch's record
+   and byte counts per key;
 3. the partials are merged with the state: ``union`` of two children with the same hash partitioning keeps it
    (``spark.sql.unionOutputPartitioning``, Spark ≥ 4), so the state is *not* shuffled; the merge is checked on
    the physical plan and falls back to an explicit ``repartition(n, route)`` (counted in ``fallback_merges``)
@@ -37,7 +38,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from clients.spark.routing import KG_COL, ROUTE_COL, RoutingTable, key_group_column
+from clients.spark.routing import KG_COL, ROUTE_COL, RoutingTable, key_group_column, key_group_of_route
 from clients.spark.stats import row_bytes_column
 
 log = logging.getLogger("rebalancer.spark")
@@ -167,10 +168,10 @@ class KeyedState:
 
         # foreachBatch hands over DataFrames of the stream's own (cloned) session: plan in that session
         self.session = batch_df.sparkSession
+        G = self.routing.key_groups
         routed = (batch_df.withColumn(B_COL, row_bytes_column(batch_df))
-                  .withColumn(KG_COL, key_group_column(self.keys, self.routing.key_groups)))
-        routed = routed.withColumn(ROUTE_COL, self.routing.route_column(KG_COL))
-        placed = self.routing.place(routed)
+                  .withColumn(ROUTE_COL, self.routing.route_column(key_group_column(self.keys, G))))
+        placed = self.routing.place(routed)  # only the route value travels; the key group is pmod(route, G)
         aggs = []
         for out, (fn, col) in self.aggregations.items():
             if fn == "count":
@@ -179,7 +180,8 @@ class KeyedState:
                 aggs.append(getattr(F, fn)(col).alias(out))
         aggs += [F.count(F.lit(1)).alias(N_COL), F.sum(B_COL).alias(B_COL)]
         with _no_adaptive(self.session):  # a cached adaptive plan would hide the hash partitioning on the route
-            part = placed.groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*aggs)
+            part = (placed.groupBy(ROUTE_COL, *self.keys).agg(*aggs)
+                    .withColumn(KG_COL, key_group_of_route(ROUTE_COL, G)))
             part = part.persist(StorageLevel.MEMORY_AND_DISK)
         return BatchPartials(part, self.n_partitions)
 

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 
-from clients.spark.routing import (KG_COL, RoutingTable, hash_preimages, key_group_column,  # noqa: E402
+from clients.spark.routing import (KG_COL, ROUTE_COL, RoutingTable, hash_preimages, key_group_column,  # noqa: E402
                                    spark_hash_int)
 from clients.spark.state import KeyedState  # noqa: E402
 from clients.spark.stats import communication_stats, key_group_stats, partition_record_counts  # noqa: E402
@@ -42,11 +42,12 @@ def test_routing_table_places_each_key_group_on_its_partition(spark, method):
     table = RoutingTable("agg", rng.integers(0, n, G), n)
     table.partition_of[:4] = 4  # a skewed table: partition 4 holds more key groups
     df, _ = _zipf_frame(spark, rng, 3000)
-    placed = table.route_and_place(df, "key", method=method)
+    placed = table.route_and_place(df, "key", method=method, with_kg=True)
     assert placed.rdd.getNumPartitions() == n
-    rows = placed.select(KG_COL, F.spark_partition_id().alias("p")).distinct().collect()
+    rows = placed.select(KG_COL, ROUTE_COL, F.spark_partition_id().alias("p")).distinct().collect()
     seen = {}
     for r in rows:
+        assert r[ROUTE_COL] % G == r[KG_COL]  # the route value encodes the key group
         seen.setdefault(r[KG_COL], set()).add(r["p"])
     assert len(seen) >= 20  # most key groups occur
     for kg, parts in seen.items():
