@@ -248,10 +248,10 @@ def main(argv: list[str] | None = None) -> int:
               f"({s['total_moved_bytes']} state bytes), every round within budget: {within}; "
               f"state equals input: {state_ok}")
         if overhead is not None:
-            print(f"routing overhead vs plain hash repartitioning (uniform, {overhead['rows']} records, median of "
-                  f"{overhead['repeats']}): {100 * overhead['routing_overhead']:+.1f}% (hash "
-                  f"{overhead['seconds']['hash']:.2f}s, routed {overhead['seconds']['routed']:.2f}s; fastest runs: "
-                  f"{100 * overhead['routing_overhead_min']:+.1f}%)")
+            print(f"routing overhead vs plain hash repartitioning (uniform stream, {overhead['rows']} records, "
+                  f"median of {overhead['repeats']} paired runs): {100 * overhead['routing_overhead']:+.1f}% "
+                  f"(median times: hash {overhead['seconds']['hash']:.2f}s, routed "
+                  f"{overhead['seconds']['routed']:.2f}s; fastest runs: {100 * overhead['routing_overhead_min']:+.1f}%)")
         print(f"wrote {out} and {png}")
         driver.close()
         spark.stop()
