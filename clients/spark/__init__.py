@@ -1,0 +1,15 @@
+"""PySpark integration of Rebalancer (issue 8).
+
+Modules (import them directly; nothing here imports pyspark, so the package stays importable without it):
+
+* :mod:`clients.spark.routing` — key → key group (``xxhash64`` pmod G, in the JVM), the routing table as column
+  expressions, exact placement (``repartition`` by a route value that hashes to the routed partition);
+* :mod:`clients.spark.stats` — per-batch statistics with Spark aggregations (records/bytes per key group, records
+  per partition, communication between keyed stages);
+* :mod:`clients.spark.state` — keyed state partitioned by the routing table, migrations of moved key groups only;
+* :mod:`clients.spark.driver` — :class:`~clients.spark.driver.RebalancingDriver`, the ``foreachBatch`` function
+  that talks to the controller and applies plans at batch boundaries;
+* :mod:`clients.spark.gedik` — adapter for Gedik's partitioning functions;
+* :mod:`clients.spark.bench`, :mod:`clients.spark.demo`, :mod:`clients.spark.example` — measurements, ``make demo``
+  and the README example.
+"""
