@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-migrations", type=int, default=12, help="budget: key groups moved per round")
     ap.add_argument("--max-migration-bytes", type=float, default=None, help="budget: state bytes per round")
     ap.add_argument("--window", type=int, default=2, help="statistics window in batches")
+    ap.add_argument("--auto", action="store_true",
+                    help="let the controller decide rounds itself (auto mode: the plan comes with the stats answer)")
     ap.add_argument("--time-limit", type=float, default=1.0, help="solver time limit per round (s)")
     ap.add_argument("--overhead-rows", type=int, default=1_000_000)
     ap.add_argument("--skip-overhead", action="store_true")
@@ -173,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
             spark, key="key", aggregations={"count": ("count", None), "total": ("sum", "v")}, client=client,
             job_id="spark-demo", operator="agg", key_groups=args.key_groups, partitions=args.partitions,
             algorithm=args.algorithm, budget=budget, window_batches=args.window, time_limit_s=args.time_limit,
-            cooldown_batches=1, measure_hash=True, on_batch=on_batch)
+            cooldown_batches=1, auto=args.auto, measure_hash=True, on_batch=on_batch)
         driver.start()
         stream = (spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1)
                   .parquet(str(src)))
@@ -214,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         doc = {
             "config": {"batches": args.batches, "rows_per_batch": args.rows, "keys": args.keys, "zipf": args.zipf,
                        "partitions": args.partitions, "key_groups": args.key_groups, "algorithm": args.algorithm,
-                       "window_batches": args.window, "time_limit_s": args.time_limit, "quick": args.quick},
+                       "window_batches": args.window, "time_limit_s": args.time_limit, "quick": args.quick,
+                       "auto": args.auto},
             "budget": budget,
             "batches": rows,
             "summary": {
