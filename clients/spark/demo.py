@@ -106,6 +106,9 @@ def plot(doc: dict, path: Path) -> None:
     ax2.bar(b, [r["migrations"] for r in doc["batches"]], color="tab:orange")
     ax2.set_ylabel("migrations")
     ax2.set_xlabel("micro-batch")
+    from matplotlib.ticker import MaxNLocator
+
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax2.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
