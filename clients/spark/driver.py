@@ -221,9 +221,15 @@ class RebalancingDriver:
         self._adopt(job.epoch, job.assignment)
         return True
 
+    def _own(self, assignment: Mapping[str, str]) -> dict[str, str]:
+        """The part of a job assignment that belongs to this driver's operator."""
+        prefix = self.operator + "/"
+        return {k: v for k, v in assignment.items() if k.startswith(prefix)}
+
     def _adopt(self, epoch: int, assignment: Mapping[str, str]) -> None:
         """Take the controller's (epoch, assignment): at once before any state exists, else at the next boundary."""
-        if epoch == self.epoch and self.routing.assignment() == dict(assignment):
+        assignment = self._own(assignment)
+        if epoch == self.epoch and self.routing.assignment() == assignment:
             return
         if self.state.df is None and not self.reports:
             self._switch(epoch, assignment)
@@ -246,8 +252,9 @@ class RebalancingDriver:
         except NotFoundError:
             self.registered = False  # deleted (or a fresh controller database): register again
             return
-        if job.epoch != self.epoch or job.assignment != self.routing.assignment():
-            self.pending = (job.epoch, job.assignment)
+        own = self._own(job.assignment)
+        if job.epoch != self.epoch or own != self.routing.assignment():
+            self.pending = (job.epoch, own)
 
     # ------------------------------------------------------------------ per batch
     def foreach_batch(self, df, batch_id: int) -> None:
@@ -325,7 +332,7 @@ class RebalancingDriver:
             return "down"
         self._ok()
         if ack.apply is not None:
-            self.pending = (ack.apply.epoch, ack.apply.assignment)
+            self.pending = (ack.apply.epoch, self._own(ack.apply.assignment))
             report.plan_received = True
             return "ok"
         if ack.epoch != self.epoch:  # someone else executed a plan: adopt the job's assignment
@@ -390,7 +397,7 @@ class RebalancingDriver:
         """
         ex = self.client.execute_proposal(self.job_id, prop.id)
         assignment = ex.assignment if ex.assignment is not None else prop.plan.assignment
-        self.pending = (ex.epoch, assignment)
+        self.pending = (ex.epoch, self._own(assignment))
         return True
 
     # ------------------------------------------------------------------ results

@@ -12,6 +12,7 @@ pytest.importorskip("pyspark")
 
 from clients.python import ConflictError, RebalancerClient  # noqa: E402
 from clients.spark.driver import RebalancingDriver  # noqa: E402
+from clients.spark.stats import communication_stats  # noqa: E402
 
 
 def _batch(rng, rows=800, keys=200, z=1.2):
@@ -31,10 +32,16 @@ def _check_state(driver, frames):
 def test_stale_epoch_is_refused_and_the_driver_recovers(spark, controller):
     jid = "drv-" + uuid.uuid4().hex[:8]
     rc = RebalancerClient(controller.url, timeout=10, retries=1)
+    # communication from an upstream stage keyed by v is posted with the statistics (the controller must accept it)
     driver = RebalancingDriver(spark, key="key", aggregations={"count": ("count", None), "total": ("sum", "v")},
                                client=rc, job_id=jid, key_groups=12, partitions=3, algorithm="flux",
-                               budget={"max_migrations": 3}, window_batches=2, cooldown_batches=1)
+                               budget={"max_migrations": 3}, window_batches=2, cooldown_batches=1,
+                               extra_operators=[{"id": "src", "key_groups": 4}],
+                               communication=lambda df: communication_stats(
+                                   df, "v", "key", src_operator="src", dst_operator="agg", src_key_groups=4,
+                                   dst_key_groups=12))
     assert driver.start() and driver.epoch == 0
+    assert len(rc.get_job(jid).assignment) == 12 + 4
     rng = np.random.default_rng(1)
     frames = []
 
@@ -42,7 +49,8 @@ def test_stale_epoch_is_refused_and_the_driver_recovers(spark, controller):
         frames.append(_batch(rng))
         return driver.process(spark.createDataFrame(frames[-1]), b)
 
-    run(0)
+    r0 = run(0)
+    assert r0.controller == "ok"
     r1 = run(1)  # window full: the driver proposes and executes; applied at the next boundary
     assert r1.controller == "ok" and r1.plan_received and driver.pending[0] == 1
     r2 = run(2)
@@ -64,7 +72,8 @@ def test_stale_epoch_is_refused_and_the_driver_recovers(spark, controller):
     assert ack.duplicate  # the batch under the new epoch had been accepted
     job = rc.get_job(jid)  # the driver may have executed its next round already (applied at the next boundary)
     epoch, assignment = driver.pending if driver.pending else (driver.epoch, driver.routing.assignment())
-    assert (epoch, assignment) == (job.epoch, job.assignment)
+    own = {k: v for k, v in job.assignment.items() if k.startswith("agg/")}
+    assert (epoch, assignment) == (job.epoch, own)
     _check_state(driver, frames)
     driver.close()
 
