@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 
 import numpy as np
@@ -78,20 +80,23 @@ def test_stale_epoch_is_refused_and_the_driver_recovers(spark, controller):
     driver.close()
 
 
-def test_controller_stopped_mid_run_every_batch_completes(spark, make_controller, tmp_path):
+def test_controller_slow_then_stopped_mid_run_every_batch_completes(spark, make_controller, tmp_path):
     ctl = make_controller()
     src = tmp_path / "events"
     src.mkdir()
     rng = np.random.default_rng(2)
-    frames = [_batch(rng, rows=600) for _ in range(4)]
+    frames = [_batch(rng, rows=600) for _ in range(5)]
     for i, f in enumerate(frames):
         f.to_parquet(src / f"part-{i:03d}.parquet", index=False)
 
-    rc = RebalancerClient(ctl.url, timeout=2, connect_timeout=1, retries=1, backoff=0.05)
+    rc = RebalancerClient(ctl.url, timeout=1.5, connect_timeout=1, retries=1, backoff=0.05)
 
     def on_batch(report):
-        if report.batch_id == 1:
-            ctl.stop()  # the controller goes away mid-run
+        if report.batch_id == 0:
+            os.kill(ctl.proc.pid, signal.SIGSTOP)  # the controller hangs: requests time out
+        elif report.batch_id == 2:
+            os.kill(ctl.proc.pid, signal.SIGCONT)
+            ctl.stop()  # and then it is gone
 
     driver = RebalancingDriver(spark, key="key", aggregations={"count": ("count", None), "total": ("sum", "v")},
                                client=rc, job_id="stop-test", key_groups=12, partitions=3, algorithm="flux",
@@ -101,11 +106,18 @@ def test_controller_stopped_mid_run_every_batch_completes(spark, make_controller
               .parquet(str(src)))
     query = (stream.writeStream.foreachBatch(driver.foreach_batch).trigger(availableNow=True)
              .option("checkpointLocation", str(tmp_path / "chk")).start())
-    query.awaitTermination(300)
+    try:
+        query.awaitTermination(300)
+    finally:
+        if ctl.proc.poll() is None:
+            os.kill(ctl.proc.pid, signal.SIGCONT)
     assert query.exception() is None
-    assert [r.batch_id for r in driver.reports] == [0, 1, 2, 3]
+    assert [r.batch_id for r in driver.reports] == [0, 1, 2, 3, 4]
     statuses = [r.controller for r in driver.reports]
-    assert statuses[0] == "ok" and set(statuses[2:]) <= {"down", "skipped"} and "down" in statuses[2:]
+    assert statuses[0] == "ok" and statuses[1] == "down"  # slow: timed out, the batch went on
+    assert set(statuses[1:]) <= {"down", "skipped"}
+    assert "skipped" in statuses  # backed off instead of waiting for a timeout every batch
+    assert len({r.epoch for r in driver.reports[1:]}) == 1  # the last routing was kept
     assert sum(r.records for r in driver.reports) == sum(len(f) for f in frames)
     assert driver.state.fallback_merges == 0  # the state was merged without a shuffle in the stream's session
     _check_state(driver, frames)
