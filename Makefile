@@ -26,13 +26,15 @@ run: $(VENV)/.installed-base
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q
 
-# Each benchmark writes bench-results/<name>.json (and PNG plots where useful).
+# Each benchmark writes bench-results/<name>.json (and PNG plots where useful); `make bench BENCH_ARGS=--quick`
+# runs the reduced versions.
 BENCHES ?= albic_milp albic_collocation gedik groupings api
 bench: $(VENV)/.installed-dev
 	mkdir -p bench-results
 	for b in $(BENCHES); do \
-	  if [ -f evaluation/bench_$$b.py ]; then echo "== bench $$b" >&2; $(PY) -m evaluation.bench_$$b || exit 1; fi; \
+	  if [ -f evaluation/bench_$$b.py ]; then echo "== bench $$b" >&2; $(PY) -m evaluation.bench_$$b $(BENCH_ARGS) || exit 1; fi; \
 	done
+	echo "== bench spark_routing" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m clients.spark.bench --output bench-results/spark_routing.json
 
 demo: $(VENV)/.installed-dev
 	mkdir -p bench-results
