@@ -34,7 +34,7 @@ bench: $(VENV)/.installed-dev
 	for b in $(BENCHES); do \
 	  if [ -f evaluation/bench_$$b.py ]; then echo "== bench $$b" >&2; $(PY) -m evaluation.bench_$$b $(BENCH_ARGS) || exit 1; fi; \
 	done
-	echo "== bench spark_routing" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m clients.spark.bench --output bench-results/spark_routing.json
+	echo "== bench spark_routing" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m clients.spark.bench $(BENCH_ARGS) --output bench-results/spark_routing.json
 
 demo: $(VENV)/.installed-dev
 	mkdir -p bench-results
