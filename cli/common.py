@@ -50,14 +50,32 @@ def parse_params(items: list[str] | None) -> dict[str, str]:
     return params
 
 
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0."""
+def _number_type(text: str, integer: bool, minimum: float, strict: bool) -> float:
     import argparse
 
     try:
-        value = float(text)
+        # integers may be written 1e6
+        value = float(text) if not integer else (int(float(text)) if "e" in text.lower() else int(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {'an integer' if integer else 'a number'}, got {text!r}") from None
+    if integer and float(text) != value:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+    if not math.isfinite(value) or (value <= minimum if strict else value < minimum):
+        bound = f"> {minimum:g}" if strict else f">= {minimum:g}"
+        raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text!r}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    return _number_type(text, integer=False, minimum=0, strict=True)
+
+
+def nonnegative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    return _number_type(text, integer=False, minimum=0, strict=False)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1 (``1e6`` accepted)."""
+    return int(_number_type(text, integer=True, minimum=1, strict=False))

@@ -17,30 +17,10 @@ import argparse
 import math
 import sys
 
-from cli.common import CLIError, parse_params, positive_float, write_json
+from cli.common import CLIError, nonnegative_float, parse_params, positive_float, positive_int, write_json
 from solvers.errors import InvalidInput
 
 STREAMS = ("zipf", "skewed", "drift", "file")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(float(text)) if ("e" in text.lower() and text.lower() != "e") else int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
-
-
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
 
 
 def parse_capacities(items: list[str] | None, workers: int) -> list[float] | None:
@@ -105,16 +85,16 @@ def register(subparsers) -> None:
     )
     p.add_argument("--grouping", required=True, type=str.lower, choices=GROUPING_NAMES, metavar="NAME",
                    help=f"one of: {', '.join(GROUPING_NAMES)}")
-    p.add_argument("--workers", required=True, type=_positive_int, help="number of workers n")
-    p.add_argument("--sources", type=_positive_int, default=5, help="number of sources s (default 5)")
+    p.add_argument("--workers", required=True, type=positive_int, help="number of workers n")
+    p.add_argument("--sources", type=positive_int, default=5, help="number of sources s (default 5)")
     p.add_argument("--stream", choices=STREAMS, default="zipf", help="stream kind (default zipf)")
-    p.add_argument("--zipf", type=_nonneg_float, default=1.0, help="Zipf exponent z (zipf, drift; default 1.0)")
-    p.add_argument("--keys", type=_positive_int, default=10_000, help="number of distinct keys (default 10^4)")
-    p.add_argument("--messages", type=_positive_int, default=None,
+    p.add_argument("--zipf", type=nonnegative_float, default=1.0, help="Zipf exponent z (zipf, drift; default 1.0)")
+    p.add_argument("--keys", type=positive_int, default=10_000, help="number of distinct keys (default 10^4)")
+    p.add_argument("--messages", type=positive_int, default=None,
                    help="messages (default 10^6; for --stream file: the whole file)")
-    p.add_argument("--hot-share", type=_nonneg_float, default=0.5,
+    p.add_argument("--hot-share", type=nonnegative_float, default=0.5,
                    help="skewed stream: share of the hot key in [0, 1] (default 0.5)")
-    p.add_argument("--phases", type=_positive_int, default=4, help="drift stream: number of phases (default 4)")
+    p.add_argument("--phases", type=positive_int, default=4, help="drift stream: number of phases (default 4)")
     p.add_argument("--keys-file", help="file stream: one key per line")
     p.add_argument("--capacities", nargs="+", metavar="C",
                    help="worker capacities (numbers, or VALUE*COUNT), default all 1")
