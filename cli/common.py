@@ -56,7 +56,7 @@ def _number_type(text: str, integer: bool, minimum: float, strict: bool) -> floa
     try:
         # integers may be written 1e6
         value = float(text) if not integer else (int(float(text)) if "e" in text.lower() else int(text))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"expected {'an integer' if integer else 'a number'}, got {text!r}") from None
     if integer and float(text) != value:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
