@@ -27,3 +27,25 @@ def skewed_stats(job: dict, batch_id: int, epoch: int, seed: int = 0, hot: float
         base = float(rng.uniform(1.0, 2.0))
         kgs.append({"id": kg, "load": base * (hot if node == first else 1.0), "state_bytes": 1000})
     return {"batch_id": batch_id, "epoch": epoch, "key_groups": kgs}
+
+
+def execute_all_at_once(base_url: str, job_id: str, proposal_ids: list[str]) -> list[int]:
+    """POST every proposal's execute at the same moment (one thread each, released by a barrier); the status codes."""
+    import threading
+
+    import httpx
+
+    codes: list[int] = []
+    barrier = threading.Barrier(len(proposal_ids))
+
+    def go(pid: str) -> None:
+        with httpx.Client(base_url=base_url, timeout=30) as c:
+            barrier.wait()
+            codes.append(c.post(f"/v1/jobs/{job_id}/proposals/{pid}/execute").status_code)
+
+    threads = [threading.Thread(target=go, args=(pid,)) for pid in proposal_ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return codes

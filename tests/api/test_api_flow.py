@@ -4,7 +4,6 @@ duplicates, stale executes, concurrent executes, scaling, history and the statel
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 
 import httpx
@@ -14,7 +13,7 @@ from evaluation.generators import albic_synthetic
 from solvers import metrics
 from solvers.model import Problem, plan_from_dict
 sys.path.insert(0, str(Path(__file__).parent))
-from api_helpers import new_id, register, skewed_stats  # noqa: E402
+from api_helpers import execute_all_at_once, new_id, register, skewed_stats  # noqa: E402
 
 
 def _fill_window(client, job_id, job, first_batch=1, n=3, epoch=0):
@@ -111,19 +110,7 @@ def test_concurrent_executes_exactly_one_wins(server):
         _fill_window(c, jid, job, n=2)
         props = [c.post(f"/v1/jobs/{jid}/proposals", json={}).json() for _ in range(6)]
     assert all(p["base_epoch"] == 0 and p["status"] == "ready" for p in props)
-    codes: list[int] = []
-    barrier = threading.Barrier(len(props))
-
-    def go(pid: str) -> None:
-        with httpx.Client(base_url=server.url, timeout=30) as cc:
-            barrier.wait()
-            codes.append(cc.post(f"/v1/jobs/{jid}/proposals/{pid}/execute").status_code)
-
-    threads = [threading.Thread(target=go, args=(p["id"],)) for p in props]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    codes = execute_all_at_once(server.url, jid, [p["id"] for p in props])
     assert sorted(codes) == [200] + [409] * (len(props) - 1)
     with server.client() as c:
         g = c.get(f"/v1/jobs/{jid}").json()

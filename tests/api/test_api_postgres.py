@@ -10,14 +10,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from api_helpers import new_id, register, skewed_stats  # noqa: E402
+from api_helpers import execute_all_at_once, new_id, register, skewed_stats  # noqa: E402
 from conftest import Server, free_port  # noqa: E402
 
 
@@ -82,19 +81,7 @@ def test_postgres_flow_concurrent_executes_and_kill9(pg_url, tmp_path):
                 assert c.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, b, 0)).status_code == 202
             assert c.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, 3, 0)).json()["duplicate"]
             props = [c.post(f"/v1/jobs/{jid}/proposals", json={}).json() for _ in range(4)]
-        codes: list[int] = []
-        barrier = threading.Barrier(len(props))
-
-        def go(pid: str) -> None:
-            with httpx.Client(base_url=srv.url, timeout=30) as cc:
-                barrier.wait()
-                codes.append(cc.post(f"/v1/jobs/{jid}/proposals/{pid}/execute").status_code)
-
-        threads = [threading.Thread(target=go, args=(p["id"],)) for p in props]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        codes = execute_all_at_once(srv.url, jid, [p["id"] for p in props])
         assert sorted(codes) == [200] + [409] * (len(props) - 1)
         with srv.client() as c:
             for b in range(4, 10):
