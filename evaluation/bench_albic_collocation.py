@@ -33,6 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from evaluation.collocation_scenarios import collocation_synthetic, drift_loads, real_job_2
+from evaluation.plotting import pyplot
 from solvers import metrics, registry
 from solvers.albic.collocation import metis_parts
 from solvers.errors import InvalidInput
@@ -120,13 +121,8 @@ def metis_timing(n: int = 10_000, reps: int = 3) -> float:
 
 
 def plot(results: dict[str, Any], out_dir: str) -> list[str]:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover
-        log("matplotlib missing: no plots")
+    plt = pyplot()
+    if plt is None:
         return []
     files = []
     colors = {"albic": "tab:blue", "cola": "tab:orange", "albic-milp": "tab:green"}

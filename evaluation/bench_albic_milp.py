@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from evaluation.generators import albic_synthetic, skewed
+from evaluation.plotting import pyplot
 from solvers import metrics, registry
 from solvers.model import Problem
 
@@ -226,13 +227,8 @@ def run_scalein(time_limit: float, max_rounds: int = 40) -> dict:
 
 # ---------------------------------------------------------------------- plots
 def plot(result: dict, outdir: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except Exception:  # pragma: no cover - plots are optional
-        log("matplotlib missing: no plots")
+    plt = pyplot()
+    if plt is None:
         return
     rows = result["grid"]["rows"] if "grid" in result else []
     key = ("1.0" if "1.0" in rows[0]["milp"] else next(iter(rows[0]["milp"]))) if rows else "1.0"

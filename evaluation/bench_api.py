@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from evaluation.plotting import pyplot
+
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 TARGET_STATS_RPS = 200.0
@@ -411,12 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     result["config"]["loadavg_end"] = os.getloadavg()[0]
     out_path.write_text(json.dumps(result, indent=2) + "\n")
     log(f"wrote {out_path}")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+    plt = pyplot()
+    if plt is not None:
         fig, ax = plt.subplots(figsize=(6, 3))
         xs = [t for t, _ in result["soak"]["rss_samples"]]
         ys = [r for _, r in result["soak"]["rss_samples"]]
@@ -426,8 +424,6 @@ def main(argv: list[str] | None = None) -> int:
         ax.set_title(f"soak: {args.soak_rate:.0f} stats posts/s x {args.key_groups} key groups")
         fig.tight_layout()
         fig.savefig(out_path.with_name("api_soak.png"), dpi=100)
-    except Exception as exc:  # plots are optional
-        log(f"no plot: {exc}")
     print(json.dumps(result["targets"], indent=2))
     return 0
 

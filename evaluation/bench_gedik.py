@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evaluation.plotting import pyplot
 from solvers.gedik.construct import Instance, construct
 from solvers.gedik.model import Config, RESOURCES, balance_metrics, beta, select_tracked
 from solvers.gedik.ring import ConsistentHash, uniform_lookup
@@ -462,9 +463,9 @@ def table(res: dict) -> str:
 
 
 def plots(res: dict, out: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        return
 
     colors = {"uniform": "tab:gray", "consistent": "tab:purple", "scan": "tab:blue", "redist": "tab:green",
               "readj": "tab:red"}

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evaluation.plotting import pyplot
 from evaluation.simulator import (SimulationConfig, SkewedStream, ZipfStream, simulate, zipf_exponent_for_top_share,
                                   zipf_probabilities)
 from solvers.groupings import find_optimal_choices, make_grouping
@@ -364,13 +365,8 @@ def exp_throughput(quick: bool) -> dict:
 
 # ---------------------------------------------------------------------------------------------- plots
 def plots(doc: dict, out: Path) -> list[str]:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover
-        log("matplotlib missing: no plots")
+    plt = pyplot()
+    if plt is None:
         return []
     files = []
     if "table1" in doc:
