@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test bench demo clean
+.PHONY: run test test-fast lint bench demo clean
 
 $(VENV)/.installed-base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,19 +26,27 @@ run: $(VENV)/.installed-base
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest -q
 
+# Everything but the slow, Spark and PostgreSQL tests (about a minute on 2 cores).
+test-fast: $(VENV)/.installed-dev
+	$(PY) -m pytest -q -m "not slow and not spark and not postgres"
+
+lint: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
 # Each benchmark writes bench-results/<name>.json (and PNG plots where useful); `make bench BENCH_ARGS=--quick`
 # runs the reduced versions.
 BENCHES ?= albic_milp albic_collocation gedik groupings api
 bench: $(VENV)/.installed-dev
 	mkdir -p bench-results
 	for b in $(BENCHES); do \
-	  if [ -f evaluation/bench_$$b.py ]; then echo "== bench $$b" >&2; $(PY) -m evaluation.bench_$$b $(BENCH_ARGS) || exit 1; fi; \
+	  if [ -f benchmarks/bench_$$b.py ]; then echo "== bench $$b" >&2; $(PY) -m benchmarks.bench_$$b $(BENCH_ARGS) || exit 1; fi; \
 	done
-	echo "== bench spark_routing" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m clients.spark.bench $(BENCH_ARGS) --output bench-results/spark_routing.json
+	echo "== bench spark_routing" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m benchmarks.bench_spark_routing $(BENCH_ARGS) --output bench-results/spark_routing.json
 
 demo: $(VENV)/.installed-dev
 	mkdir -p bench-results
-	$(PY) -m clients.spark.demo
+	$(PY) -m benchmarks.spark_demo
 
 clean:
 	rm -rf $(VENV) bench-results data .pytest_cache

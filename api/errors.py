@@ -7,7 +7,8 @@ Body of every error: ``{"detail": [{"field": "key_groups[3].load", "reason": "..
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError

@@ -9,7 +9,8 @@ from __future__ import annotations
 import hmac
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from starlette.exceptions import HTTPException
 

@@ -9,7 +9,7 @@ with the same field paths.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,16 +29,16 @@ class NodeDoc(_Req):
     id: str = Field(min_length=1)
     capacity: float = Field(1.0, gt=0, allow_inf_nan=False)
     removing: bool = False
-    limits: Optional[dict[str, float]] = None
+    limits: dict[str, float] | None = None
 
 
 class KeyGroupDoc(_Req):
     id: str = Field(min_length=1)
-    operator: Optional[str] = ""
+    operator: str | None = ""
     node: str
     load: float = Field(ge=0, allow_inf_nan=False)
-    state_bytes: Optional[float] = Field(0, ge=0, allow_inf_nan=False)
-    resources: Optional[dict[str, float]] = None
+    state_bytes: float | None = Field(0, ge=0, allow_inf_nan=False)
+    resources: dict[str, float] | None = None
 
 
 class EdgeDoc(_Req):
@@ -48,8 +48,8 @@ class EdgeDoc(_Req):
 
 
 class BudgetDoc(_Req):
-    max_migrations: Optional[int] = Field(None, ge=0)
-    max_migration_bytes: Optional[float] = Field(None, ge=0, allow_inf_nan=False)
+    max_migrations: int | None = Field(None, ge=0)
+    max_migration_bytes: float | None = Field(None, ge=0, allow_inf_nan=False)
 
 
 class ProblemDoc(_Req):
@@ -57,35 +57,35 @@ class ProblemDoc(_Req):
 
     nodes: list[NodeDoc] = Field(min_length=1)
     key_groups: list[KeyGroupDoc] = []
-    communication: Optional[list[EdgeDoc]] = None
-    communication_cost: Optional[float] = Field(0.0, ge=0, allow_inf_nan=False)
-    budget: Optional[BudgetDoc] = None
+    communication: list[EdgeDoc] | None = None
+    communication_cost: float | None = Field(0.0, ge=0, allow_inf_nan=False)
+    budget: BudgetDoc | None = None
 
 
 # ---------------------------------------------------------------- plan document (DESIGN.md)
 class StateMetrics(_Resp):
     load_distance: float
     load_on_removing: float
-    collocation_factor: Optional[float] = None
+    collocation_factor: float | None = None
 
 
 class PlanMetrics(_Resp):
     before: StateMetrics
     after: StateMetrics
     migrations: int
-    migration_bytes: Union[int, float]
+    migration_bytes: int | float
 
 
 class Move(_Resp):
     key_group: str
     from_: str = Field(alias="from")
     to: str
-    state_bytes: Union[int, float]
+    state_bytes: int | float
 
 
 class SolverInfo(_Resp):
     status: Literal["optimal", "feasible", "heuristic"]
-    lower_bound: Optional[float] = None
+    lower_bound: float | None = None
     seconds: float
 
 
@@ -97,7 +97,7 @@ class PlanDoc(_Resp):
     moves: list[Move]
     metrics: PlanMetrics
     solver: SolverInfo
-    details: Optional[dict[str, Any]] = None
+    details: dict[str, Any] | None = None
 
 
 class PlanInput(BaseModel):
@@ -105,15 +105,15 @@ class PlanInput(BaseModel):
 
     model_config = ConfigDict(extra="allow")
     assignment: dict[str, str]
-    moves: Optional[list[dict[str, Any]]] = None
-    algorithm: Optional[str] = None
-    solver: Optional[dict[str, Any]] = None
+    moves: list[dict[str, Any]] | None = None
+    algorithm: str | None = None
+    solver: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------- stateless endpoints
 class PlanRequest(_Req):
     problem: ProblemDoc
-    algorithm: Optional[str] = Field(None, description="planner name (default: the server's default planner)")
+    algorithm: str | None = Field(None, description="planner name (default: the server's default planner)")
     params: dict[str, Any] = {}
     time_limit_s: float = Field(1.0, gt=0, allow_inf_nan=False, description="capped by the server's maximum")
 
@@ -127,34 +127,34 @@ class EvaluateResponse(_Resp):
     before: StateMetrics
     after: StateMetrics
     migrations: int
-    migration_bytes: Union[int, float]
+    migration_bytes: int | float
     moves: list[Move]
     within_budget: bool
 
 
 class ScalingChange(_Req):
-    add: list[Union[NodeDoc, str]] = []
+    add: list[NodeDoc | str] = []
     remove: list[str] = []
 
 
 class ScalingRequest(_Req):
     problem: ProblemDoc
-    candidates: list[Union[int, ScalingChange]] = Field(min_length=1)
-    target_load_distance: Optional[float] = Field(
+    candidates: list[int | ScalingChange] = Field(min_length=1)
+    target_load_distance: float | None = Field(
         None, ge=0, allow_inf_nan=False,
         description="the goal a recommended cluster must meet (default: the current load distance)")
-    max_utilisation: Optional[float] = Field(
+    max_utilisation: float | None = Field(
         None, gt=0, allow_inf_nan=False,
         description="the most load per unit of capacity a node of a recommended cluster may carry (default: the "
                     "hottest node's utilisation today, so a smaller cluster is only recommended if no node gets "
                     "hotter than the hottest one now)")
-    algorithm: Optional[str] = None
+    algorithm: str | None = None
     params: dict[str, Any] = {}
     time_limit_s: float = Field(1.0, gt=0, allow_inf_nan=False)
 
 
 class ScalingCandidate(_Resp):
-    candidate: Union[int, dict[str, Any]]
+    candidate: int | dict[str, Any]
     nodes: int = Field(description="active nodes of the candidate cluster")
     added: list[str]
     removed: list[str]
@@ -162,8 +162,8 @@ class ScalingCandidate(_Resp):
     load_on_removing: float
     max_utilisation: float
     migrations: int
-    migration_bytes: Union[int, float]
-    rounds: Optional[int] = Field(description="rounds needed under the problem's per-round budget (null: never, the budget is 0)")
+    migration_bytes: int | float
+    rounds: int | None = Field(description="rounds needed under the problem's per-round budget (null: never, the budget is 0)")
     meets_target: bool
     solver: SolverInfo
 
@@ -174,9 +174,9 @@ class ScalingResponse(_Resp):
     max_utilisation: float
     algorithm: str
     candidates: list[ScalingCandidate]
-    recommendation: Optional[int] = Field(description="index in candidates of the smallest cluster meeting the "
+    recommendation: int | None = Field(description="index in candidates of the smallest cluster meeting the "
                                                       "target, or null when none does")
-    recommended: Optional[ScalingCandidate] = None
+    recommended: ScalingCandidate | None = None
 
 
 # ---------------------------------------------------------------- jobs
@@ -188,9 +188,9 @@ class JobNode(_Req):
 
 class JobKeyGroup(_Req):
     id: str = Field(min_length=1)
-    operator: Optional[str] = ""
+    operator: str | None = ""
     node: str
-    state_bytes: Optional[float] = Field(0, ge=0, allow_inf_nan=False)
+    state_bytes: float | None = Field(0, ge=0, allow_inf_nan=False)
 
 
 class OperatorSpec(_Req):
@@ -200,21 +200,21 @@ class OperatorSpec(_Req):
 
 class AutoSpec(_Req):
     enabled: bool = False
-    load_distance_threshold: Optional[float] = Field(
+    load_distance_threshold: float | None = Field(
         None, ge=0, allow_inf_nan=False,
         description="fire when the windowed load distance exceeds it (null: whenever a plan improves it)")
     cooldown_batches: int = Field(3, ge=0, description="batches between two automatic rounds")
-    time_limit_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
+    time_limit_s: float | None = Field(None, gt=0, allow_inf_nan=False)
 
 
 class JobSpec(_Req):
     """``PUT /v1/jobs/{job_id}``: either ``key_groups`` (explicit placement) or ``operators`` (contiguous ranges
     of key groups per node, as Flink assigns key groups to subtasks)."""
 
-    nodes: list[Union[JobNode, str]] = Field(min_length=1)
-    key_groups: Optional[list[JobKeyGroup]] = None
-    operators: Optional[list[OperatorSpec]] = None
-    algorithm: Optional[str] = None
+    nodes: list[JobNode | str] = Field(min_length=1)
+    key_groups: list[JobKeyGroup] | None = None
+    operators: list[OperatorSpec] | None = None
+    algorithm: str | None = None
     params: dict[str, Any] = {}
     budget: BudgetDoc = BudgetDoc()
     window_batches: int = Field(5, ge=1)
@@ -246,7 +246,7 @@ class JobState(_Resp):
     time_limit_s: float
     auto: dict[str, Any]
     window: WindowState
-    metrics: Optional[dict[str, Any]] = Field(None, description="metrics of the current assignment under the "
+    metrics: dict[str, Any] | None = Field(None, description="metrics of the current assignment under the "
                                                                 "windowed statistics (null before any)")
     created_at: float
     updated_at: float
@@ -255,7 +255,7 @@ class JobState(_Resp):
 class StatKeyGroup(_Req):
     id: str
     load: float = Field(ge=0, allow_inf_nan=False)
-    state_bytes: Optional[float] = Field(None, ge=0, allow_inf_nan=False)
+    state_bytes: float | None = Field(None, ge=0, allow_inf_nan=False)
 
 
 class StatsRequest(_Req):
@@ -284,15 +284,15 @@ class StatsResponse(_Resp):
     counted: bool = Field(description="false for a duplicate batch id or a batch older than the window")
     duplicate: bool
     window: WindowState
-    apply: Optional[ApplyDoc] = Field(None, description="auto mode: the plan executed now (new epoch); apply it at "
+    apply: ApplyDoc | None = Field(None, description="auto mode: the plan executed now (new epoch); apply it at "
                                                         "the next batch boundary")
 
 
 class ProposalRequest(_Req):
-    algorithm: Optional[str] = None
-    params: Optional[dict[str, Any]] = None
-    time_limit_s: Optional[float] = Field(None, gt=0, allow_inf_nan=False)
-    wait_s: Optional[float] = Field(None, ge=0, allow_inf_nan=False,
+    algorithm: str | None = None
+    params: dict[str, Any] | None = None
+    time_limit_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    wait_s: float | None = Field(None, ge=0, allow_inf_nan=False,
                                     description="how long to wait for the solve before answering 202 "
                                                 "(capped by the server's request_wait_s)")
 
@@ -305,10 +305,10 @@ class ProposalDoc(_Resp):
     algorithm: str
     params: dict[str, Any]
     time_limit_s: float
-    window: Optional[dict[str, Any]] = None
-    plan: Optional[PlanDoc] = None
-    error: Optional[str] = None
-    executed_epoch: Optional[int] = None
+    window: dict[str, Any] | None = None
+    plan: PlanDoc | None = None
+    error: str | None = None
+    executed_epoch: int | None = None
     created_at: float
 
 
@@ -325,7 +325,7 @@ class NodesRequest(_Req):
     """Scale out (``add``), mark for scale-in (``remove``: the nodes drain over the next rounds), and delete
     empty removing nodes (``delete``)."""
 
-    add: list[Union[JobNode, str]] = []
+    add: list[JobNode | str] = []
     remove: list[str] = []
     delete: list[str] = []
 
@@ -334,12 +334,12 @@ class HistoryEntry(_Resp):
     epoch: int
     kind: str
     created_at: float
-    proposal_id: Optional[str] = None
+    proposal_id: str | None = None
     nodes: list[dict[str, Any]]
-    moves: Optional[list[Move]] = None
-    metrics: Optional[dict[str, Any]] = None
-    solver: Optional[dict[str, Any]] = None
-    algorithm: Optional[str] = None
+    moves: list[Move] | None = None
+    metrics: dict[str, Any] | None = None
+    solver: dict[str, Any] | None = None
+    algorithm: str | None = None
 
 
 class HistoryResponse(_Resp):
@@ -354,7 +354,7 @@ class ErrorItem(_Resp):
 
 
 class ErrorDoc(_Resp):
-    detail: Union[list[ErrorItem], str]
+    detail: list[ErrorItem] | str
 
 
 class HealthDoc(_Resp):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from cli.common import CLIError, parse_params, positive_float, read_json, write_json
+from cli.common import parse_params, positive_float, read_json, write_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:

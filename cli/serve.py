@@ -41,7 +41,6 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from api.app import create_app
-    from controller.settings import Settings
 
     settings = load_settings(args.database)
     check_database(settings)

@@ -13,7 +13,6 @@ throughput at saturation). ``--series`` adds the time series. A progress bar goe
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 

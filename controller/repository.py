@@ -24,11 +24,27 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from sqlalchemy import (Column, bindparam, Float, Integer, LargeBinary, MetaData, String, Table, Text, create_engine, delete,
-                        event, insert, select, update)
+from sqlalchemy import (
+    Column,
+    Float,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.engine import Connection, Engine
 
 log = logging.getLogger("rebalancer.repository")
@@ -316,7 +332,7 @@ class InlineWriter:
         self._conn.close()
 
 
-def make_writer(engine: Engine, url: str, sqlite_synchronous: str, batch: int) -> "Writer | InlineWriter":
+def make_writer(engine: Engine, url: str, sqlite_synchronous: str, batch: int) -> Writer | InlineWriter:
     """The inline writer for SQLite WAL without fsync per commit, the writer thread otherwise."""
     if url.startswith("sqlite") and sqlite_synchronous.upper() in ("NORMAL", "OFF") and sqlite_path(url):
         return InlineWriter(engine, batch)

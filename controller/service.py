@@ -28,9 +28,10 @@ import logging
 import math
 import time
 import uuid
-from itertools import repeat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from itertools import repeat
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp

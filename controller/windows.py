@@ -45,7 +45,7 @@ class Batch:
                 "comm": comm, "received_at": now}
 
     @classmethod
-    def from_row(cls, row: dict) -> "Batch":
+    def from_row(cls, row: dict) -> Batch:
         load = np.frombuffer(row["load"], dtype=np.float64).copy()
         idx = (np.frombuffer(row["kg_index"], dtype=np.int32).copy() if row["kg_index"]
                else np.arange(load.size, dtype=np.int32))

@@ -38,7 +38,7 @@ and padding run in Python, the mixing in numpy).
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 

@@ -12,8 +12,9 @@ Indices, not ids, are used inside: ``node_ids[i]`` is node ``i``, ``kg_ids[k]`` 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -82,13 +83,13 @@ class Problem:
         keep = coo.row != coo.col
         return coo.row[keep], coo.col[keep], coo.data[keep]
 
-    def with_budget(self, max_migrations: int | None, max_migration_bytes: float | None) -> "Problem":
+    def with_budget(self, max_migrations: int | None, max_migration_bytes: float | None) -> Problem:
         """A copy of this problem with another budget (arrays are shared, not copied)."""
         import dataclasses
 
         return dataclasses.replace(self, max_migrations=max_migrations, max_migration_bytes=max_migration_bytes)
 
-    def with_current(self, current: np.ndarray) -> "Problem":
+    def with_current(self, current: np.ndarray) -> Problem:
         """A copy of this problem whose current assignment is ``current`` (used for multi-round simulations)."""
         import dataclasses
 
@@ -111,7 +112,7 @@ class Problem:
         operator: Sequence[str] | None = None,
         node_ids: Sequence[str] | None = None,
         kg_ids: Sequence[str] | None = None,
-    ) -> "Problem":
+    ) -> Problem:
         """Build a problem directly from arrays (for generators and tests); validated like a document."""
         load = np.asarray(load, dtype=np.float64)
         capacity = np.asarray(capacity, dtype=np.float64)
@@ -143,7 +144,7 @@ class Problem:
         return cls.from_dict(doc)
 
     @classmethod
-    def from_dict(cls, doc: Any) -> "Problem":
+    def from_dict(cls, doc: Any) -> Problem:
         """Validate a problem document (DESIGN.md) and build the numeric problem.
 
         Raises:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import importlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

@@ -24,7 +24,7 @@ key whose entry was refreshed first (deterministic).
 from __future__ import annotations
 
 import heapq
-from typing import Hashable, Iterable
+from collections.abc import Hashable, Iterable
 
 from solvers.errors import InvalidInput
 

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from api.deps import get_controller
 from api.errors import invalid, pydantic_errors
-from api.schemas import (ErrorDoc, ExecuteResponse, HistoryResponse, JobSpec, JobState, NodesRequest, ProposalDoc,
-                         ProposalRequest, StatsResponse)
+from api.schemas import (
+    ErrorDoc,
+    ExecuteResponse,
+    HistoryResponse,
+    JobSpec,
+    JobState,
+    NodesRequest,
+    ProposalDoc,
+    ProposalRequest,
+    StatsResponse,
+)
 from api.stats_parser import StatsInvalid, parse_stats
 from controller.service import Controller
 
@@ -94,7 +103,7 @@ async def post_stats(job_id: JobId, request: Request, ctl: Controller = Depends(
 @router.post("/{job_id}/proposals", response_model=ProposalDoc, status_code=201,
              responses={202: {"model": ProposalDoc, "description": "still solving: poll the Location"},
                         **E404, **E409, **E422, **E429})
-async def create_proposal(job_id: JobId, response: Response, body: Optional[ProposalRequest] = None,
+async def create_proposal(job_id: JobId, response: Response, body: ProposalRequest | None = None,
                           ctl: Controller = Depends(get_controller)) -> Any:
     """A dry-run plan computed from the current window (nothing changes): 201 with ``id``, ``base_epoch`` and the
     ``plan``. A solve that outlasts the wait (``wait_s``, capped by ``REBALANCER_REQUEST_WAIT_S``) answers 202 with
@@ -132,7 +141,7 @@ async def change_nodes(job_id: JobId, body: NodesRequest, ctl: Controller = Depe
 
 
 @router.get("/{job_id}/history", response_model=HistoryResponse, responses=E404)
-async def history(job_id: JobId, limit: Optional[int] = Query(None, ge=1, le=10000),
+async def history(job_id: JobId, limit: int | None = Query(None, ge=1, le=10000),
                   ctl: Controller = Depends(get_controller)) -> Any:
     """Epochs, oldest first: registration, executes, automatic rounds and node changes, with plans and metrics."""
     return await ctl.history(job_id, limit)

@@ -7,8 +7,15 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends
 
 from api.deps import get_controller
-from api.schemas import (ErrorDoc, EvaluateRequest, EvaluateResponse, PlanDoc, PlanRequest, ScalingRequest,
-                         ScalingResponse)
+from api.schemas import (
+    ErrorDoc,
+    EvaluateRequest,
+    EvaluateResponse,
+    PlanDoc,
+    PlanRequest,
+    ScalingRequest,
+    ScalingResponse,
+)
 from controller.service import Controller
 
 router = APIRouter(prefix="/v1", tags=["planning"])

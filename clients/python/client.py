@@ -30,11 +30,12 @@ from __future__ import annotations
 import email.utils
 import random
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import httpx
 
-from clients.python.errors import ControllerUnavailable, ServerError, error_for_status, APIError
+from clients.python.errors import APIError, ControllerUnavailable, ServerError, error_for_status
 from clients.python.models import ApplyPlan, Execution, Job, PlanResult, Proposal, StatsAck  # noqa: F401
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -93,7 +94,7 @@ class RebalancerClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "RebalancerClient":
+    def __enter__(self) -> RebalancerClient:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -7,8 +7,9 @@ proposals with ``id``/``base_epoch``/``plan``, executions with the new ``epoch``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 
 def _node_ids(nodes: Any) -> list[str]:
@@ -33,7 +34,7 @@ class PlanResult:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "PlanResult":
+    def from_json(cls, doc: Mapping[str, Any]) -> PlanResult:
         return cls(
             algorithm=str(doc.get("algorithm", "")),
             assignment={str(k): str(v) for k, v in (doc.get("assignment") or {}).items()},
@@ -65,7 +66,7 @@ class Job:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any], job_id: str = "") -> "Job":
+    def from_json(cls, doc: Mapping[str, Any], job_id: str = "") -> Job:
         return cls(
             job_id=str(doc.get("job_id", doc.get("id", job_id))),
             epoch=int(doc.get("epoch", 0)),
@@ -90,7 +91,7 @@ class ApplyPlan:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "ApplyPlan":
+    def from_json(cls, doc: Mapping[str, Any]) -> ApplyPlan:
         return cls(
             proposal_id=str(doc.get("proposal_id", "")),
             base_epoch=int(doc.get("base_epoch", -1)),
@@ -123,7 +124,7 @@ class StatsAck:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "StatsAck":
+    def from_json(cls, doc: Mapping[str, Any]) -> StatsAck:
         ap = doc.get("apply")
         return cls(
             batch_id=int(doc.get("batch_id", -1)),
@@ -152,7 +153,7 @@ class Proposal:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "Proposal":
+    def from_json(cls, doc: Mapping[str, Any]) -> Proposal:
         plan_doc = doc.get("plan")
         status = doc.get("status")
         if status is None:
@@ -181,7 +182,7 @@ class Execution:
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
 
     @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> "Execution":
+    def from_json(cls, doc: Mapping[str, Any]) -> Execution:
         a = doc.get("assignment")
         if a is None and isinstance(doc.get("job"), Mapping):
             a = doc["job"].get("assignment")

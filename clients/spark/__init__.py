@@ -10,6 +10,6 @@ Modules (import them directly; nothing here imports pyspark, so the package stay
 * :mod:`clients.spark.driver` — :class:`~clients.spark.driver.RebalancingDriver`, the ``foreachBatch`` function
   that talks to the controller and applies plans at batch boundaries;
 * :mod:`clients.spark.gedik` — adapter for Gedik's partitioning functions;
-* :mod:`clients.spark.bench`, :mod:`clients.spark.demo`, :mod:`clients.spark.example` — measurements, ``make demo``
+* :mod:`benchmarks.bench_spark_routing`, :mod:`benchmarks.spark_demo`, :mod:`clients.spark.example` — measurements, ``make demo``
   and the README example.
 """

@@ -9,7 +9,8 @@ import sys
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import SparkSession, functions as F
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from clients.python import RebalancerClient
 from clients.spark.driver import RebalancingDriver

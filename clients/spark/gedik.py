@@ -22,7 +22,8 @@ frequencies) feeds a build spec; :func:`build_spec` assembles it.
 
 
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from clients.spark.routing import ROUTE_COL, hash_preimages
 

@@ -19,7 +19,7 @@ Three steps, none of which runs Python per record:
    execution. A downstream ``groupBy(route, key)`` needs no further shuffle (``HashPartitioning(route)``
    satisfies its clustering), which is how :mod:`clients.spark.state` aggregates.
 
-Why not the alternatives (measured in :mod:`clients.spark.bench`): ``repartitionByRange(n, pid)`` samples the
+Why not the alternatives (measured in :mod:`benchmarks.bench_spark_routing`): ``repartitionByRange(n, pid)`` samples the
 column to choose bounds, so a skewed or missing pid shifts the bounds and pid i does not land on partition i;
 ``rdd.partitionBy(n, lambda pid: pid)`` is exact but runs a Python function per record (and converts rows to
 Python objects), which is many times slower.
@@ -27,8 +27,8 @@ Python objects), which is many times slower.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -178,7 +178,7 @@ class RoutingTable:
         return len(self.partition_of)
 
     @classmethod
-    def contiguous(cls, operator: str, key_groups: int, n_partitions: int, epoch: int = 0) -> "RoutingTable":
+    def contiguous(cls, operator: str, key_groups: int, n_partitions: int, epoch: int = 0) -> RoutingTable:
         """Contiguous ranges of key groups per partition, as Flink assigns them:
         ``k → k * n // G`` (``KeyGroupRangeAssignment.computeOperatorIndexForKeyGroup``)."""
         k = np.arange(key_groups, dtype=np.int64)
@@ -187,7 +187,7 @@ class RoutingTable:
     @classmethod
     def from_assignment(cls, operator: str, key_groups: int, assignment: Mapping[str, str],
                         node_ids: Sequence[str], epoch: int = 0,
-                        fallback: "RoutingTable | None" = None) -> "RoutingTable":
+                        fallback: RoutingTable | None = None) -> RoutingTable:
         """Build from a controller assignment ``{"agg/5": "p3", ...}`` over ``node_ids`` (partition i = node_ids[i]).
 
         Key groups missing from the assignment keep their ``fallback`` partition (or the contiguous default).
@@ -215,7 +215,7 @@ class RoutingTable:
         """The controller assignment ``{"<operator>/<k>": node id}`` of this table."""
         return {f"{self.operator}/{k}": self.node_ids[int(p)] for k, p in enumerate(self.partition_of)}
 
-    def moved(self, other: "RoutingTable") -> np.ndarray:
+    def moved(self, other: RoutingTable) -> np.ndarray:
         """Indices of the key groups whose partition differs between this table and ``other``."""
         return np.flatnonzero(self.partition_of != other.partition_of)
 

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 import numpy as np
 

@@ -15,7 +15,7 @@ The results are plain Python lists in the shapes of the controller's statistics 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

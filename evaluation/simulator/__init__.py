@@ -5,8 +5,16 @@
 """
 
 from evaluation.simulator.engine import SimulationConfig, simulate, weighted_percentiles
-from evaluation.simulator.streams import (ArrayStream, DriftingStream, FileStream, SkewedStream, Stream, ZipfStream,
-                                          zipf_exponent_for_top_share, zipf_probabilities)
+from evaluation.simulator.streams import (
+                                          ArrayStream,
+                                          DriftingStream,
+                                          FileStream,
+                                          SkewedStream,
+                                          Stream,
+                                          ZipfStream,
+                                          zipf_exponent_for_top_share,
+                                          zipf_probabilities,
+)
 
 __all__ = ["SimulationConfig", "simulate", "weighted_percentiles", "Stream", "ZipfStream", "SkewedStream",
            "DriftingStream", "FileStream", "ArrayStream", "zipf_probabilities", "zipf_exponent_for_top_share"]

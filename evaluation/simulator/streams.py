@@ -16,8 +16,8 @@ so the numbering does not favour any worker.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 

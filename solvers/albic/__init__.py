@@ -2,5 +2,5 @@
 
 - :mod:`solvers.albic.milp` — planner ``albic-milp`` and :func:`solvers.albic.milp.solve_grouped`, the MILP over
   movable units (key groups or collocated sets of key groups) used by the collocation planner.
-- ``milp_units`` / ``milp_search`` / ``milp_bounds`` / ``milp_cpsat`` / ``milp_cbc`` — its building blocks.
+- ``milp.units`` / ``milp.search`` / ``milp.bounds`` / ``milp.cpsat`` / ``milp.cbc`` — its building blocks.
 """

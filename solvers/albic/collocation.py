@@ -57,13 +57,9 @@ import scipy.sparse as sp
 
 from solvers import metrics
 from solvers.errors import InvalidInput
+from solvers.graph_partitioning import metis_parts, symmetric_traffic
 from solvers.model import Plan, Problem
 from solvers.registry import Param, register
-
-try:  # pymetis >= 2025 prefers a CSRAdjacency object over xadj/adjncy
-    import pymetis
-except ImportError as exc:  # pragma: no cover - pymetis is a declared dependency
-    raise ImportError("ALBIC collocation needs pymetis (pip install pymetis)") from exc
 
 _EPS = 1e-9
 
@@ -139,72 +135,6 @@ def collocated_sets(n_key_groups: int, src: np.ndarray, dst: np.ndarray) -> list
     return sets
 
 
-def symmetric_traffic(problem: Problem) -> sp.csr_matrix:
-    """(m, m) CSR of out(gi, gj) + out(gj, gi), no self loops: the undirected edge weights of the METIS graphs."""
-    src, dst, rate = problem.edges()
-    m = problem.n_key_groups
-    sym = sp.csr_matrix((np.concatenate([rate, rate]), (np.concatenate([src, dst]), np.concatenate([dst, src]))),
-                        shape=(m, m))
-    sym.sum_duplicates()
-    sym.eliminate_zeros()
-    return sym
-
-
-def _int_weights(w: np.ndarray, total_cap: float = 1e9) -> np.ndarray:
-    """Positive integer METIS weights proportional to ``w`` (≥ 1, sum well inside METIS' 32-bit idx_t)."""
-    w = np.asarray(w, dtype=np.float64)
-    if w.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    top = float(w.max())
-    if top <= 0:
-        return np.ones(w.size, dtype=np.int64)
-    scale = min(1e4, total_cap / w.size) / top
-    return np.maximum(1, np.rint(w * scale)).astype(np.int64)
-
-
-def metis_parts(adj: sp.csr_matrix, nparts: int, vweights: np.ndarray, *, seed: int = 0, ufactor: int | None = None,
-                tpwgts: np.ndarray | None = None) -> np.ndarray:
-    """Balanced k-way graph partitioning (METIS [Karypis & Kumar], via pymetis) of a symmetric weighted graph.
-
-    Args:
-        adj: (v, v) symmetric CSR, data = edge weights (any positive floats; scaled to integers here).
-        nparts: number of parts k ≥ 1.
-        vweights: (v,) vertex weights (floats ≥ 0; scaled to integers ≥ 1).
-        seed: METIS random seed (deterministic for a given seed).
-        ufactor: allowed imbalance in 1/1000 (METIS default 30 for k-way, 1 for recursive bisection).
-        tpwgts: (k,) target part weight fractions (e.g. node capacities), or None for equal parts.
-
-    Returns:
-        (v,) int part of each vertex. Parts may be empty when k is close to v.
-    """
-    v = adj.shape[0]
-    if nparts <= 1 or v <= 1:
-        return np.zeros(v, dtype=np.int64)
-    if nparts >= v and tpwgts is None:
-        return np.arange(v, dtype=np.int64)
-    adj = sp.csr_matrix(adj)
-    adj.sort_indices()
-    opts = {"seed": int(seed) % (2**31 - 1)}
-    if ufactor is not None:
-        opts["ufactor"] = int(ufactor)
-    kwargs: dict[str, Any] = {
-        "vweights": _int_weights(vweights),
-        "options": pymetis.Options(**opts),
-    }
-    if adj.nnz:
-        kwargs["eweights"] = _int_weights(adj.data)
-    if tpwgts is not None:
-        t = np.asarray(tpwgts, dtype=np.float64)
-        kwargs["tpwgts"] = (t / t.sum() * (1 - 1e-6)).tolist()
-    xadj = adj.indptr.astype(np.int64)
-    adjncy = adj.indices.astype(np.int64)
-    if hasattr(pymetis, "CSRAdjacency"):
-        res = pymetis.part_graph(nparts, pymetis.CSRAdjacency(xadj, adjncy), **kwargs)
-    else:  # pragma: no cover - older pymetis
-        res = pymetis.part_graph(nparts, xadj=xadj, adjncy=adjncy, **kwargs)
-    return np.asarray(res[1], dtype=np.int64)
-
-
 def migration_cost_fraction(problem: Problem) -> np.ndarray | None:
     """(m,) mc_k / maxMigrCost, the share of one round's budget a key group's move uses (max over the count and
     byte budgets); ``None`` when the budget is unlimited. A zero budget gives ``inf``."""
@@ -265,7 +195,7 @@ def split_set(members: np.ndarray, load: np.ndarray, mc: np.ndarray | None, adj:
 
 # ---------------------------------------------------------------------------------------------- step 3: pairs
 @dataclass
-class Units:
+class CollocationUnits:
     """The units handed to the MILP: ``unit_of[k]`` (contiguous ids), node constraints, and bookkeeping."""
 
     unit_of: np.ndarray
@@ -281,7 +211,7 @@ class Units:
 def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.ndarray | None,
                 adj: sp.csr_matrix, pairs_per_round: int | None, pair_budget_share: float,
                 node_load: np.ndarray, seed: int = 0, pin: str = "paper",
-                max_ld_band: float | None = None) -> Units:
+                max_ld_band: float | None = None) -> CollocationUnits:
     """Steps 2 and 3 of Algorithm 2 for one maxPL level: collocated sets → parts → units, then constrained pairs.
 
     Args:
@@ -410,12 +340,12 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
     uniq, inv = np.unique(unit_of, return_inverse=True)
     pos = {int(u): i for i, u in enumerate(uniq)}
     allowed = {pos[u]: np.array(sorted(choice[u]), dtype=np.int64) for u in target}
-    return Units(unit_of=inv.astype(np.int64), allowed=allowed, hint=hint, n_set_parts=n_parts, n_sets=len(sets),
+    return CollocationUnits(unit_of=inv.astype(np.int64), allowed=allowed, hint=hint, n_set_parts=n_parts, n_sets=len(sets),
                  pairs_added=added, moves_committed=moves, bytes_committed=nbytes)
 
 
 # ---------------------------------------------------------------------------------------------- step 4: solve
-def _feasible_hint(problem: Problem, a: np.ndarray, units: Units) -> bool:
+def _feasible_hint(problem: Problem, a: np.ndarray, units: CollocationUnits) -> bool:
     """Whether assignment ``a`` keeps every unit on one node, every pinned unit on an allowed node, and the
     budget — i.e. whether it can warm-start the solve of ``units``."""
     u = units.unit_of
@@ -467,7 +397,7 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
     levels.append(0.0)
     attempts: list[dict[str, Any]] = []
     prev: np.ndarray | None = None
-    best: tuple[float, Plan, Units, float] | None = None
+    best: tuple[float, Plan, CollocationUnits, float] | None = None
     chosen = None
     # the paper's last resort, maxPL = 0 (the pure MILP), keeps a quarter of the time: when the levels with
     # collocation use up the rest without meeting maxLD, the loop jumps to it

@@ -34,7 +34,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from solvers import metrics
-from solvers.albic.collocation import metis_parts, symmetric_traffic
+from solvers.graph_partitioning import metis_parts, symmetric_traffic
 from solvers.model import Plan, Problem
 from solvers.registry import Param, register
 

@@ -14,8 +14,15 @@ The document's fields, enough to reproduce lookups elsewhere (e.g. a Spark adapt
 
 from solvers.gedik.construct import Instance, construct, readj, redist, scan
 from solvers.gedik.counting import LossyCounter, SlidingLossyCounter
-from solvers.gedik.function import (ALGORITHMS, FORMAT, PartitionFunction, build_document, load_function,
-                                    route_keys, validate_spec)
+from solvers.gedik.function import (
+                                    ALGORITHMS,
+                                    FORMAT,
+                                    PartitionFunction,
+                                    build_document,
+                                    load_function,
+                                    route_keys,
+                                    validate_spec,
+)
 from solvers.gedik.model import Config, select_tracked
 from solvers.gedik.ring import ConsistentHash, uniform_lookup
 

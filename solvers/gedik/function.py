@@ -43,9 +43,9 @@ import numpy as np
 
 from solvers.errors import InvalidInput
 from solvers.gedik._hash import hash_spans, hash_strings, split_lines
-from solvers.gedik.construct import ALGORITHMS as CONSTRUCTIONS, Instance, construct
-from solvers.gedik.model import (FUNCTIONS, RESOURCES, UTILITIES, Config, balance_metrics, beta,
-                                 select_tracked)
+from solvers.gedik.construct import ALGORITHMS as CONSTRUCTIONS
+from solvers.gedik.construct import Instance, construct
+from solvers.gedik.model import FUNCTIONS, RESOURCES, UTILITIES, Config, balance_metrics, beta, select_tracked
 from solvers.gedik.ring import DEFAULT_REPLICAS, DEFAULT_SEED, ConsistentHash, uniform_lookup
 
 __all__ = ["FORMAT", "ALGORITHMS", "PartitionFunction", "build_document", "route_keys", "validate_spec",

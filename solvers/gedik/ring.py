@@ -97,7 +97,7 @@ class ConsistentHash:
         arcs = np.diff(np.concatenate(([pts[-1] - 2.0**64], pts)))  # arc (prev, p] belongs to owner of p
         return np.bincount(self.owner, weights=arcs, minlength=self.channels) / 2.0**64
 
-    def moved_fraction(self, other: "ConsistentHash | None" = None, other_uniform: int | None = None,
+    def moved_fraction(self, other: ConsistentHash | None = None, other_uniform: int | None = None,
                        samples: int = 1 << 18) -> float:
         """Fraction of the key space whose channel differs between ``self`` and another ring (exact, by merging
         the two rings' points), or the uniform hash over ``other_uniform`` channels (by quasi-random sampling)."""

@@ -27,11 +27,11 @@ import inspect
 
 from solvers.errors import InvalidInput
 from solvers.groupings.base import Grouping, key_ids
-from solvers.groupings.basic import KeyGrouping, PartialKeyGrouping, PowerOfTwoChoices, ShuffleGrouping
-from solvers.groupings.consistent import ConsistentHashing, ConsistentHashingBoundedLoads
+from solvers.groupings.consistent_grouping import ConsistentGrouping, PowerOfRandomChoices
+from solvers.groupings.consistent_hashing import ConsistentHashing, ConsistentHashingBoundedLoads
+from solvers.groupings.d_w_choices import DChoices, RoundRobinHead, WChoices, find_optimal_choices
 from solvers.groupings.dkg import DynamicKeyGrouping
-from solvers.groupings.head import DChoices, RoundRobinHead, WChoices, find_optimal_choices
-from solvers.groupings.porc import ConsistentGrouping, PowerOfRandomChoices
+from solvers.groupings.kg_sg_pkg import KeyGrouping, PartialKeyGrouping, PowerOfTwoChoices, ShuffleGrouping
 
 GROUPINGS: dict[str, type[Grouping]] = {
     cls.name: cls

@@ -35,7 +35,7 @@ class Server:
         self.proc: subprocess.Popen | None = None
         self.log_path = log_path
 
-    def start(self, timeout: float = 60.0) -> "Server":
+    def start(self, timeout: float = 60.0) -> Server:
         env = dict(os.environ)
         env.update({"REBALANCER_SOLVER_WORKERS": "1", "REBALANCER_MAX_TIME_LIMIT_S": "2",
                     "REBALANCER_REQUEST_WAIT_S": "60", "PYTHONUNBUFFERED": "1"})  # a loaded CI box: no 202s

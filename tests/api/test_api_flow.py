@@ -6,12 +6,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from evaluation.generators import albic_synthetic
 from solvers import metrics
-from solvers.model import Problem, plan_from_dict
+from solvers.model import plan_from_dict
+
 sys.path.insert(0, str(Path(__file__).parent))
 from api_helpers import execute_all_at_once, new_id, register, skewed_stats  # noqa: E402
 

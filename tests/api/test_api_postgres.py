@@ -12,7 +12,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -8,8 +8,14 @@ import uuid
 import httpx
 import pytest
 
-from clients.python import (ConflictError, ControllerUnavailable, NotFoundError, RebalancerClient, ServerError,
-                            ValidationError)
+from clients.python import (
+    ConflictError,
+    ControllerUnavailable,
+    NotFoundError,
+    RebalancerClient,
+    ServerError,
+    ValidationError,
+)
 
 
 def _job_id() -> str:

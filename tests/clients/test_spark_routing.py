@@ -11,8 +11,7 @@ import pytest
 pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 
-from clients.spark.routing import (KG_COL, ROUTE_COL, RoutingTable, hash_preimages, key_group_column,  # noqa: E402
-                                   spark_hash_int)
+from clients.spark.routing import KG_COL, ROUTE_COL, RoutingTable, hash_preimages, key_group_column, spark_hash_int  # noqa: E402
 from clients.spark.state import KeyedState  # noqa: E402
 from clients.spark.stats import communication_stats, key_group_stats, partition_record_counts  # noqa: E402
 

@@ -3,9 +3,18 @@
 import numpy as np
 import pytest
 
-from evaluation.simulator import (ArrayStream, DriftingStream, FileStream, SimulationConfig, SkewedStream,
-                                  ZipfStream, simulate, weighted_percentiles, zipf_exponent_for_top_share,
-                                  zipf_probabilities)
+from evaluation.simulator import (
+    ArrayStream,
+    DriftingStream,
+    FileStream,
+    SimulationConfig,
+    SkewedStream,
+    ZipfStream,
+    simulate,
+    weighted_percentiles,
+    zipf_exponent_for_top_share,
+    zipf_probabilities,
+)
 from evaluation.simulator.engine import _Replication
 from solvers.errors import InvalidInput
 from solvers.groupings import GROUPING_NAMES, make_grouping

@@ -11,17 +11,16 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from solvers import metrics
 from solvers.albic.collocation import (
     build_units,
     collocated_sets,
-    metis_parts,
     migration_cost_fraction,
     pair_scores,
     split_set,
-    symmetric_traffic,
 )
+from solvers.graph_partitioning import metis_parts, symmetric_traffic
 from solvers.model import Problem
-from solvers import metrics
 
 
 def _problem(load, current, n_nodes, edges, operator, max_migrations=None, state=None, ccost=0.0):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from evaluation.generators import albic_synthetic, skewed
 from solvers import metrics, registry
 from solvers.albic.milp import solve_grouped
-from solvers.albic.milp_bounds import analytic_bound
+from solvers.albic.milp.bounds import analytic_bound
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from evaluation.generators import albic_synthetic, skewed
 from solvers import metrics, registry

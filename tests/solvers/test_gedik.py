@@ -9,11 +9,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from solvers.errors import InvalidInput
-from solvers.gedik import (Config, ConsistentHash, Instance, LossyCounter, SlidingLossyCounter, build_document,
-                           construct, load_function, route_keys, select_tracked)
+from solvers.gedik import (
+    Config,
+    ConsistentHash,
+    Instance,
+    LossyCounter,
+    SlidingLossyCounter,
+    build_document,
+    construct,
+    load_function,
+    route_keys,
+    select_tracked,
+)
 from solvers.gedik._hash import hash_lines, hash_strings, split_lines
 from solvers.gedik.model import delta_for, theta
 from solvers.hashing import hash64, hash64_array

@@ -3,7 +3,8 @@ best gain among *all* moves and swaps (so the pruned, vectorised search misses n
 when no readjustment reduces ρ."""
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from solvers.gedik import Config, Instance, construct
 from solvers.gedik.model import theta

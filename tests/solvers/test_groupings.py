@@ -6,7 +6,8 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from solvers.errors import InvalidInput
 from solvers.groupings import GROUPING_NAMES, find_optimal_choices, make_grouping

@@ -3,7 +3,8 @@
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from solvers.errors import InvalidInput
 from solvers.sketches import SpaceSaving

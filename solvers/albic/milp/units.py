@@ -39,7 +39,7 @@ class Units:
     res_load: np.ndarray | None = None    # (U, R)
     res_limit: np.ndarray | None = None   # (n, R), already relaxed to max(limit, current usage)
     broken: list[int] = field(default_factory=list)
-    drain: bool = True        # prefer draining removing nodes below the drain floor (milp_search.drain_floor)
+    drain: bool = True        # prefer draining removing nodes below the drain floor (search.drain_floor)
 
     @property
     def n_units(self) -> int:

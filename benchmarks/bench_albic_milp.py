@@ -1,7 +1,7 @@
 """Benchmark of the ALBIC MILP planner (issue 3): the paper's §5.1 grid, large instances, and Figure 5 scale-in.
 
-    python -m evaluation.bench_albic_milp            # full run (≈ 10 min on 2 cores), bench-results/albic_milp.json
-    python -m evaluation.bench_albic_milp --quick    # one seed, 1 s only, smaller scale instance (≈ 1.5 min)
+    python -m benchmarks.bench_albic_milp            # full run (≈ 10 min on 2 cores), bench-results/albic_milp.json
+    python -m benchmarks.bench_albic_milp --quick    # one seed, 1 s only, smaller scale instance (≈ 1.5 min)
 
 Sections:
 - grid: clusters (20, 400), (40, 800), (60, 1200) × max migrations {10, 20, 30, 40} × varies {0.1, 0.3, 0.5}
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.plotting import pyplot
 from evaluation.generators import albic_synthetic, skewed
-from evaluation.plotting import pyplot
 from solvers import metrics, registry
 from solvers.model import Problem
 
@@ -160,7 +160,7 @@ def run_scale(cases) -> list[dict]:
     for nodes, kgs, zipf, seed, tl in cases:
         budget = max(1, kgs // 100)
         log(f"[scale] {nodes}x{kgs} zipf={zipf} budget={budget} time limit {tl}s ...")
-        cmd = [sys.executable, "-m", "evaluation.bench_albic_milp", "--scale-worker",
+        cmd = [sys.executable, "-m", "benchmarks.bench_albic_milp", "--scale-worker",
                json.dumps([nodes, kgs, zipf, seed, tl, budget])]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                              cwd=str(Path(__file__).resolve().parent.parent))
@@ -284,7 +284,7 @@ def main(argv=None) -> int:
     for name in ("flux", "albic-milp", "drain-then-balance"):
         registry.get(name)  # import planners (OR-tools takes ~1 s) before anything is timed
     t0 = time.perf_counter()
-    result: dict = {"command": "python -m evaluation.bench_albic_milp" + (" --quick" if args.quick else ""),
+    result: dict = {"command": "python -m benchmarks.bench_albic_milp" + (" --quick" if args.quick else ""),
                     "machine": {"cpus": os.cpu_count()}, "units": "load distance in % of the mean node load"}
     if "grid" in sections:
         rows = run_grid(seeds, limits)

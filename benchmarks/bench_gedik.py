@@ -15,7 +15,7 @@ Also measured: ``partition route`` throughput through the CLI (keys/s, wall incl
 construction-time targets (CPU seconds of the construction, ``time.process_time``; wall seconds are recorded too but
 are inflated on a shared machine), and an ablation of readj's stopping rule. Fig. 8 uses 2 runs for |D| ≥ 10^7.
 
-Usage: ``python -m evaluation.bench_gedik [--quick] [--runs R] [--max-domain D] [--tuples M] [--out DIR]``
+Usage: ``python -m benchmarks.bench_gedik [--quick] [--runs R] [--max-domain D] [--tuples M] [--out DIR]``
 (default: about 2 CPU-minutes, 4–5 minutes wall on the shared 2-core machine; ``--quick``: about 20 CPU-seconds).
 """
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -32,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.plotting import pyplot
+from benchmarks.plotting import pyplot
 from solvers.gedik.construct import Instance, construct
-from solvers.gedik.model import Config, RESOURCES, balance_metrics, beta, select_tracked
+from solvers.gedik.model import Config, balance_metrics, beta, select_tracked
 from solvers.gedik.ring import ConsistentHash, uniform_lookup
 from solvers.hashing import hash64_array
 

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from solvers.albic.milp_units import Units
+from solvers.albic.milp.units import Units
 
 EPS = 1e-12
 SWAP_PAIRS_MAX = 200_000   # unit pairs scored per swap step
@@ -58,7 +58,7 @@ class State:
             self.res = np.zeros((self.n, units.res_load.shape[1]))
             np.add.at(self.res, self.place, units.res_load)
 
-    def copy(self) -> "State":
+    def copy(self) -> State:
         s = State.__new__(State)
         s.__dict__.update(self.__dict__)
         s.place = self.place.copy()

@@ -1,4 +1,4 @@
-"""Benchmark of the controller's HTTP API (issue 7): ``python -m evaluation.bench_api [--quick] [--soak-seconds S]``.
+"""Benchmark of the controller's HTTP API (issue 7): ``python -m benchmarks.bench_api [--quick] [--soak-seconds S]``.
 
 Starts a real server (``python -m cli.main serve``) on 127.0.0.1 with a fresh SQLite database and measures, in one
 run, with a small keep-alive HTTP/1.1 client on asyncio (so that the load generator costs little CPU on a 2-core
@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
@@ -35,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.plotting import pyplot
+from benchmarks.plotting import pyplot
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"

@@ -24,7 +24,7 @@ Experiments (each scaled down from the paper where noted; the JSON records the s
 
 Targets (issue 6) are evaluated and listed under ``targets`` with the measured value and whether they hold.
 
-Usage: ``python -m evaluation.bench_groupings [--quick] [--out DIR] [--only table1,dchoices,...]``
+Usage: ``python -m benchmarks.bench_groupings [--quick] [--out DIR] [--only table1,dchoices,...]``
 (default: a few minutes on one core; ``--quick``: under a minute). Progress goes to stderr.
 """
 
@@ -32,16 +32,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from evaluation.plotting import pyplot
-from evaluation.simulator import (SimulationConfig, SkewedStream, ZipfStream, simulate, zipf_exponent_for_top_share,
-                                  zipf_probabilities)
+from benchmarks.plotting import pyplot
+from evaluation.simulator import (
+    SimulationConfig,
+    SkewedStream,
+    ZipfStream,
+    simulate,
+    zipf_exponent_for_top_share,
+    zipf_probabilities,
+)
 from solvers.groupings import find_optimal_choices, make_grouping
 from solvers.groupings.base import choice
 
@@ -241,7 +246,7 @@ def exp_dkg(quick: bool) -> dict:
     log(f"  dkg PKG with colliding hot-key choices (seed {bad_seed}), r=0.68: sd={colliding['stddev']:.2f}")
     targets = []
     bad = [r for r in rs if r >= 0.5 and not res[str(r)]["dkg"]["stddev"] < res[str(r)]["pkg"]["stddev"]]
-    worst = max((res[str(r)]["dkg"]["stddev"] - res[str(r)]["pkg"]["stddev"] for r in rs if r >= 0.5))
+    worst = max(res[str(r)]["dkg"]["stddev"] - res[str(r)]["pkg"]["stddev"] for r in rs if r >= 0.5)
     targets.append(target("dkg: DKG StdDev < PKG StdDev at every r >= 50%", round(worst, 3), 0.0, not bad,
                           "value = max over r>=0.5 of (DKG - PKG) StdDev" + (f"; fails at {bad}" if bad else "")))
     paper_t3 = {"sg": {"stddev": 0.0001, "latency_rel": 1.0}, "kg": {"stddev": 20.32, "latency_rel": 3955 / 559},

@@ -1,6 +1,6 @@
 """``make demo``: a skewed streaming aggregation on local Spark, rebalanced by the controller, batch after batch.
 
-``python -m clients.spark.demo [--quick] [--batches 20] [--rows 50000] [--keys 1000000] [--zipf 1.1] ...``
+``python -m benchmarks.spark_demo [--quick] [--batches 20] [--rows 50000] [--keys 1000000] [--zipf 1.1] ...``
 
 1. starts the controller (``python -m cli.main serve`` on a free port, a temporary SQLite database);
 2. writes ``--batches`` Parquet files of Zipf(z = 1.1) keys and streams them (file source, one file per
@@ -12,7 +12,7 @@
    ``repartition(8, key)``) and for the routing, the migrations and the state bytes moved — every figure measured
    on the partitions Spark produced (``spark_partition_id()``);
 5. measures the routing overhead against plain hash repartitioning on a uniform stream
-   (:func:`clients.spark.bench.measure_overhead`);
+   (:func:`benchmarks.bench_spark_routing.measure_overhead`);
 6. writes ``bench-results/spark_demo.json`` and ``bench-results/spark_demo.png``.
 
 The table goes to stdout, progress to stderr.
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import socket
 import statistics
@@ -116,7 +115,7 @@ def plot(doc: dict, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m clients.spark.demo", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.spark_demo", description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--rows", type=int, default=50_000, help="records per micro-batch")
     ap.add_argument("--keys", type=int, default=1_000_000, help="key domain (Zipf ranks)")
@@ -142,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    from benchmarks.bench_spark_routing import measure_overhead, spark_session
     from clients.python import RebalancerClient
-    from clients.spark.bench import measure_overhead, spark_session
     from clients.spark.driver import RebalancingDriver
 
     out = Path(args.output)

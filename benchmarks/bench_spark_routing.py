@@ -1,6 +1,6 @@
 """What exact placement costs: routed placement vs Spark's plain hash repartitioning on a uniform stream.
 
-``python -m clients.spark.bench [--rows N] [--repeats R] [--quick]`` writes ``bench-results/spark_routing.json``.
+``python -m benchmarks.bench_spark_routing [--rows N] [--repeats R] [--quick]`` writes ``bench-results/spark_routing.json``.
 
 Measured (median of ``repeats`` interleaved runs, each a full execution to a ``noop`` sink, from a cached input):
 
@@ -133,7 +133,7 @@ def spark_session(partitions: int = 8):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m clients.spark.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_spark_routing", description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="200k rows, 3 repeats")

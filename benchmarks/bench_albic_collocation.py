@@ -16,7 +16,7 @@ recorded.
 
 Writes bench-results/albic_collocation.json and PNG plots; progress goes to stderr.
 
-    python -m evaluation.bench_albic_collocation [--quick] [--rounds R] [--time-limit S] [--out DIR]
+    python -m benchmarks.bench_albic_collocation [--quick] [--rounds R] [--time-limit S] [--out DIR]
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from benchmarks.plotting import pyplot
 from evaluation.collocation_scenarios import collocation_synthetic, drift_loads, real_job_2
-from evaluation.plotting import pyplot
 from solvers import metrics, registry
-from solvers.albic.collocation import metis_parts
 from solvers.errors import InvalidInput
+from solvers.graph_partitioning import metis_parts
 
 PLANNERS = ("albic", "cola", "albic-milp")
 SIZES = ((20, 10), (40, 20), (60, 30))  # nodes, operators; 20 key groups per node

@@ -1,4 +1,4 @@
-"""The ALBIC MILP (§4.3.1) on a sub-problem, solved with OR-tools CP-SAT (or CBC, :mod:`milp_cbc`).
+"""The ALBIC MILP (§4.3.1) on a sub-problem, solved with OR-tools CP-SAT (or CBC, :mod:`solvers.albic.milp.cbc`).
 
 Sub-problem: a set of nodes ``N_s`` and the units currently on them (all other units stay where the incumbent
 has them). Variables ``x[u, j]`` (unit ``u`` ends on node ``j ∈ N_s``, allowed nodes only) with
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
-from solvers.albic.milp_search import State
+from solvers.albic.milp.search import State
 
 SCALE_MEAN = 1e6
 

@@ -1,6 +1,6 @@
 """ALBIC load-balancing MILP (Madsen, Zhou, Cao — §4.3.1 "LP Solver"), planner ``albic-milp``.
 
-The model (see :mod:`solvers.albic.milp_cpsat` for the constraints): every key group (or movable *unit* of key
+The model (see :mod:`solvers.albic.milp.cpsat` for the constraints): every key group (or movable *unit* of key
 groups) on exactly one node (1); the migration budget by count and/or bytes (2); all active nodes inside the band
 ``[t − d, t + d]`` of utilisation (3)(4), removing nodes drained gradually — nothing ever moves onto them
 (Lemma 1) and, because the target ``t`` counts their load but not their capacity, the optimum empties them when
@@ -12,10 +12,10 @@ Solving it fast enough to matter ("Speed is the work here") — the whole call, 
 inside ``time_limit``:
 
 1. **Warm start** — a best-improvement local search of moves and swaps around the node with the largest
-   deviation (:mod:`milp_search`; only units of the worst nodes move, only onto the ~48 most opposite nodes),
+   deviation (:mod:`solvers.albic.milp.search`; only units of the worst nodes move, only onto the ~48 most opposite nodes),
    from the current assignment, the hint (if any) and, for plain key groups, Flux's plan. The current assignment
    and every start are candidates, so the planner never returns anything worse than them.
-2. **Proven bound** — :func:`milp_bounds.analytic_bound`: the heaviest movable key groups, the budget and the
+2. **Proven bound** — :func:`bounds.analytic_bound`: the heaviest movable key groups, the budget and the
    band widths give, by bisection, the smallest distance any plan within the budget can reach.
 3. **Randomised restarts and ruin-and-recreate** (most of the time limit): GRASP restarts of the greedy, and
    rounds that undo ~30 % of the best plan's migrations and spend the freed budget again — either greedily or
@@ -46,10 +46,10 @@ import time
 import numpy as np
 
 from solvers import metrics
-from solvers.albic.milp_bounds import analytic_bound
-from solvers.albic.milp_cpsat import build, solve_cpsat
-from solvers.albic.milp_search import State, improve
-from solvers.albic.milp_units import Units, build_units, split_units
+from solvers.albic.milp.bounds import analytic_bound
+from solvers.albic.milp.cpsat import build, solve_cpsat
+from solvers.albic.milp.search import State, improve
+from solvers.albic.milp.units import Units, build_units, split_units
 from solvers.errors import InvalidInput
 from solvers.model import Plan, Problem
 from solvers.registry import Param, register
@@ -211,7 +211,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
     t_lin = float(units.load.sum() / p.capacity[p.active].sum())
 
     # ---- candidates (linear-model states), best by exact key at the end
-    from solvers.albic.milp_search import drain_floor
+    from solvers.albic.milp.search import drain_floor
     floor0 = drain_floor(units, base_place)
     if floor0 > 0:
         details["drain_floor"] = floor0
@@ -324,7 +324,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
     all_nodes = np.arange(n)
     lns_iters = lns_improved = 0
     if backend == "cbc":
-        from solvers.albic.milp_cbc import solve_cbc as sub_solver
+        from solvers.albic.milp.cbc import solve_cbc as sub_solver
     else:
         sub_solver = solve_cpsat
     stop_margin = 0.03 + 0.05 * budget_total
