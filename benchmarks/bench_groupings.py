@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.plotting import pyplot
+from benchmarks.groupings_memory import exp_memory, plot_memory
 from evaluation.simulator import (
     SimulationConfig,
     SkewedStream,
@@ -425,6 +426,8 @@ def plots(doc: dict, out: Path) -> list[str]:
             ax.legend(fontsize=6)
         fig.tight_layout()
         files.append(_save(fig, out / "groupings_memory.png"))
+    if "memory" in doc:
+        files.append(plot_memory(plt, doc["memory"], out / "groupings_memory_fig5.png"))
     if "dkg" in doc:
         k = doc["dkg"]
         rs = sorted(float(r) for r in k["results"])
@@ -468,7 +471,7 @@ def _save(fig, path: Path) -> str:
     return str(path)
 
 
-EXPERIMENTS = {"table1": exp_table1, "dchoices": exp_dchoices, "dkg": exp_dkg, "cg": exp_cg,
+EXPERIMENTS = {"table1": exp_table1, "dchoices": exp_dchoices, "memory": exp_memory, "dkg": exp_dkg, "cg": exp_cg,
                "throughput": exp_throughput}
 
 

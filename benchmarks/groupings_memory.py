@@ -1,0 +1,98 @@
+"""D-C paper Fig. 5 (memory of D-Choices / W-Choices against PKG), measured and modelled, with the breakdown of the
+measured excess (issue 13 item 1). Part of ``python -m benchmarks.bench_groupings`` (experiment ``memory``).
+
+For n ∈ {50, 100} and z ∈ {0.4, 0.6, …, 2.0} (|K| = 10⁴, 5 sources, seed 3), one Zipf stream per z is routed by
+PKG, D-C and W-C. Three ratios per grouping:
+
+* ``model`` — the paper's estimate Σ_{k∈H} min(f_k, d or n) + Σ_{k∉H} min(f_k, 2) over Σ_k min(f_k, 2) at the
+  paper's scale (m = 10⁷, true frequencies): what Fig. 5 plots;
+* ``over_paper_pkg`` — the MEASURED (key, worker) pairs over the paper's PKG estimate Σ_k min(f_k, 2) on the same
+  stream: the paper's comparison with a measured numerator;
+* ``over_measured_pkg`` — measured over measured: lower denominator, because under PKG a rarely seen tail key
+  usually sits on one of its two choices (see :mod:`evaluation.replication`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evaluation.replication import replication_breakdown, route
+from evaluation.simulator.streams import zipf_probabilities
+
+KEYS = 10_000
+TARGET = 1.3  # "In the worst case, D-C and W-C use at most 30% more memory than PKG" (Fig. 5 caption)
+
+
+def _point(n: int, z: float, m: int) -> dict:
+    keys = np.random.default_rng(3).choice(KEYS, size=m, p=zipf_probabilities(z, KEYS))
+    pkg = route("pkg", n, keys, seed=3)
+    return {algo: replication_breakdown(keys, pkg, route(algo, n, keys, seed=3), KEYS)
+            for algo in ("dchoices", "wchoices")}
+
+
+def exp_memory(quick: bool) -> dict:
+    """The grid at m = 10⁶ (quick: 2·10⁵, n = 50, three z), and, unless quick, the paper's scale m = 10⁷ at
+    n ∈ {50, 100}, z ∈ {1.0, 2.0} (the model's worst cases), where the targets are checked."""
+    from benchmarks.bench_groupings import log, memory_model, target
+
+    m = 200_000 if quick else 1_000_000
+    ns = [50] if quick else [50, 100]
+    zs = [0.4, 1.0, 2.0] if quick else [round(0.4 + 0.2 * i, 1) for i in range(9)]
+    res: dict = {}
+    for n in ns:
+        res[str(n)] = {}
+        for z in zs:
+            row: dict = {"model": memory_model(z, n, KEYS), **_point(n, z, m)}
+            res[str(n)][str(z)] = row
+            log(f"  memory n={n:3d} z={z:.1f} m={m:,}: " + "  ".join(
+                f"{a} measured/PKG {row[a]['measured_over_measured_pkg']:.2f} "
+                f"measured/paper-PKG {row[a]['measured_over_paper_pkg']:.2f}" for a in ("dchoices", "wchoices")))
+    paper_scale: dict = {}
+    checked = {(n, z): res[str(n)][str(z)] for n in ns for z in zs}
+    if not quick:
+        checked = {}
+        for n in (50, 100):
+            for z in (1.0, 2.0):
+                checked[(n, z)] = paper_scale[f"{n}/{z}"] = _point(n, z, 10_000_000)
+                log(f"  memory n={n:3d} z={z:.1f} m=10,000,000: " + "  ".join(
+                    f"{a} measured/paper-PKG {checked[(n, z)][a]['measured_over_paper_pkg']:.3f}"
+                    for a in ("dchoices", "wchoices")))
+    targets = []
+    for n in sorted({n for n, _ in checked}):
+        for algo in ("dchoices", "wchoices"):
+            pts = {z: r[algo] for (nn, z), r in checked.items() if nn == n}
+            worst = max(p["measured_over_paper_pkg"] for p in pts.values())
+            targets.append(target(f"memory: {algo} measured <= 1.3x the paper's PKG estimate at n={n} (worst z)",
+                                  round(worst, 3), TARGET, None if quick else worst <= TARGET,
+                                  f"m=1e7, z in {sorted(pts)}" if not quick else
+                                  f"quick: m={m} is too short for the paper's scale, not checked"))
+            wm = max(p["measured_over_measured_pkg"] for p in pts.values())
+            targets.append(target(f"memory: {algo} measured / PKG measured at n={n} (worst z, reported)",
+                                  round(wm, 3), TARGET, None,
+                                  "not the paper's comparison: PKG measured keeps most tail keys on one worker"))
+    return {"config": {"keys": KEYS, "messages": m, "sources": 5, "n": ns, "z": zs, "seed": 3},
+            "results": res, "paper_scale_m1e7": paper_scale, "targets": targets}
+
+
+def plot_memory(plt, d: dict, path) -> str:
+    """Fig. 5 analog: three ratios per grouping against z, the 1.3 target line."""
+    ns, zs = d["config"]["n"], d["config"]["z"]
+    fig, axes = plt.subplots(1, len(ns), figsize=(5.2 * len(ns), 3.8), squeeze=False)
+    for ax, n in zip(axes[0], ns, strict=True):
+        r = d["results"][str(n)]
+        for algo, key, color in (("dchoices", "dc", "tab:blue"), ("wchoices", "wc", "tab:orange")):
+            ax.plot(zs, [r[str(z)][algo]["measured_over_paper_pkg"] for z in zs], marker="o", color=color,
+                    label=f"{algo}: measured / paper's PKG estimate")
+            ax.plot(zs, [r[str(z)][algo]["measured_over_measured_pkg"] for z in zs], marker="x", ls=":",
+                    color=color, label=f"{algo}: measured / PKG measured")
+            ax.plot(zs, [r[str(z)]["model"][f"{key}_over_pkg"] for z in zs], ls="--", color=color,
+                    label=f"{algo}: paper's model (m=1e7)")
+        ax.axhline(TARGET, color="gray", ls="-.", lw=1, label="paper: at most 1.3")
+        ax.set_title(f"D-C paper Fig. 5 analog, n = {n}, m = {d['config']['messages']:,}")
+        ax.set_xlabel("Zipf exponent z")
+        ax.set_ylabel("memory / PKG memory")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
