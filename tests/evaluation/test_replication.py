@@ -48,3 +48,25 @@ def test_wchoices_excess_over_pkg_is_mostly_the_balance_effect():
     assert r["bands"][-1]["beyond_two"] == 0                       # ranks ≥ 1000 never get more than PKG's two
     assert second > 0.4 * total_extra                              # the balance effect dominates the excess
     assert r["measured_over_paper_pkg"] < r["measured_over_measured_pkg"]
+
+
+def test_default_warmup_keeps_boundary_keys_out_of_the_head():
+    """Keys just below θ (ranks 51–1000 at n = 100, z = 1.0) must not be sprayed over all workers by chance early
+    in the stream: the default warm-up (10/θ) gives them fewer extra pairs than the paper-less 1/θ warm-up."""
+    from solvers.groupings import make_grouping
+
+    n, m = 100, 400_000
+    rng = np.random.default_rng(7)
+    keys = rng.choice(10_000, size=m, p=zipf_probabilities(1.0, 10_000))
+    pkg = route("pkg", n, keys, seed=7)
+
+    def wc(**params):
+        srcs = [make_grouping("wchoices", n, seed=7, source_index=j, **params) for j in range(5)]
+        out = np.empty(m, dtype=np.int64)
+        for j in range(5):
+            out[j::5] = srcs[j].route(keys[j::5])
+        return out
+
+    short = replication_breakdown(keys, pkg, wc(warmup=5 * n), 10_000, bands=(0, 51, 1000))["bands"][1]
+    default = replication_breakdown(keys, pkg, wc(), 10_000, bands=(0, 51, 1000))["bands"][1]
+    assert default["beyond_two"] < short["beyond_two"]
