@@ -15,6 +15,7 @@ it is not counted (it would be evicted at once) — this also covers re-posts of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -30,34 +31,11 @@ class Batch:
     dst: np.ndarray | None = None        # int32
     rate: np.ndarray | None = None       # float64
 
-    # ---- (de)serialisation for the repository
-    def to_row(self, job_id: str, now: float) -> dict:
-        comm = None
-        if self.src is not None and self.src.size:
-            comm = (self.src.astype(np.int32).tobytes() + self.dst.astype(np.int32).tobytes()
-                    + self.rate.astype(np.float64).tobytes())
-        full = self.idx.size and self.idx[0] == 0 and self.idx[-1] == self.idx.size - 1 and \
-            bool((np.diff(self.idx) == 1).all())
-        return {"job_id": job_id, "batch_id": self.batch_id, "epoch": self.epoch,
-                # b"" = key groups 0..n-1 in order (what a driver sending every key group posts)
-                "kg_index": b"" if full else self.idx.astype(np.int32).tobytes(), "load": self.load.astype(np.float64).tobytes(),
-                "state_bytes": None if self.state is None else self.state.astype(np.float64).tobytes(),
-                "comm": comm, "received_at": now}
-
-    @classmethod
-    def from_row(cls, row: dict) -> Batch:
-        load = np.frombuffer(row["load"], dtype=np.float64).copy()
-        idx = (np.frombuffer(row["kg_index"], dtype=np.int32).copy() if row["kg_index"]
-               else np.arange(load.size, dtype=np.int32))
-        state = None if row["state_bytes"] is None else np.frombuffer(row["state_bytes"], dtype=np.float64).copy()
-        src = dst = rate = None
-        if row["comm"]:
-            raw = row["comm"]
-            e = len(raw) // 16
-            src = np.frombuffer(raw[: 4 * e], dtype=np.int32).copy()
-            dst = np.frombuffer(raw[4 * e: 8 * e], dtype=np.int32).copy()
-            rate = np.frombuffer(raw[8 * e:], dtype=np.float64).copy()
-        return cls(int(row["batch_id"]), int(row["epoch"]), idx, load, state, src, dst, rate)
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the batch's arrays (issue 12 item 10: the total over every window is capped)."""
+        arrays = (self.idx, self.load, self.state, self.src, self.dst, self.rate)
+        return sum(int(a.nbytes) for a in arrays if a is not None)
 
 
 @dataclass
@@ -67,15 +45,12 @@ class Window:
     size: int
     m: int
     batches: dict[int, Batch] = field(default_factory=dict)
-    load_sum: np.ndarray = None  # type: ignore[assignment]
-    seen: np.ndarray = None  # type: ignore[assignment]  # number of batches in the window reporting each kg
     comm_sum: dict[tuple[int, int], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.load_sum is None:
-            self.load_sum = np.zeros(self.m)
-        if self.seen is None:
-            self.seen = np.zeros(self.m, dtype=np.int64)
+        self.load_sum = np.zeros(self.m)
+        self.seen = np.zeros(self.m, dtype=np.int64)  # number of batches in the window reporting each kg
+        self.nbytes = 0  # memory held by the batches' arrays
 
     # ---- decisions (no side effects)
     def classify(self, batch_id: int) -> tuple[bool, bool, int | None]:
@@ -94,21 +69,35 @@ class Window:
         if evict is not None:
             self._remove(self.batches.pop(evict))
         self.batches[batch.batch_id] = batch
+        self.nbytes += batch.nbytes
         self.load_sum[batch.idx] += batch.load  # ids are unique within a batch (checked by the controller)
         self.seen[batch.idx] += 1
-        if batch.src is not None:
-            for s, d, r in zip(batch.src.tolist(), batch.dst.tolist(), batch.rate.tolist()):
+        if batch.src is not None and batch.dst is not None and batch.rate is not None:
+            for s, d, r in zip(batch.src.tolist(), batch.dst.tolist(), batch.rate.tolist(), strict=True):
                 key = (s, d)
                 self.comm_sum[key] = self.comm_sum.get(key, 0.0) + r
 
+    def dropped_by(self, size: int) -> list[int]:
+        """The batches a window of ``size`` would no longer hold (the oldest)."""
+        return sorted(self.batches)[: max(0, len(self.batches) - size)]
+
+    def resize(self, size: int) -> list[int]:
+        """Hold at most ``size`` batches from now on; returns the ids of the batches dropped (the oldest)."""
+        drop = self.dropped_by(size)
+        for bid in drop:
+            self._remove(self.batches.pop(bid))
+        self.size = size
+        return drop
+
     def _remove(self, batch: Batch) -> None:
+        self.nbytes -= batch.nbytes
         self.load_sum[batch.idx] -= batch.load
         self.seen[batch.idx] -= 1
         # numerical hygiene: a key group no batch reports any more has exactly 0 load
         self.load_sum[self.seen == 0] = 0.0
         np.maximum(self.load_sum, 0.0, out=self.load_sum)
-        if batch.src is not None:
-            for s, d, r in zip(batch.src.tolist(), batch.dst.tolist(), batch.rate.tolist()):
+        if batch.src is not None and batch.dst is not None and batch.rate is not None:
+            for s, d, r in zip(batch.src.tolist(), batch.dst.tolist(), batch.rate.tolist(), strict=True):
                 key = (s, d)
                 v = self.comm_sum.get(key, 0.0) - r
                 if v <= 1e-12:
@@ -139,7 +128,7 @@ class Window:
         rates = np.fromiter(self.comm_sum.values(), dtype=np.float64, count=len(self.comm_sum)) / n
         return keys[:, 0], keys[:, 1], rates
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         ids = sorted(self.batches)
         covered = len(ids)
         return {

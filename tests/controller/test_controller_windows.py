@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller import repository as repo
-from controller.service import _rounds, flink_ranges
+from controller.jobs import flink_ranges
 from controller.windows import Batch, Window
+from solvers.scaling import rounds_needed as _rounds
 
 M = 6
 
@@ -70,7 +71,7 @@ def test_latest_state_and_serialisation_roundtrip():
     b2 = _batch(2, {0: 3.0}, {0: 200.0})
     b2.src, b2.dst, b2.rate = np.array([0], np.int32), np.array([1], np.int32), np.array([4.0])
     for b in (b1, b2):
-        w.add(Batch.from_row(b.to_row("j", 0.0)), None)
+        w.add(repo.batch_from_row(repo.batch_row("j", b, 0.0)), None)
     np.testing.assert_allclose(w.latest_state(reg), [200.0, 7, 7, 7, 7, 7])
     src, dst, rate = w.mean_comm()
     assert src.tolist() == [0] and dst.tolist() == [1] and rate.tolist() == [2.0]
