@@ -330,13 +330,20 @@ def set_last_round(job_id: str, batch_id: int) -> Op:
 
 # ---------------------------------------------------------------------- reads (any thread)
 def load_all(engine: Engine) -> list[Job]:
-    """Every job with the statistics of its window (used at startup)."""
+    """Every job with the statistics of its window, replayed in the order received (startup). Rows a window does
+    not hold (left by a version that did not delete them on a resize) are deleted, so disk and memory agree."""
     with engine.connect() as conn:
         job_rows = [dict(r._mapping) for r in conn.execute(select(jobs))]
         by_job: dict[str, list[dict[str, Any]]] = {}
-        for r in conn.execute(select(stats).order_by(stats.c.job_id, stats.c.batch_id)):
+        for r in conn.execute(select(stats).order_by(stats.c.job_id, stats.c.received_at, stats.c.batch_id)):
             by_job.setdefault(r.job_id, []).append(dict(r._mapping))
-    return [job_from_row(row, by_job.get(row["job_id"], [])) for row in job_rows]
+    out = [job_from_row(row, by_job.get(row["job_id"], [])) for row in job_rows]
+    stale = [{"j_id": j.job_id, "b_id": r["batch_id"]} for j in out for r in by_job.get(j.job_id, [])
+             if r["batch_id"] not in j.window.batches]
+    if stale:
+        with engine.begin() as conn:
+            conn.execute(STATS_DELETE, stale)
+    return out
 
 
 def fail_pending_proposals(engine: Engine) -> int:

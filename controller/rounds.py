@@ -124,7 +124,8 @@ class Rounds:
         auto = job.config.auto
         if len(job.window.batches) < job.window.size:
             return None
-        if job.last_round_batch is not None and batch_id - job.last_round_batch < auto.cooldown_batches:
+        last = job.last_round_batch
+        if last is not None and 0 <= batch_id - last < auto.cooldown_batches:  # ids going back: a new count
             return None
         problem = job.problem()
         loads = metrics.node_loads(problem, problem.current)

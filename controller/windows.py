@@ -1,6 +1,6 @@
 """Statistics windows: the last ``window_batches`` micro-batches of a job (the ALBIC paper's statistics period, SPL).
 
-A window keeps the ``size`` highest batch ids it has seen, with running sums, so that adding a batch of m key
+A window keeps the ``size`` batches received most recently, with running sums, so that adding a batch of m key
 groups costs O(m) numpy work and nothing else:
 
 - the load of a key group is its mean load per batch over the window (a key group absent from a batch counted 0
@@ -8,8 +8,13 @@ groups costs O(m) numpy work and nothing else:
 - its state size is the latest reported value (or the registered one);
 - a communication edge's rate is likewise its mean per batch.
 
-A batch id seen before is counted once (``duplicate``); once the window is full, a batch older than every batch in
-it is not counted (it would be evicted at once) — this also covers re-posts of batches evicted long ago.
+Ordering rule (issue 12 item 3): the window holds the ``size`` most recently *received* distinct batch ids, and a
+batch id already in the window is not counted again (``duplicate``). Batch ids identify batches, they do not order
+them: a driver whose query restarts from a new checkpoint (Spark numbers its batches from 0 again), or a batch id
+far in the future, can never freeze the window — every batch received after it still counts and pushes it out
+after ``size`` more. The price: a batch re-posted after ``size`` newer ones arrived counts again (a driver posts
+each batch before the next one, so its retries land while the batch is still in the window). Ids are signed
+64-bit integers (the controller answers 422 beyond).
 """
 
 from __future__ import annotations
@@ -59,10 +64,7 @@ class Window:
             return False, True, None
         if len(self.batches) < self.size:
             return True, False, None
-        oldest = min(self.batches)
-        if batch_id < oldest:
-            return False, False, None
-        return True, False, oldest
+        return True, False, next(iter(self.batches))  # the earliest received (dicts keep insertion order)
 
     # ---- mutation
     def add(self, batch: Batch, evict: int | None) -> None:
@@ -78,11 +80,11 @@ class Window:
                 self.comm_sum[key] = self.comm_sum.get(key, 0.0) + r
 
     def dropped_by(self, size: int) -> list[int]:
-        """The batches a window of ``size`` would no longer hold (the oldest)."""
-        return sorted(self.batches)[: max(0, len(self.batches) - size)]
+        """The batches a window of ``size`` would no longer hold (the earliest received)."""
+        return list(self.batches)[: max(0, len(self.batches) - size)]
 
     def resize(self, size: int) -> list[int]:
-        """Hold at most ``size`` batches from now on; returns the ids of the batches dropped (the oldest)."""
+        """Hold at most ``size`` batches from now on; returns the ids of the batches dropped (the earliest received)."""
         drop = self.dropped_by(size)
         for bid in drop:
             self._remove(self.batches.pop(bid))
@@ -112,8 +114,7 @@ class Window:
 
     def latest_state(self, registered: np.ndarray) -> np.ndarray:
         out = registered.copy()
-        for bid in sorted(self.batches):
-            b = self.batches[bid]
+        for b in self.batches.values():  # in the order received: the latest report wins
             if b.state is not None:
                 ok = ~np.isnan(b.state)
                 out[b.idx[ok]] = b.state[ok]
@@ -129,7 +130,7 @@ class Window:
         return keys[:, 0], keys[:, 1], rates
 
     def state(self) -> dict[str, Any]:
-        ids = sorted(self.batches)
+        ids = list(self.batches)  # oldest received first
         covered = len(ids)
         return {
             "size": self.size,
