@@ -32,6 +32,7 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
+    func,
     insert,
     inspect,
     select,
@@ -201,12 +202,16 @@ def job_row(job: Job) -> dict[str, Any]:
             "last_round_batch": job.last_round_batch, "created_at": job.created_at, "updated_at": job.updated_at}
 
 
-def job_from_row(row: Mapping[str, Any], batches: Sequence[Mapping[str, Any]]) -> Job:
+def job_from_row(row: Mapping[str, Any], batches: Sequence[Mapping[str, Any]],
+                 assignment_ids: list[str] | None = None) -> Job:
+    """A job from its row, the statistics rows of its window (in the order received) and its current assignment
+    (rebuilt from the epoch history; the row's own is the one of the latest snapshot)."""
     kgs = loads(row["kgs"])
     nodes = [Node.parse(nd) for nd in loads(row["nodes"])]
     config = JobConfig.from_dict(loads(row["spec"]))
     node_index = {nd.id: i for i, nd in enumerate(nodes)}
-    assignment = np.array([node_index[n] for n in loads(row["assignment"])], dtype=np.int64)
+    ids = loads(row["assignment"]) if assignment_ids is None else assignment_ids
+    assignment = np.array([node_index[n] for n in ids], dtype=np.int64)
     window = Window(size=config.window_batches, m=len(kgs["ids"]))
     for brow in batches:
         b = batch_from_row(brow)
@@ -218,17 +223,6 @@ def job_from_row(row: Mapping[str, Any], batches: Sequence[Mapping[str, Any]]) -
                reg_state=np.array(kgs["state_bytes"], dtype=float), nodes=nodes, assignment=assignment,
                epoch=int(row["epoch"]), window=window, created_at=row["created_at"], updated_at=row["updated_at"],
                last_round_batch=row["last_round_batch"])
-
-
-def epoch_row(job: Job, epoch: int, kind: str, proposal_id: str | None, nodes: list[Node], assignment: np.ndarray,
-              plan: Mapping[str, Any] | None, now: float) -> dict[str, Any]:
-    history_plan = None
-    if plan is not None and plan.get("metrics") is not None:
-        history_plan = dumps({k: plan.get(k) for k in ("algorithm", "moves", "metrics", "solver")})
-    ids = [nd.id for nd in nodes]
-    return {"job_id": job.job_id, "epoch": epoch, "kind": kind, "proposal_id": proposal_id,
-            "nodes": nodes_json(nodes), "assignment": dumps([ids[i] for i in assignment.tolist()]),
-            "plan": history_plan, "created_at": now}
 
 
 def proposal_row(p: Proposal) -> dict[str, Any]:
@@ -296,10 +290,11 @@ def finish_proposal(pid: str, status: str, plan: Mapping[str, Any] | None, error
 
 def advance_epoch(job_id: str, base_epoch: int, new_values: dict[str, Any], epoch_row_: dict[str, Any],
                   proposal_id: str | None = None, proposal: Proposal | None = None,
-                  last_round_batch: int | None = None) -> Callable[[Connection], bool]:
+                  last_round_batch: int | None = None, then: Op | None = None) -> Callable[[Connection], bool]:
     """The atomic epoch compare-and-set: new assignment/nodes + history row + proposal marked executed, or nothing.
 
-    Returns False (and changes nothing) when the job's epoch is no longer ``base_epoch``.
+    Returns False (and changes nothing) when the job's epoch is no longer ``base_epoch``; ``then`` runs in the
+    same transaction after a successful one (history compaction).
     """
     proposal_values = None if proposal is None else proposal_row(proposal)
 
@@ -317,6 +312,8 @@ def advance_epoch(job_id: str, base_epoch: int, new_values: dict[str, Any], epoc
         elif proposal_id is not None:
             conn.execute(update(proposals).where(proposals.c.id == proposal_id)
                          .values(status="executed", executed_epoch=new_epoch))
+        if then is not None:
+            then(conn)
         return True
 
     return op
@@ -337,7 +334,9 @@ def load_all(engine: Engine) -> list[Job]:
         by_job: dict[str, list[dict[str, Any]]] = {}
         for r in conn.execute(select(stats).order_by(stats.c.job_id, stats.c.received_at, stats.c.batch_id)):
             by_job.setdefault(r.job_id, []).append(dict(r._mapping))
-    out = [job_from_row(row, by_job.get(row["job_id"], [])) for row in job_rows]
+        current = {row["job_id"]: current_assignment(conn, row["job_id"], len(loads(row["kgs"])["ids"]))
+                   for row in job_rows}
+    out = [job_from_row(row, by_job.get(row["job_id"], []), current[row["job_id"]]) for row in job_rows]
     stale = [{"j_id": j.job_id, "b_id": r["batch_id"]} for j in out for r in by_job.get(j.job_id, [])
              if r["batch_id"] not in j.window.batches]
     if stale:
@@ -360,14 +359,30 @@ def get_proposal(engine: Engine, job_id: str, pid: str) -> Proposal | None:
     return None if r is None else proposal_from_row(dict(r._mapping))
 
 
-def get_history(engine: Engine, job_id: str, limit: int | None = None) -> list[dict[str, Any]]:
-    q = select(epochs).where(epochs.c.job_id == job_id).order_by(epochs.c.epoch.desc())
-    if limit:
-        q = q.limit(limit)
-    with engine.connect() as conn:
-        rows = [dict(r._mapping) for r in conn.execute(q)]
-    rows.reverse()
-    return rows
+def replay(kg_count: int, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Node id of each key group after ``rows`` (a snapshot, then deltas, in epoch order)."""
+    current: list[str] = []
+    for r in rows:
+        doc = loads(r["assignment"])
+        if isinstance(doc, list):
+            current = list(doc)
+        else:
+            for k, node in doc["moves"]:
+                current[k] = node
+    if len(current) != kg_count:
+        raise ValueError(f"epoch history does not rebuild the assignment ({len(current)} of {kg_count} key groups)")
+    return current
+
+
+def current_assignment(conn: Connection, job_id: str, kg_count: int) -> list[str] | None:
+    """The job's assignment from its latest snapshot and the deltas after it (None without history)."""
+    snap = conn.execute(select(func.max(epochs.c.epoch)).where(
+        epochs.c.job_id == job_id, epochs.c.assignment.like("[%"))).scalar()
+    if snap is None:
+        return None
+    rows = conn.execute(select(epochs.c.assignment).where(epochs.c.job_id == job_id, epochs.c.epoch >= snap)
+                        .order_by(epochs.c.epoch)).mappings().all()
+    return replay(kg_count, [dict(r) for r in rows])
 
 
 def database_kind(url: str) -> str:
