@@ -13,101 +13,46 @@ one updates a row, whatever the number of processes.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    Float,
-    LargeBinary,
-    MetaData,
-    String,
-    Table,
-    Text,
-    bindparam,
-    create_engine,
-    delete,
-    event,
-    func,
-    insert,
-    inspect,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
+from controller.database import (  # re-exported: the repository is the persistence API
+    create_schema as create_schema,
+)
+from controller.database import (
+    database_kind as database_kind,
+)
+from controller.database import (
+    epochs as epochs,
+)
+from controller.database import (
+    jobs as jobs,
+)
+from controller.database import (
+    make_engine as make_engine,
+)
+from controller.database import (
+    metadata as metadata,
+)
+from controller.database import (
+    proposals as proposals,
+)
+from controller.database import (
+    sqlite_path as sqlite_path,
+)
+from controller.database import (
+    stats as stats,
+)
 from controller.jobs import Job, JobConfig, Node
 from controller.windows import Batch, Window
 from solvers.model import _int_if_whole
 
 if TYPE_CHECKING:
     from controller.proposals import Proposal
-
-metadata = MetaData()
-
-jobs = Table(
-    "jobs", metadata,
-    Column("job_id", String(200), primary_key=True),
-    Column("spec", Text, nullable=False),          # JSON: JobConfig.as_dict()
-    Column("registration", Text, nullable=False),  # JSON: the topology as registered (for idempotent PUT)
-    Column("kgs", Text, nullable=False),           # JSON: {"ids": [...], "operators": [...], "state_bytes": [...]}
-    Column("nodes", Text, nullable=False),         # JSON: [{"id", "capacity", "removing"}]
-    Column("assignment", Text, nullable=False),    # JSON: [node id per key group, in kgs order]
-    Column("epoch", BigInteger, nullable=False),
-    Column("last_round_batch", BigInteger, nullable=True),  # batch id of the last auto round (cooldown)
-    Column("created_at", Float, nullable=False),
-    Column("updated_at", Float, nullable=False),
-    Column("generation", String(32), nullable=True),  # one registration of the job id (None: before issue 12)
-)
-
-epochs = Table(
-    "epochs", metadata,
-    Column("job_id", String(200), primary_key=True),
-    Column("epoch", BigInteger, primary_key=True),
-    Column("kind", String(20), nullable=False),    # register | execute | auto | nodes
-    Column("proposal_id", String(64), nullable=True),
-    Column("nodes", Text, nullable=False),
-    Column("assignment", Text, nullable=False),
-    Column("plan", Text, nullable=True),           # JSON: moves, metrics, solver, algorithm
-    Column("created_at", Float, nullable=False),
-)
-
-stats = Table(
-    "stats_batches", metadata,
-    Column("job_id", String(200), primary_key=True),
-    Column("batch_id", BigInteger, primary_key=True),
-    Column("epoch", BigInteger, nullable=False),
-    Column("kg_index", LargeBinary, nullable=False),   # int32 array: key group indices
-    Column("load", LargeBinary, nullable=False),       # float64 array
-    Column("state_bytes", LargeBinary, nullable=True),  # float64 array (NaN = not reported)
-    Column("comm", LargeBinary, nullable=True),        # int32 src, int32 dst, float64 rate (concatenated)
-    Column("received_at", Float, nullable=False),
-)
-
-proposals = Table(
-    "proposals", metadata,
-    Column("id", String(64), primary_key=True),
-    Column("job_id", String(200), nullable=False, index=True),
-    Column("base_epoch", BigInteger, nullable=False),
-    Column("status", String(20), nullable=False),  # pending | ready | failed | executed
-    Column("algorithm", String(100), nullable=False),
-    Column("params", Text, nullable=False),
-    Column("time_limit_s", Float, nullable=False),
-    Column("window", Text, nullable=True),
-    Column("plan", Text, nullable=True),
-    Column("error", Text, nullable=True),
-    Column("executed_epoch", BigInteger, nullable=True),
-    Column("created_at", Float, nullable=False),
-    Column("generation", String(32), nullable=True),  # the job's generation when it was proposed
-)
-
-#: columns added after the first release: ``create_schema`` adds them to an existing database.
-_ADDED_COLUMNS = {"jobs": ("generation", "VARCHAR(32)"), "proposals": ("generation", "VARCHAR(32)")}
 
 Op = Callable[[Connection], Any]
 
@@ -118,39 +63,6 @@ def dumps(obj: Any) -> str:
 
 def loads(text_: str | None) -> Any:
     return None if text_ is None else json.loads(text_)
-
-
-def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:
-    """An engine for ``url``; SQLite gets WAL, the chosen ``synchronous`` level and its directory created."""
-    if url.startswith("sqlite"):
-        path = url.split("///", 1)[1] if "///" in url else ""
-        if path and path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-        sync = sqlite_synchronous.upper()
-        if sync not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            sync = "NORMAL"
-
-        @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute(f"PRAGMA synchronous={sync}")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.close()
-    else:
-        engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
-    return engine
-
-
-def create_schema(engine: Engine) -> None:
-    """Create the tables, and add the columns a database of an earlier version lacks."""
-    metadata.create_all(engine)
-    with engine.begin() as conn:
-        insp = inspect(conn)
-        for table, (col, sql_type) in _ADDED_COLUMNS.items():
-            if col not in {c["name"] for c in insp.get_columns(table)}:
-                conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {col} {sql_type}"))
 
 
 # ---------------------------------------------------------------------- row formats
@@ -383,14 +295,3 @@ def current_assignment(conn: Connection, job_id: str, kg_count: int) -> list[str
     rows = conn.execute(select(epochs.c.assignment).where(epochs.c.job_id == job_id, epochs.c.epoch >= snap)
                         .order_by(epochs.c.epoch)).mappings().all()
     return replay(kg_count, [dict(r) for r in rows])
-
-
-def database_kind(url: str) -> str:
-    return "sqlite" if url.startswith("sqlite") else url.split(":", 1)[0]
-
-
-def sqlite_path(url: str) -> str | None:
-    if not url.startswith("sqlite") or "///" not in url:
-        return None
-    p = url.split("///", 1)[1]
-    return None if p in ("", ":memory:") else os.path.abspath(p)

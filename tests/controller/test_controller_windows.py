@@ -154,3 +154,25 @@ def test_epoch_compare_and_set_exactly_one_wins(tmp_path):
     with engines[0].connect() as c:
         job = c.execute(repo.jobs.select()).first()
     assert job.epoch == 1 and job.assignment == hist[1]["assignment"]
+
+
+def test_a_database_of_the_previous_version_gets_the_new_columns_and_loads(tmp_path):
+    """Startup adds the ``generation`` columns to an existing database; its jobs load as one registration."""
+    url = f"sqlite:///{tmp_path}/old.db"
+    engine = repo.make_engine(url)
+    repo.create_schema(engine)
+    with engine.begin() as c:
+        for table in ("jobs", "proposals"):
+            c.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN generation")
+        c.exec_driver_sql(
+            "INSERT INTO jobs (job_id, spec, registration, kgs, nodes, assignment, epoch, last_round_batch, "
+            "created_at, updated_at) VALUES ('j', '{\"algorithm\": \"flux\", \"params\": {}, \"budget\": {}, "
+            "\"window_batches\": 2, \"communication_cost\": 0.0, \"time_limit_s\": 1.0, \"auto\": {}}', '{}', "
+            "'{\"ids\": [\"k0\", \"k1\"], \"operators\": [\"\", \"\"], \"state_bytes\": [0, 0]}', "
+            "'[{\"id\": \"a\", \"capacity\": 1.0, \"removing\": false}, {\"id\": \"b\", \"capacity\": 1.0, "
+            "\"removing\": false}]', '[\"a\", \"b\"]', 3, NULL, 0, 0)")
+        c.exec_driver_sql("INSERT INTO epochs VALUES ('j', 3, 'execute', NULL, '[]', '[\"b\", \"a\"]', NULL, 0)")
+    repo.create_schema(engine)
+    (job,) = repo.load_all(engine)
+    assert job.generation == "" and job.epoch == 3
+    assert job.assignment_doc() == {"k0": "b", "k1": "a"}  # the latest snapshot in the history wins
