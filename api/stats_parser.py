@@ -9,7 +9,6 @@ are used. So the accepted bodies and the error messages are exactly those of the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
 
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from api.schemas import StatsRequest
+from controller.stats import ParsedStats
 
 _TOP = frozenset({"batch_id", "epoch", "key_groups", "communication"})
 _NUM = frozenset({int, float})
@@ -26,18 +26,6 @@ _STR = frozenset({str})
 _MISSING = object()
 _get_id, _get_load = itemgetter("id"), itemgetter("load")
 _get_src, _get_dst, _get_rate = itemgetter("src"), itemgetter("dst"), itemgetter("rate")
-
-
-@dataclass
-class ParsedStats:
-    batch_id: int
-    epoch: int
-    ids: list[str]
-    load: np.ndarray
-    state: np.ndarray | None  # NaN where not reported
-    src: list[str]
-    dst: list[str]
-    rate: np.ndarray
 
 
 class StatsInvalid(Exception):
