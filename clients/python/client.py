@@ -78,7 +78,11 @@ class RebalancerClient(HTTPSession):
     # ------------------------------------------------------------------ operations
     def health(self) -> dict[str, Any]:
         """``GET /healthz``."""
-        return self._typed(lambda d: dict(Doc(d, "health").d), "GET", "/healthz")
+        def read(doc: Any) -> dict[str, Any]:
+            d = Doc(doc, "health")
+            d.text("status")
+            return dict(d.d)
+        return self._typed(read, "GET", "/healthz")
 
     def is_healthy(self) -> bool:
         """True when ``/healthz`` answers 200 (no retries; never raises)."""
