@@ -72,6 +72,7 @@ class HTTPSession:
         max_response_bytes: int = 128 << 20,
         proposal_poll_timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
+        verify: Any = True,
         seed: int | None = None,
     ):
         if retries < 0:
@@ -93,7 +94,7 @@ class HTTPSession:
         headers = {"Accept": "application/json", "User-Agent": "rebalancer-python-client/0.2"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._transport = transport if transport is not None else DeadlineTransport()
+        self._transport = transport if transport is not None else DeadlineTransport(verify=verify)
         self._http = httpx.Client(base_url=self.base_url, headers=headers, transport=self._transport,
                                   timeout=httpx.Timeout(timeout, connect=connect_timeout), trust_env=False)
 

@@ -81,9 +81,9 @@ class DeadlineTransport(httpx.HTTPTransport):
 
     def __init__(self, *, verify: Any = True, limits: httpx.Limits | None = None):
         limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=5.0)
-        super().__init__(verify=verify, limits=limits)
+        # HTTPTransport.__init__ is not called: it would only build the pool that this one replaces (handle_request
+        # and close use ``self._pool``): httpcore's public ConnectionPool, with our network backend.
         self._deadline = _Deadline()
-        # The pool httpx builds, with our network backend (httpcore's public ConnectionPool API).
         self._pool = httpcore.ConnectionPool(
             ssl_context=httpx.create_ssl_context(verify=verify),
             max_connections=limits.max_connections,

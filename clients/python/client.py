@@ -72,7 +72,10 @@ class RebalancerClient(HTTPSession):
             max_backoff * retries``, the most the retry policy can use).
         max_response_bytes: the largest response body read (default 128 MiB; error bodies: 1 MiB).
         proposal_poll_timeout: how long :meth:`create_proposal` polls a 202 task before returning it pending.
-        transport: an httpx transport (tests, custom TLS); default: a connection pool bounded by the deadline.
+        transport: an httpx transport; default: a connection pool whose every socket operation is bounded by the
+            deadline (a custom transport is bounded only between the chunks of a body). Proxy variables of the
+            environment are not used.
+        verify: TLS verification of the default transport (``True``, a CA bundle path or an ``ssl.SSLContext``).
     """
 
     # ------------------------------------------------------------------ operations

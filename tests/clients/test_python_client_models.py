@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -85,6 +86,14 @@ def test_job_stats_proposal_execution_history_models(controller):
         assert prop.plan is not None
         _check_plan(prop.plan)
         assert rc.get_proposal(jid, prop.id).plan == prop.plan
+        queued = rc.create_proposal(jid, algorithm="albic-milp", time_limit_s=1, wait_s=0, wait=False)  # 202
+        assert queued.status == "pending" and queued.plan is None and queued.raw["plan"] is None, queued.raw
+        assert queued.base_epoch == 0 and queued.id != prop.id
+        for _ in range(100):
+            if (polled := rc.get_proposal(jid, queued.id)).status != "pending":
+                break
+            time.sleep(0.05)
+        assert polled.status == "ready" and polled.plan is not None
 
         ex = rc.execute_proposal(jid, prop.id)
         assert isinstance(ex, Execution) and (ex.epoch, ex.base_epoch, ex.proposal_id) == (1, 0, prop.id)
