@@ -26,3 +26,4 @@ class ParsedStats:
     src: list[str]
     dst: list[str]
     rate: np.ndarray
+    bytes: np.ndarray | None = None  # record bytes per key group (issue 15), NaN where not reported
