@@ -137,7 +137,7 @@ class Rounds:
             return None
         tl = auto.time_limit_s or job.config.time_limit_s
         try:
-            doc = await self.planning.solve(job.config.algorithm, problem, tl, job.config.params)
+            doc = await self.planning.solve(job.config.algorithm, problem, tl, job.config.params, kind="auto")
         except (Busy, RuntimeError, InvalidInput) as exc:
             log.warning("auto round of %s skipped: %s", job.job_id, exc)
             return None

@@ -78,12 +78,14 @@ class Controller:
         return self.ctx.proposals.items
 
     @property
-    def pool(self) -> SolverPool:
-        return self.ctx.pool
+    def pool(self) -> SolverPool | None:
+        """The solver pool (None before :meth:`start`)."""
+        return self.ctx.pool if self.ctx.started else None
 
     @property
-    def writer(self) -> Writer | InlineWriter:
-        return self.ctx.writer
+    def writer(self) -> Writer | InlineWriter | None:
+        """The group-commit writer (None before :meth:`start`)."""
+        return self.ctx.writer if self.ctx.started else None
 
     @property
     def engine(self) -> Any:

@@ -160,3 +160,28 @@ def test_retention_compacts_history_to_a_snapshot_and_keeps_the_assignment(tmp_p
         old = con.execute("SELECT count(*) FROM proposals WHERE base_epoch < ? AND status != 'pending'",
                           (kept[0],)).fetchone()[0]
     assert old == 0
+
+
+def test_automatic_rounds_use_the_reserved_share_and_what_ifs_hold_a_slot_per_candidate(tmp_path):
+    """Issue 12 item 9, the controller's side: automatic rounds are solves of kind "auto" (ad-hoc requests
+    cannot take their share) and a what-if is admitted for all its candidates at once."""
+    auto = {**job(8, window=1), "auto": {"enabled": True, "cooldown_batches": 0}}
+    problem = {"nodes": [{"id": "a"}, {"id": "b"}],
+               "key_groups": [{"id": f"k{i}", "node": "a", "load": 1.0} for i in range(6)]}
+
+    async def main() -> None:
+        s = settings(tmp_path / "r.db", max_concurrent_solves=4, reserved_auto_solves=1)
+        async with app_client(s) as (c, ctl):
+            assert ctl.pool is not None and ctl.pool.capacity("adhoc") == 3
+            r = await c.post("/v1/what-if/scaling", json={"problem": problem, "candidates": [1, 2, 3, 4]})
+            assert r.status_code == 413, r.text  # four slots at once can never be admitted for ad-hoc work
+            r = await c.post("/v1/what-if/scaling", json={"problem": problem, "candidates": [1, 2, 3]})
+            assert r.status_code == 200, r.text
+            assert (await c.put("/v1/jobs/j", json=auto)).status_code == 201
+            ctl.pool.counts["adhoc"] = 3  # the ad-hoc share is taken (as by three long plans in flight)
+            assert (await c.post("/v1/plans", json={"problem": problem})).status_code == 429
+            r = await c.post("/v1/jobs/j/stats", json=stats(1, kgs(8), load=3.0))
+            ctl.pool.counts["adhoc"] = 0
+            assert r.status_code == 202 and r.json()["apply"] is not None, r.text  # the round still ran
+
+    asyncio.run(main())
