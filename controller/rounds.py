@@ -181,7 +181,7 @@ class Rounds:
             compaction = history.compact(job.job_id, base + 1, history.retention(self.ctx.settings))
         ok = await self.ctx.writer.run(repo.advance_epoch(
             job.job_id, base, history.job_values(erow, now), erow, proposal_id=proposal_id, proposal=proposal,
-            last_round_batch=last_round_batch, then=compaction))
+            last_round_batch=last_round_batch, then=compaction, plan=plan if proposal_id else None))
         if not ok:
             raise Conflict(f"job {job.job_id!r} is no longer at epoch {base}")
         job.epoch = base + 1
@@ -191,6 +191,7 @@ class Rounds:
         if last_round_batch is not None:
             job.last_round_batch = last_round_batch
         if proposal is not None:
+            proposal.plan = repo.executed_plan(proposal.plan)  # its assignment is this epoch's
             self.ctx.proposals.put(proposal)
         self.ctx.telemetry.epochs.inc(kind)
         return {"job_id": job.job_id, "base_epoch": base, "epoch": base + 1, "assignment": job.assignment_doc()}

@@ -177,3 +177,41 @@ def test_automatic_rounds_use_the_reserved_share_and_what_ifs_hold_a_slot_per_ca
         assert r.status_code == 202 and r.json()["apply"] is not None, r.text  # the round still ran
 
     run(tmp_path / "r.db", main, max_concurrent_solves=4, reserved_auto_solves=1)
+
+
+def test_executed_proposals_keep_their_moves_not_a_copy_of_the_assignment(tmp_path):
+    """An executed proposal's row (and cache entry) drops the plan's assignment — it is the executed epoch's, and
+    ``GET …/proposals/{id}`` still answers it, from the history, also after a restart."""
+    db = tmp_path / "r.db"
+    m = 3000
+    auto = {**job(m, window=1), "auto": {"enabled": True, "cooldown_batches": 0}}
+
+    async def first(c: httpx.AsyncClient, ctl: Controller) -> tuple[str, str, dict, dict]:
+        assert (await c.put("/v1/jobs/j", json=job(m, window=1))).status_code == 201
+        assert (await c.post("/v1/jobs/j/stats", json=stats(1, kgs(m), load=1.0))).status_code == 202
+        p = (await c.post("/v1/jobs/j/proposals", json={"wait_s": 30})).json()
+        assert p["status"] == "ready" and len(p["plan"]["assignment"]) == m
+        r = await c.post(f"/v1/jobs/j/proposals/{p['id']}/execute")
+        assert r.status_code == 200, r.text[:300]
+        executed = r.json()["assignment"]
+        assert "assignment" not in ctl.proposals[p["id"]].plan
+        got = (await c.get(f"/v1/jobs/j/proposals/{p['id']}")).json()
+        assert got["status"] == "executed" and got["plan"]["assignment"] == executed
+        assert got["plan"]["moves"] == p["plan"]["moves"]
+        # an automatic round's proposal likewise
+        assert (await c.put("/v1/jobs/a", json=auto)).status_code == 201
+        r = await c.post("/v1/jobs/a/stats", json=stats(1, kgs(m), load=1.0))
+        apply = r.json()["apply"]
+        assert apply is not None
+        return p["id"], apply["proposal_id"], executed, apply["assignment"]
+
+    async def second(c: httpx.AsyncClient, _: Controller) -> tuple[dict, dict]:
+        return ((await c.get(f"/v1/jobs/j/proposals/{pid}")).json(),
+                (await c.get(f"/v1/jobs/a/proposals/{auto_pid}")).json())
+
+    pid, auto_pid, executed, auto_assignment = run(db, first)
+    with sqlite3.connect(db) as con:
+        sizes = dict(con.execute("SELECT id, length(plan) FROM proposals").fetchall())
+    assert sizes[pid] < 40 * m / 10 and sizes[auto_pid] < 40 * m / 10  # no 3,000-entry assignment in them
+    got, got_auto = run(db, second)
+    assert got["plan"]["assignment"] == executed and got_auto["plan"]["assignment"] == auto_assignment
