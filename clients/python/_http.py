@@ -167,8 +167,8 @@ class HTTPSession:
         ``path`` is used as given: encode its segments with :func:`segment`. ``idempotent`` defaults to True for
         GET/PUT/DELETE/HEAD; non-idempotent requests are retried only on connect errors (never sent).
         ``deadline`` and ``timeout`` override the client's total seconds for this call and for one attempt.
-        ``ok_after_retry``: statuses that count as
-        success on a retry after an attempt that may have reached the server (404 for a DELETE).
+        ``ok_after_retry``: statuses that count as success on a retry after an attempt that may have reached the
+        server (404 for a DELETE whose first answer was lost).
         """
         if idempotent is None:
             idempotent = method.upper() in ("GET", "PUT", "DELETE", "HEAD", "OPTIONS")
