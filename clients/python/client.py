@@ -76,6 +76,7 @@ class RebalancerClient(HTTPSession):
             deadline (a custom transport is bounded only between the chunks of a body). Proxy variables of the
             environment are not used.
         verify: TLS verification of the default transport (``True``, a CA bundle path or an ``ssl.SSLContext``).
+        seed: seed of the backoff jitter (reproducible tests).
     """
 
     # ------------------------------------------------------------------ operations
