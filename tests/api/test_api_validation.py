@@ -220,3 +220,14 @@ def test_partitioning_within_the_caps_still_works(client):
                                               "frequencies": {"a": 0.3, "b": 0.2}}, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["channels"] == 8
+
+
+def test_errors_do_not_echo_huge_names(client):
+    # issue 12.5: a huge id or name came back in full in the error (and in every later response)
+    huge = "p" * 100_000
+    r = client.post("/v1/plans", json={"problem": PROBLEM, "algorithm": "flux", "params": {huge: 1}})
+    assert r.status_code == 422 and len(r.text) < 2000, len(r.text)
+    r = client.post("/v1/plans", json={"problem": PROBLEM, "algorithm": huge})
+    assert _field(r) == "algorithm" and len(r.text) < 2000
+    r = client.post("/v1/plans", json={"problem": {**PROBLEM, huge: 1}})
+    assert r.status_code == 422 and len(r.text) < 2000
