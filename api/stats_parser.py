@@ -12,7 +12,6 @@ bytes of a batch must each sum to at most ``solvers.model.MAX_MAGNITUDE`` (else 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
 from typing import Any, TypeGuard
@@ -22,6 +21,7 @@ from pydantic import ValidationError
 from pydantic_core import from_json
 
 from api.schemas import StatsRequest
+from controller.stats import ParsedStats
 from solvers.documents import MAX_ID_LENGTH, MAX_INT64
 from solvers.model import MAX_MAGNITUDE
 
@@ -33,19 +33,6 @@ _MISSING = object()
 _get_id, _get_load = itemgetter("id"), itemgetter("load")
 _get_src, _get_dst, _get_rate = itemgetter("src"), itemgetter("dst"), itemgetter("rate")
 _OPTIONAL = ("state_bytes", "bytes")  # optional per key group: NaN where not reported, None when none is
-
-
-@dataclass
-class ParsedStats:
-    batch_id: int
-    epoch: int
-    ids: list[str]
-    load: np.ndarray
-    state: np.ndarray | None  # NaN where not reported
-    src: list[str]
-    dst: list[str]
-    rate: np.ndarray
-    bytes: np.ndarray | None = None  # record bytes per key group (issue 15), NaN where not reported
 
 
 class StatsInvalid(Exception):
