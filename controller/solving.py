@@ -122,6 +122,7 @@ class SolverPool:
         self._server_pid = os.getpid()
         self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
+        self._ready: set[int] = set()
         self._queue: list[_Task] = []
         self._seq = itertools.count()
         self._io = cf.ThreadPoolExecutor(max_workers=2 * workers + 2, thread_name_prefix="solver-io")
@@ -129,6 +130,13 @@ class SolverPool:
         self._broken: str | None = None
         self._closed = False
         SolverPool._live += 1
+
+    @classmethod
+    def from_settings(cls, s: Any) -> SolverPool:
+        """The pool a :class:`~controller.settings.Settings` describes (create it on the server's main thread)."""
+        return cls(s.solver_workers, s.max_concurrent_solves, s.max_time_limit_s,
+                   reserved_auto=s.reserved_auto_solves, kill_factor=s.solve_kill_factor,
+                   kill_grace_s=s.solve_kill_grace_s)
 
     # ------------------------------------------------------------------ admission
     @property
@@ -245,6 +253,7 @@ class SolverPool:
             w.kill()
             self._fail_all(hello[1])
             return
+        self._ready.add(w.pid)
         self._idle.append(w)
         self._pump()
 
@@ -274,6 +283,7 @@ class SolverPool:
             if not done:
                 self.killed += 1
                 self._all.discard(w)
+                self._ready.discard(w.pid)
                 w.kill()
                 log.error("solve overran its time limit: worker %d killed after %.1f s", w.pid, task.kill_after)
                 _set(task.future, exc=SolveTimeout(
@@ -290,6 +300,7 @@ class SolverPool:
                 return
             self.died += 1
             self._all.discard(w)
+            self._ready.discard(w.pid)
             how = w.describe_exit()
             log.error("solver worker %d died (%s) during a solve: %s", w.pid, how, type(exc).__name__)
             _set(task.future, exc=WorkerDied(f"the solver worker died ({how}); it was replaced"))
@@ -308,7 +319,13 @@ class SolverPool:
 
     async def _replace(self, w: _Worker) -> None:
         self._all.discard(w)
+        self._ready.discard(w.pid)
         await self._add_worker()
+
+    def health(self) -> dict[str, Any]:
+        """For the readiness probe: workers ready to solve, how many there should be, why the pool is unusable."""
+        return {"ready_workers": len(self._ready), "workers": self.workers, "broken": self._broken,
+                "closed": self._closed, "in_flight": self.in_flight, "killed": self.killed, "died": self.died}
 
     def pids(self) -> list[int]:
         """Pids of the live workers (tests, diagnostics)."""
