@@ -17,6 +17,7 @@ from fastapi import Depends, FastAPI
 from api import docs, errors
 from api.deps import documented_auth
 from api.middleware import OPEN_PATHS, AuthMiddleware, BodyLimitMiddleware, MetricsMiddleware
+from api.offload import OffloadMiddleware
 from api.routes import jobs, ops, planning
 from api.schemas import ErrorDoc, StatsRequest
 from controller.lease import ServerLease, lease_for
@@ -80,7 +81,9 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
     secured = [Depends(documented_auth)] if settings.tokens() else []
     app.include_router(planning.router, dependencies=secured)
     app.include_router(jobs.router, dependencies=secured)
-    # innermost first: body limit, auth, metrics (outermost)
+    # innermost first: big plans to a worker, body limit, auth, metrics (outermost)
+    app.add_middleware(OffloadMiddleware, controller=controller, min_bytes=settings.offload_min_bytes,
+                       seconds_per_mb=settings.offload_seconds_per_mb)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, tokens=settings.tokens())
     app.add_middleware(MetricsMiddleware, telemetry=controller.telemetry)

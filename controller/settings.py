@@ -72,6 +72,12 @@ class Settings(BaseSettings):
     max_window_cells: int = Field(default=20_000_000, ge=1)
     max_total_window_bytes: int = Field(default=2 * 1024**3, ge=1)
 
+    #: ``POST /v1/plans`` bodies at least this large are parsed, validated, solved and serialised in a solver
+    #: worker (the event loop only moves bytes); the worker may take ``offload_seconds_per_mb`` per MB of body on
+    #: top of the time limit before it is stopped.
+    offload_min_bytes: int = Field(default=1024 * 1024, ge=0)
+    offload_seconds_per_mb: float = Field(default=2.0, ge=0)
+
     #: commit at most this many queued writes in one transaction (group commit).
     commit_batch: int = Field(default=256, ge=1)
 

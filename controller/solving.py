@@ -186,7 +186,10 @@ class SolverPool:
         return await self.submit(_call_task, module, func, arg, admit=admit, kind=kind)
 
     async def submit(self, fn: Callable[..., tuple[Any, ...]], *args: Any, admit: bool = True, kind: Kind = "adhoc",
-                     time_limit: float | None = None) -> Any:
+                     time_limit: float | None = None, raw: bool = False) -> Any:
+        """Run ``fn(*args)`` in a worker. ``fn`` returns ``("ok", value)``, ``("invalid", field, reason)`` or
+        ``("error", message)``; with ``raw`` its tuple is returned as it is. The worker is killed after
+        ``kill_factor`` × ``time_limit`` (default: the maximum time limit) + ``kill_grace_s``."""
         if admit:
             self.check_admission(1, kind)
         if self._closed:
@@ -207,6 +210,8 @@ class SolverPool:
             self.counts[kind] -= 1
         self.solves += 1
         self.last_seconds = time.perf_counter() - t0
+        if raw:
+            return out
         if out[0] == "ok":
             return out[1]
         if out[0] == "invalid":
