@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     request_wait_s: float = Field(default=5.0, ge=0)
     #: solver worker processes (the process pool off the event loop).
     solver_workers: int = Field(default=2, ge=1)
+    #: niceness added to the solver workers (0-19): on a busy machine the event loop (health checks, statistics
+    #: posts) gets the CPU before a background solve.
+    solver_nice: int = Field(default=5, ge=0, le=19)
     #: solve slots: solves running or queued for a worker (a what-if holds one per candidate); beyond, 429.
     max_concurrent_solves: int = Field(default=40, ge=2)
     #: slots only automatic rounds of registered jobs may use (and they are dequeued first): ad-hoc plans,

@@ -65,9 +65,9 @@ class WorkerDied(RuntimeError):
 
 # ---------------------------------------------------------------------------------------------- server side
 class _Worker:
-    def __init__(self, ctx: Any, server_pid: int):
+    def __init__(self, ctx: Any, server_pid: int, nice: int = 0):
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child, server_pid), name="rebalancer-solver",
+        self.proc = ctx.Process(target=_worker_main, args=(child, server_pid, nice), name="rebalancer-solver",
                                 daemon=True)
         self.proc.start()
         child.close()
@@ -102,13 +102,14 @@ class SolverPool:
     _live = 0  # pools of this process: the (process-wide) forkserver is stopped with the last one
 
     def __init__(self, workers: int, max_concurrent: int, max_time_limit: float, *, reserved_auto: int | None = None,
-                 kill_factor: float = 2.0, kill_grace_s: float = 5.0):
+                 kill_factor: float = 2.0, kill_grace_s: float = 5.0, nice: int = 5):
         self.workers = workers
         self.max_concurrent = max_concurrent
         self.max_time_limit = max_time_limit
         self.reserved_auto = max(1, max_concurrent // 5) if reserved_auto is None else reserved_auto
         self.reserved_auto = min(self.reserved_auto, max_concurrent - 1)
         self.kill_factor, self.kill_grace_s = kill_factor, kill_grace_s
+        self.nice = nice
         self.counts: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.solves = 0
         self.killed = 0  # workers killed for overrunning their solve's time limit
@@ -136,7 +137,7 @@ class SolverPool:
         """The pool a :class:`~controller.settings.Settings` describes (create it on the server's main thread)."""
         return cls(s.solver_workers, s.max_concurrent_solves, s.max_time_limit_s,
                    reserved_auto=s.reserved_auto_solves, kill_factor=s.solve_kill_factor,
-                   kill_grace_s=s.solve_kill_grace_s)
+                   kill_grace_s=s.solve_kill_grace_s, nice=s.solver_nice)
 
     # ------------------------------------------------------------------ admission
     @property
@@ -241,7 +242,7 @@ class SolverPool:
         if self._closed or self._broken:
             return
         try:
-            w = await loop.run_in_executor(self._io, _Worker, self._ctx, self._server_pid)
+            w = await loop.run_in_executor(self._io, _Worker, self._ctx, self._server_pid, self.nice)
         except Exception as exc:  # e.g. the forkserver could not start
             self._fail_all(f"cannot start a solver worker: {type(exc).__name__}: {exc}")
             return
