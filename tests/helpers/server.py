@@ -47,6 +47,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def group_pids(pgid: int) -> list[int]:
+    """The live (not zombie) processes of a process group, from /proc."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
+            out.append(int(p.name))
+    return out
+
+
 def settings_env(settings: Mapping[str, Any]) -> dict[str, str]:
     """``{"solver_workers": 1}`` → ``{"REBALANCER_SOLVER_WORKERS": "1"}``."""
     return {f"REBALANCER_{k.upper()}": str(v) for k, v in settings.items()}
@@ -291,12 +306,17 @@ class ServerProcess(_Server):
                 self.kill9()
         self._kill_group()
 
-    def _kill_group(self) -> None:
-        if self.proc is not None:
+    def _kill_group(self, timeout: float = 10.0) -> None:
+        """SIGKILL whatever is left of the process group and wait until it is gone."""
+        if self.proc is None:
+            return
+        deadline = time.monotonic() + timeout
+        while group_pids(self.proc.pid) and time.monotonic() < deadline:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            time.sleep(0.05)
 
     def client(self, **kw: Any) -> httpx.Client:
         kw.setdefault("timeout", 60.0)
