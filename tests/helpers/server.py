@@ -19,6 +19,7 @@ Importable as ``tests.helpers.server`` from the repository root (``tests/conftes
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import signal
 import socket
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -133,7 +134,7 @@ class InProcessServer(_Server):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="in-process-server", daemon=True)
         self._stopping: asyncio.Event | None = None
-        self._life: asyncio.Future[None] | None = None
+        self._life: concurrent.futures.Future[None] | None = None
 
     @property
     def controller(self) -> Any:
@@ -160,7 +161,7 @@ class InProcessServer(_Server):
                 started.set()
                 raise
 
-        self._life = asyncio.run_coroutine_threadsafe(life(), self._loop)  # type: ignore[assignment]
+        self._life = asyncio.run_coroutine_threadsafe(life(), self._loop)
         if not started.wait(timeout):
             raise RuntimeError("the in-process server did not start")
         if failed:
@@ -185,9 +186,14 @@ class InProcessServer(_Server):
         client = self.client()
 
         class _Adapter(BaseAdapter):
-            def send(self, request: Any, **kw: Any) -> requests.Response:
-                r = client.request(request.method, request.url, headers=dict(request.headers), content=request.body,
-                                   timeout=kw.get("timeout") or 60.0)
+            def send(self, request: requests.PreparedRequest, stream: bool = False, timeout: Any = None,
+                     verify: Any = True, cert: Any = None, proxies: Any = None) -> requests.Response:
+                assert request.method is not None and request.url is not None
+                headers = {k: v if isinstance(v, str) else v.decode("latin-1") for k, v in request.headers.items()}
+                body = request.body.encode() if isinstance(request.body, str) else request.body
+                assert body is None or isinstance(body, bytes), "streamed request bodies are not supported"
+                r = client.request(request.method, request.url, headers=headers, content=body,
+                                   timeout=timeout or 60.0)
                 out = requests.Response()
                 out.status_code = r.status_code
                 out.headers = requests.structures.CaseInsensitiveDict(r.headers)
@@ -216,7 +222,7 @@ class InProcessServer(_Server):
         if stopping is not None:
             self._loop.call_soon_threadsafe(stopping.set)
         try:
-            life.result(timeout=60)  # type: ignore[union-attr]
+            life.result(timeout=60)
         finally:
             self._shutdown_loop()
 
@@ -325,9 +331,3 @@ class ServerProcess(_Server):
     def __enter__(self) -> ServerProcess:
         return self if self.proc is not None else self.start()
 
-
-def started(server: _Server) -> Iterator[_Server]:
-    """A fixture body: start the server, yield it, stop it."""
-    start = server.start
-    yield start()
-    server.stop()
