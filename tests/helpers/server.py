@@ -173,6 +173,11 @@ class InProcessServer(_Server):
         kw.setdefault("timeout", 60.0)
         return httpx.Client(base_url=self.url, transport=_SyncASGITransport(self), **kw)
 
+    def transport(self) -> httpx.BaseTransport:
+        """A synchronous httpx transport into this app, for clients that build their own ``httpx.Client``
+        (``RebalancerClient(srv.url, transport=srv.transport())``)."""
+        return _SyncASGITransport(self)
+
     def requests_session(self) -> Any:
         """A ``requests.Session`` whose requests to :attr:`url` go to this app (for tools built on requests,
         such as schemathesis' ``case.call(session=…)``)."""
