@@ -234,7 +234,8 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
     util_expr = []
     for b in range(nn):
         if xs[b]:
-            e = cp_model.LinearExpr.weighted_sum([v for v, _ in xs[b]], [int(sm.coef[a, b]) for _, a in xs[b]]) + int(const_u[b])
+            e = cp_model.LinearExpr.weighted_sum([v for v, _ in xs[b]], [int(sm.coef[a, b]) for _, a in xs[b]])
+            e = e + int(const_u[b])
         else:
             e = int(const_u[b])
         util_expr.append(e)
@@ -258,8 +259,9 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
             for r in range(sm.res_coef.shape[1]):
                 if sm.res_room[b, r] >= 0 and xs[b]:
                     const = int(sum(sm.res_coef[a, r] for a in np.flatnonzero(single) if cur_pos[a] == b))
-                    model.add(cp_model.LinearExpr.weighted_sum([v for v, _ in xs[b]], [int(sm.res_coef[a, r]) for _, a in xs[b]])
-                              <= int(sm.res_room[b, r]) - const)
+                    use = cp_model.LinearExpr.weighted_sum([v for v, _ in xs[b]],
+                                                           [int(sm.res_coef[a, r]) for _, a in xs[b]])
+                    model.add(use <= int(sm.res_room[b, r]) - const)
     model.minimize(W1 * d + hi - lo)
     # hint = incumbent
     for v, val in hint_vals:
