@@ -36,6 +36,51 @@ PATTERN_MAX = 24
 
 
 def analytic_bound(problem: Problem, steps: int = 60) -> float:
+    """The larger of :func:`band_bound` and :func:`lemma2_bound` (both valid lower bounds on the load distance)."""
+    return max(band_bound(problem, steps), lemma2_bound(problem))
+
+
+def lemma2_bound(problem: Problem) -> float:
+    """Lemma 2 of §4.3.1 under a migration budget: the load that must stay on removing nodes.
+
+    Nothing moves onto a removing node (Lemma 1) and at most ``maxMigrations`` key groups (and at most
+    ``maxBytes`` of state) can leave them, so at least ``R = load on B − (the most load that can leave within the
+    budget)`` stays on B: the ``maxMigrations`` heaviest key groups on B, and the fractional knapsack of load per
+    byte within the byte budget, bound what can leave. The active nodes then hold ``Σ load − R`` while the target
+    counts all of it, so ``Σ_{j∈A} c_j (t − u_j) = R`` and some active node is at least ``R / Σ_{j∈A} c_j`` below
+    ``t``: ``d ≥ R / Σ_{j∈A} c_j``. (No communication costs: they move the target.)
+    """
+    p = problem
+    if not p.removing.any() or (p.communication_cost > 0 and p.comm.nnz):
+        return 0.0
+    on_b = p.removing[p.current]
+    wb = p.load[on_b]
+    total = float(wb.sum())
+    if total <= 0:
+        return 0.0
+    can_leave = total
+    if p.max_migrations is not None:
+        can_leave = min(can_leave, float(np.sort(wb)[::-1][: int(p.max_migrations)].sum()))
+    if p.max_migration_bytes is not None:
+        bb = p.state_bytes[on_b]
+        free = bb <= 0
+        leave_b = float(wb[free].sum())
+        room = float(p.max_migration_bytes) * (1 + 1e-9) + 1e-9
+        wr, br = wb[~free], bb[~free]
+        order = np.argsort(-(wr / br), kind="stable")
+        cb = np.cumsum(br[order])
+        k = int(np.searchsorted(cb, room, side="right"))   # items fully inside the budget
+        leave_b += float(wr[order][:k].sum())
+        if k < order.size:
+            left = room - (float(cb[k - 1]) if k else 0.0)
+            leave_b += wr[order][k] * max(0.0, left) / br[order][k]
+        can_leave = min(can_leave, leave_b)
+    rest = max(0.0, total - can_leave)
+    return rest / float(p.capacity[p.active].sum()) * (1 - 1e-9)
+
+
+def band_bound(problem: Problem, steps: int = 60) -> float:
+    """The bisection on the band conditions of the module docstring."""
     p = problem
     if p.communication_cost > 0 and p.comm.nnz:
         return 0.0
