@@ -247,13 +247,16 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     pool.offer(base_place, "start")
     run = _Run(p, units, pool, t_start, time_limit, t_lin, np.random.default_rng(seed),
                State(units, base_place, t_lin), [(base_place, "greedy")], details=details)
+    full = units.n_units * p.n_nodes <= FULL_MODEL_MAX
+    if full:  # the exact model will run: import the solver now (first call in a process), the shares adapt
+        import solvers.albic.milp.cpsat  # noqa: F401
+        details["import_seconds"] = round(time.perf_counter() - t_start, 4)
     # phase 1: warm start; phase 2: the analytic bound (Lemma 2, budget, granularity)
     flux = unit_of is None and not allowed and p.n_key_groups <= FLUX_MAX_KEY_GROUPS
     _warm_start(run, base_place, flux, hint)
     run.lb = analytic_bound(p)
     details["analytic_bound"] = run.lb
     # phase 3: restarts; phase 4: the exact model (small) or neighbourhood search (large, long limits)
-    full = units.n_units * p.n_nodes <= FULL_MODEL_MAX
     _restarts(run, min(run.at(RESTART_END_SMALL if full else RESTART_END), run.stop))
     milp_ran = False
     if not run.reached():
