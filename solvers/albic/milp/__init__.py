@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from solvers import metrics
 from solvers.albic.milp.bounds import analytic_bound
 from solvers.albic.milp.search import State, drain_floor, improve
 from solvers.albic.milp.state import Pool, cheapest_feasible_units, hint_place, placement_ok
@@ -259,6 +260,8 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     # phase 3: restarts; phase 4: the exact model (small) or neighbourhood search (large, long limits)
     _restarts(run, min(run.at(RESTART_END_SMALL if full else RESTART_END), run.stop))
     milp_ran = False
+    exact_loads = p.communication_cost == 0 or not p.comm.nnz
+    proved = exact_loads  # the analytic bound holds without communication; with it only an exact model proves
     if not run.reached():
         remaining = run.stop - time.perf_counter()
         if full and remaining > 0.02:
@@ -267,6 +270,7 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
             details["full_model"] = status
             if bound is not None:
                 run.lb = max(run.lb, bound)
+                proved = True
         elif not full:
             run.best, info = neighbourhood_search(run.best, pool, run.stop, time_limit, backend, workers, run.rng,
                                                   run.reached)
@@ -277,10 +281,11 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     key, place, origin = pool.best
     d = key[2]
     lb = min(run.lb, d)  # every bound is ≤ the optimum ≤ d; only float noise can put it above d
-    exact_loads = p.communication_cost == 0 or not p.comm.nnz
-    if exact_loads and d <= lb + OPTIMALITY_TOL * max(t_lin, 1e-300):
+    t_plan = float(metrics.node_loads(p, units.assignment(place)).sum() / p.capacity[p.active].sum())
+    tol = OPTIMALITY_TOL * max(min(t_lin, t_plan), 1e-300)
+    if (proved or d <= tol) and d <= lb + tol:  # d = 0 needs no proof: 0 is always a bound
         status = "optimal"
-    elif milp_ran or exact_loads:
+    elif milp_ran or proved:
         status = "feasible"  # a proof was attempted (MILP and/or the analytic bound) and the time ran out
     else:
         status = "heuristic"

@@ -1,9 +1,12 @@
 """The MILP phases of the ALBIC planner (§4.3.1): the full model on small instances, neighbourhood search otherwise.
 
 - :func:`full_model` — the whole §4.3.1 model (every unit, every node) by CP-SAT (or CBC), hinted with the
-  incumbent. It is built as a *relaxation* of any byte/resource rounding (:func:`solvers.albic.milp.cpsat.build`
-  with ``relax=True``), so its proven bound (minus the utilisation rounding tolerance) is a valid lower bound for
-  the problem as given; its plan is kept only if it really keeps the budget.
+  incumbent. With communication costs CP-SAT charges every cut edge exactly (indicator per edge and node, issue 16
+  items 3 and 5), so it optimises the true objective and proves a bound > 0; CBC and very many edges keep the
+  pessimistic loads (every edge leaving a unit charged as cut) and prove nothing. It is built as a *relaxation*
+  of any byte/resource rounding (:func:`solvers.albic.milp.cpsat.build` with ``relax=True``), so its proven
+  bound (minus the utilisation rounding tolerance) is a valid lower bound for the problem as given; its plan is
+  kept only if it really keeps the budget.
 - :func:`neighbourhood_search` — large-neighbourhood search: the model restricted to the nodes deviating most
   (plus removing nodes that still hold load and two random nodes) and the units on them, everything else fixed;
   conservative rounding, so every sub-model plan is feasible (and is checked again).
@@ -21,10 +24,12 @@ import numpy as np
 
 from solvers.albic.milp.search import State
 from solvers.albic.milp.state import Pool, placement_ok
+from solvers.albic.milp.units import Units
 
 SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
 LNS_MIN_SECONDS = 0.25         # an LNS round is only started with this much time left
 LNS_BUILD_SECONDS = 0.1        # reserved for building one sub-MILP
+EXACT_COMM_MAX = 20_000        # unit edges × nodes up to which the full model charges cut edges exactly
 
 
 def _backend(backend: str) -> Callable[..., Any]:
@@ -48,7 +53,10 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
         return state, None, "not run (no time left after importing the solver)"
     units = state.units
     p = units.problem
-    sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True)
+    exact_loads = p.communication_cost == 0 or not p.comm.nnz
+    # communication costs: exact cut indicators (CP-SAT) when the model stays small; else the pessimistic loads
+    exact_comm = not exact_loads and backend == "cpsat" and _edge_count(units) * p.n_nodes <= EXACT_COMM_MAX
+    sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True, exact_comm=exact_comm)
     res = solver(state, sm, seconds, workers=workers, seed=seed)
     if res.place is not None and placement_ok(units, res.place):
         new = state.copy()
@@ -56,9 +64,13 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
         pool.offer(new.place, "milp")
         if new.key() <= state.key():
             state = new
-    exact_loads = p.communication_cost == 0 or not p.comm.nnz
-    bound = res.d_bound if exact_loads else None
+    bound = res.d_bound if exact_loads or exact_comm else None
     return state, bound, res.status
+
+
+def _edge_count(units: Units) -> int:
+    from solvers.albic.milp.cpsat import unit_edges
+    return len(unit_edges(units)[0])
 
 
 def neighbourhood_search(state: State, pool: Pool, deadline: float, budget_total: float, backend: str,
