@@ -203,6 +203,7 @@ class RebalancingDriver(ControllerLink):
         self._failures = 0
         self._retry_at = 0.0
         self._refused_epoch: int | None = None
+        self._refusals = 0
         self._batch_id = -1
 
     # ------------------------------------------------------------------ hooks of ControllerLink
