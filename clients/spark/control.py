@@ -56,6 +56,11 @@ class ControllerLink:
     min_gain: float
     load_distance_threshold: float | None
     time_limit_s: float
+    budget: dict[str, Any]
+    window_batches: int
+    extra_operators: list[dict[str, Any]]
+    algorithm: str | None
+    params: dict[str, Any]
     backoff_s: float
     max_backoff_s: float
     _failures: int
@@ -203,7 +208,7 @@ class ControllerLink:
             self.pending = (job.epoch, own)
 
     # ------------------------------------------------------------------ per batch
-    def _talk(self, batch_id: int, stats: list[dict], edges: list[dict] | None, report) -> str:
+    def _talk(self, batch_id: int, stats: list[dict[str, Any]], edges: list[dict[str, Any]] | None, report) -> str:
         """All controller traffic of one batch; never raises."""
         if self.client is None:
             return "disabled"
@@ -211,7 +216,8 @@ class ControllerLink:
         status = self._talk_inner(batch_id, stats, edges, report)
         return "refused" if self._refusals > refusals and status in ("ok", "conflict") else status
 
-    def _talk_inner(self, batch_id: int, stats: list[dict], edges: list[dict] | None, report) -> str:
+    def _talk_inner(self, batch_id: int, stats: list[dict[str, Any]], edges: list[dict[str, Any]] | None,
+                    report) -> str:
         if not self.registered and self._controller_available():
             try:
                 self.start()
@@ -253,7 +259,7 @@ class ControllerLink:
             return "down"
         return "ok"
 
-    def _guarded(self, what: str, fn: Callable[[], None], conflict: bool = False) -> str:
+    def _guarded(self, what: str, fn: Callable[[], object], conflict: bool = False) -> str:
         try:
             fn()
             return "conflict" if conflict else "ok"
