@@ -2,8 +2,8 @@
 
 Every subcommand lives in its own module of this package and exposes ``register(subparsers)``, which adds its
 parser and sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and returning an exit status).
-Modules are imported only when listed here, so a broken optional dependency of one command (pyspark, say) never
-breaks the others.
+Each command module imports its heavy dependencies (pyspark, OR-tools, the server) inside its ``func``, so listing
+the commands stays cheap; an import error of a command module itself is a broken installation and surfaces.
 
 Conventions: documents go to stdout and nothing else does; logs and progress go to stderr. Invalid input raises
 :class:`cli.common.CLIError` or :class:`solvers.errors.InvalidInput` and ends with one line on stderr, exit 2.
@@ -36,13 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # the command is not built yet
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli.common import parse_params, positive_float, read_json, write_json
+from cli.common import CLIError, parse_params, positive_float, read_json, write_json
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="compute a migration plan for a problem document")
     p.add_argument("--algorithm", default="albic-milp", help="planner name (see `rebalancer algorithms`)")
     p.add_argument("--input", required=True, help="problem document (JSON; - for stdin)")
-    p.add_argument("--time-limit", type=positive_float, default=1.0, help="seconds for the whole call (default 1)")
-    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="planner parameter (repeatable)")
+    p.add_argument("--time-limit", type=positive_float, default=None,
+                   help="seconds for the whole call (default 1; also --param time_limit=SECONDS)")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="planner parameter (repeatable; `rebalancer algorithms` lists them)")
     p.add_argument("--output", help="write the plan here instead of stdout")
     p.set_defaults(func=run_plan)
 
@@ -68,40 +70,52 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from solvers import registry
-    from solvers.model import Problem, plan_to_dict
+    from solvers import documents, registry
 
     params = parse_params(args.param)
-    problem = Problem.from_dict(read_json(args.input, "problem"))
-    algo = registry.get(args.algorithm)  # unknown algorithm -> clear error before any work
-    algo.validate(params)
-    plan = registry.solve(args.algorithm, problem, time_limit=args.time_limit, **params)
-    write_json(plan_to_dict(problem, plan), args.output)
+    time_limit = _time_limit(args.time_limit, params.pop("time_limit", None))
+    problem = documents.problem_from_dict(read_json(args.input, "problem"))
+    registry.get(args.algorithm).validate(params)  # unknown algorithm or parameter -> clear error before any work
+    plan = registry.solve(args.algorithm, problem, time_limit=time_limit, **params)
+    write_json(documents.plan_to_dict(problem, plan), args.output)
     return 0
 
 
-def run_evaluate(args: argparse.Namespace) -> int:
-    from solvers import metrics
-    from solvers.model import Problem, plan_from_dict
+def _time_limit(option: float | None, param: str | None) -> float:
+    """The time limit from ``--time-limit`` or ``--param time_limit=…`` (both listed by ``rebalancer algorithms``)."""
+    from solvers import registry
 
-    problem = Problem.from_dict(read_json(args.input, "problem"))
-    plan = plan_from_dict(problem, read_json(args.plan, "plan"))
-    doc = metrics.plan_metrics(problem, plan.assignment)
-    doc["within_budget"] = metrics.within_budget(problem, plan.assignment)
-    write_json(doc)
+    if param is None:
+        return registry.DEFAULT_TIME_LIMIT if option is None else option
+    try:
+        value = positive_float(param)
+    except argparse.ArgumentTypeError as exc:
+        raise CLIError(f"--param time_limit: {exc}") from None
+    if option is not None and option != value:
+        raise CLIError(f"--time-limit {option:g} and --param time_limit={param} disagree: give one")
+    return value
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from solvers import documents
+
+    problem = documents.problem_from_dict(read_json(args.input, "problem"))
+    plan = documents.plan_from_dict(problem, read_json(args.plan, "plan"))
+    write_json(documents.evaluation(problem, plan))
     return 0
 
 
 def run_algorithms(args: argparse.Namespace) -> int:
     from solvers import registry
 
-    algos = [registry.get(n).describe() for n in registry.available_names()]
+    algos = [registry.get(n).describe() for n in registry.names()]
     if args.json:
         write_json(algos)
         return 0
     for a in algos:
         print(f"{a['name']}: {a['summary']}")
-        print("    time_limit (float, default 1.0): seconds for the whole call")
+        print(f"    time_limit (float > 0, default {registry.DEFAULT_TIME_LIMIT}): seconds for the whole call "
+              "(--time-limit SECONDS or --param time_limit=SECONDS; API: time_limit_s)")
         for p in a["params"]:
             extra = f", one of {p['choices']}" if "choices" in p else ""
             print(f"    {p['name']} ({p['type']}, default {json.dumps(p['default'])}{extra}): {p['help']}")

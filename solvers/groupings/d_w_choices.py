@@ -141,7 +141,6 @@ class _HeadGrouping(Grouping):
         c1 = choice(ids, n, self.seed, 0).tolist()
         c2 = choice(ids, n, self.seed, 1).tolist()
         L = self.loads.tolist()
-        getL = L.__getitem__
         # lazy min-heap over (load, worker): one entry per worker, possibly stale (loads only grow), fixed when
         # it reaches the top; the fixed top is exactly min(range(n), key=L) including the lowest-index tie-break
         heap = [(L[w], w) for w in range(n)]

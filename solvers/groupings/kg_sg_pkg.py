@@ -21,7 +21,7 @@ def less_loaded_of_two(first: np.ndarray, second: np.ndarray, loads: np.ndarray)
     depend on each other, and this runs at ~2 M messages/s."""
     L = loads.tolist()
     out = [0] * len(first)
-    for i, (a, b) in enumerate(zip(first.tolist(), second.tolist())):
+    for i, (a, b) in enumerate(zip(first.tolist(), second.tolist(), strict=True)):
         if L[b] < L[a]:
             a = b
         L[a] += 1

@@ -146,3 +146,53 @@ def test_evaluate_and_scaling_errors(client):
     assert _field(client.post("/v1/what-if/scaling", json={"problem": PROBLEM, "candidates": []})) == "candidates"
     assert _field(client.post("/v1/what-if/scaling", json={"problem": PROBLEM, "candidates": [2],
                                                              "target_load_distance": -1})) == "target_load_distance"
+
+
+def test_booleans_are_not_numbers_and_ids_have_a_length_limit(client):
+    # issue 12.5: "epoch": false, "wait_s": false, "max_migration_bytes": false were read as 0
+    jid = new_id()
+    register(client, jid, key_groups=4)
+    stats = {"batch_id": 1, "epoch": False, "key_groups": [{"id": "agg/0", "load": 1}]}
+    assert _field(client.post(f"/v1/jobs/{jid}/stats", json=stats)) == "epoch"
+    stats = {"batch_id": 1, "epoch": 0, "key_groups": [{"id": "agg/0", "load": 1}]}
+    assert client.post(f"/v1/jobs/{jid}/stats", json=stats).status_code == 202
+    assert _field(client.post(f"/v1/jobs/{jid}/proposals", json={"wait_s": False})) == "wait_s"
+    assert _field(client.put(f"/v1/jobs/{new_id()}", json={"nodes": ["a"], "operators": [{"id": "o", "key_groups": 1}],
+                                                         "budget": {"max_migration_bytes": False}})) \
+        == "budget.max_migration_bytes"
+    assert _field(client.post("/v1/plans", json={"problem": _with(budget={"max_migration_bytes": False})})) == \
+        "problem.budget.max_migration_bytes"
+    long_id = "n" * 300  # was accepted at any length and echoed in every response
+    assert _field(client.put(f"/v1/jobs/{new_id()}", json={"nodes": [long_id], "operators": [
+        {"id": "o", "key_groups": 1}]})) == "nodes[0]"
+    assert _field(client.post("/v1/plans", json={"problem": _with(nodes=[{"id": long_id}])})) == "problem.nodes[0].id"
+
+
+def test_wrong_content_type_is_415(client):
+    # issue 12.5: a misleading 422 for /v1/plans, and the stats route accepted text/plain
+    jid = new_id()
+    register(client, jid, key_groups=4)
+    stats = b'{"batch_id": 1, "epoch": 0, "key_groups": [{"id": "agg/0", "load": 1}]}'
+    for path, method in ((f"/v1/jobs/{jid}/stats", "POST"), ("/v1/plans", "POST"), (f"/v1/jobs/{jid}", "PUT"),
+                         (f"/v1/jobs/{jid}/proposals", "POST"), ("/v1/evaluate", "POST")):
+        r = client.request(method, path, content=stats, headers={"content-type": "text/plain"})
+        assert r.status_code == 415, (path, r.status_code, r.text)
+        assert "application/json" in r.json()["detail"]
+    assert client.get(f"/v1/jobs/{jid}").json()["window"]["covered_batches"] == 0
+    r = client.post(f"/v1/jobs/{jid}/stats", content=stats, headers={"content-type": "application/json; charset=utf-8"})
+    assert r.status_code == 202, r.text
+
+
+def test_loads_whose_sums_overflow_are_422_with_the_field(client):
+    # issue 12.4: two key groups at 1.7e308 gave 500 (NaN to integer), null metrics, or a proposal pending forever
+    huge = _with(key_groups=[{"id": "a", "node": "w0", "load": 1.7e308}, {"id": "b", "node": "w1", "load": 1.7e308}])
+    for path, extra in (("/v1/plans", {"algorithm": "albic-milp"}), ("/v1/plans", {"algorithm": "flux"}),
+                        ("/v1/evaluate", {"plan": {"assignment": {"a": "w0", "b": "w1"}}}),
+                        ("/v1/what-if/scaling", {"candidates": [1]})):
+        r = client.post(path, json={"problem": huge, **extra})
+        assert _field(r) == "problem.key_groups[0].load", (path, r.text)
+    jid = new_id()
+    register(client, jid, key_groups=4)
+    kgs = [{"id": "agg/0", "load": 1.7e308}, {"id": "agg/1", "load": 1.7e308}]
+    stats = {"batch_id": 1, "epoch": 0, "key_groups": kgs}
+    assert _field(client.post(f"/v1/jobs/{jid}/stats", json=stats)) == "key_groups[0].load"

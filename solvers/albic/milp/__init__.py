@@ -317,8 +317,6 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
 
     # ---- MILP: full model when small, large-neighbourhood search otherwise
     milp_ran = False
-    full_proved = False
-    full_d = math.inf
     state = best_state
     n = p.n_nodes
     all_nodes = np.arange(n)
@@ -331,21 +329,20 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
     if full_model and not reached():
         remaining = deadline - time.perf_counter() - stop_margin
         if remaining > 0.02:
-            sm = build(state, np.arange(units.n_units), all_nodes)
+            # the relaxation of the budget/resource rounding: its bound is valid for the problem as given; its
+            # plans are offered only if they keep the real budget (offer checks)
+            sm = build(state, np.arange(units.n_units), all_nodes, relax=True)
             res = sub_solver(state, sm, remaining, workers=workers, seed=seed)
             milp_ran = True
-            if res.place is not None:
+            if res.place is not None and _placement_ok(units, res.place):
                 new = state.copy()
                 new.set_place(res.place)
                 offer(new.place, "milp")
                 if new.key() <= state.key():
                     state = new
-                exactness = p.communication_cost == 0 or not p.comm.nnz
-                if res.d_bound is not None and exactness:
-                    lb = max(lb, res.d_bound)
-                if res.status == "optimal" and exactness:
-                    full_proved = True
-                    full_d = _exact_key(p, units.assignment(res.place), floor0)[2]
+            exactness = p.communication_cost == 0 or not p.comm.nnz
+            if res.d_bound is not None and exactness:
+                lb = max(lb, res.d_bound)
             details["full_model"] = res.status
     else:
         k = min(n, 12)
@@ -366,7 +363,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
                 new = state.copy()
                 for a, u in enumerate(cand.tolist()):
                     new.move(u, int(res.place[a]))
-                if new.key() < state.key():
+                if new.key() < state.key() and _placement_ok(units, new.place):
                     state = new
                     lns_improved += 1
                     offer(state.place, "lns")
@@ -385,9 +382,10 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
     a = units.assignment(place)
     d = key[2]
     tol = OPTIMALITY_TOL * max(t_lin, 1e-300)
-    lb = min(lb, d)  # a bound above the achieved distance can only be float noise of the scaling
+    lb = min(lb, d)  # every bound is ≤ the optimum ≤ d; only float noise can put it above d
     exact_loads = p.communication_cost == 0 or not p.comm.nnz
-    if (full_proved and d <= full_d + tol) or (exact_loads and d <= lb + tol):
+    # a proof is the plan meeting a valid bound (analytic or the full model's, tolerance subtracted)
+    if exact_loads and d <= lb + tol:
         status = "optimal"
     elif milp_ran or exact_loads:
         status = "feasible"  # a proof was attempted (MILP and/or the analytic bound) and the time ran out
