@@ -21,6 +21,7 @@ from solvers.documents import MAX_ID_LENGTH, MAX_INT64
 
 Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
 Ref = Annotated[str, Field(max_length=MAX_ID_LENGTH)]
+Name = Annotated[str, Field(min_length=1, max_length=100)]  # planner names
 Amounts = dict[Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)],
                Annotated[NonNegativeFloat, Field(allow_inf_nan=False)]]
 
@@ -126,7 +127,7 @@ class PlanInput(BaseModel):
 # ---------------------------------------------------------------- stateless endpoints
 class PlanRequest(_Req):
     problem: SkipValidation[ProblemDoc]
-    algorithm: str | None = Field(None, description="planner name (default: the server's default planner)")
+    algorithm: Name | None = Field(None, description="planner name (default: the server's default planner)")
     params: dict[str, Any] = {}
     time_limit_s: float = Field(1.0, gt=0, allow_inf_nan=False, description="capped by the server's maximum")
 
@@ -161,7 +162,7 @@ class ScalingRequest(_Req):
         description="the most load per unit of capacity a node of a recommended cluster may carry (default: the "
                     "hottest node's utilisation today, so a smaller cluster is only recommended if no node gets "
                     "hotter than the hottest one now)")
-    algorithm: str | None = None
+    algorithm: Name | None = None
     params: dict[str, Any] = {}
     time_limit_s: float = Field(1.0, gt=0, allow_inf_nan=False)
 
@@ -228,7 +229,7 @@ class JobSpec(_Req):
     nodes: list[JobNode | Id] = Field(min_length=1)
     key_groups: list[JobKeyGroup] | None = None
     operators: list[OperatorSpec] | None = None
-    algorithm: str | None = None
+    algorithm: Name | None = None
     params: dict[str, Any] = {}
     budget: BudgetDoc = Field(default_factory=lambda: BudgetDoc.model_validate({}))
     window_batches: int = Field(5, ge=1)
@@ -308,7 +309,7 @@ class StatsResponse(_Resp):
 
 
 class ProposalRequest(_Req):
-    algorithm: str | None = None
+    algorithm: Name | None = None
     params: dict[str, Any] | None = None
     time_limit_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     wait_s: float | None = Field(None, ge=0, allow_inf_nan=False,

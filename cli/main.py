@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
+from typing import Any
 
 from cli.common import CLIError
 from solvers.errors import InvalidInput
@@ -28,11 +30,40 @@ COMMAND_MODULES = [
 ]
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help states its default once: appended as ``(default: X)`` unless the help already says it
+    (or there is none: ``None``, a flag's ``False``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or action.default is False or action.default is argparse.SUPPRESS \
+                or "default" in text.lower():
+            return text
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of the command and of every subcommand (``add_subparsers`` reuses the parser's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def version() -> str:
+    """The installed distribution's version (``pip install -e .`` / ``make`` install it)."""
+    try:
+        return importlib.metadata.version("rebalancer")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (the rebalancer distribution is not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="rebalancer",
         description="Rebalancing controller for stateful stream and micro-batch processing.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -25,7 +27,6 @@ from solvers.errors import InvalidInput
 from solvers.model import STATUSES, Plan, Problem, check_range, int_if_whole
 
 MAX_INT64 = 2**63 - 1
-
 #: the longest id (node, key group, operator, resource name) a document may carry, in characters
 MAX_ID_LENGTH = 256
 
@@ -34,6 +35,9 @@ NODE_FIELDS = ("id", "capacity", "removing", "limits")
 KEY_GROUP_FIELDS = ("id", "operator", "node", "load", "state_bytes", "resources")
 EDGE_FIELDS = ("src", "dst", "rate")
 BUDGET_FIELDS = ("max_migrations", "max_migration_bytes")
+_KG_FAST_FIELDS = frozenset(KEY_GROUP_FIELDS) - {"resources"}
+_get_id, _get_node, _get_load = itemgetter("id"), itemgetter("node"), itemgetter("load")
+_get_src, _get_dst, _get_rate = itemgetter("src"), itemgetter("dst"), itemgetter("rate")
 
 
 # ---------------------------------------------------------------------- problem document
@@ -53,8 +57,7 @@ def problem_from_dict(doc: Any) -> Problem:
         raise InvalidInput("nodes", "must be a non-empty list of nodes")
     node_ids: list[str] = []
     node_index: dict[str, int] = {}
-    capacity = np.empty(len(nodes))
-    removing = np.zeros(len(nodes), dtype=bool)
+    capacity, removing = np.empty(len(nodes)), np.zeros(len(nodes), dtype=bool)
     limits: list[dict[str, float]] = []
     for i, nd in enumerate(nodes):
         where = f"nodes[{i}]"
@@ -79,58 +82,17 @@ def problem_from_dict(doc: Any) -> Problem:
     if not isinstance(kgs, list):
         raise InvalidInput("key_groups", "must be a list of key groups")
     m = len(kgs)
-    kg_ids: list[str] = []
-    kg_index: dict[str, int] = {}
-    operator: list[str] = []
-    load, state = np.empty(m), np.empty(m)
-    current = np.empty(m, dtype=np.int64)
-    res_rows: list[dict[str, float]] = []
-    for k, kg in enumerate(kgs):
-        where = f"key_groups[{k}]"
-        _check_object(kg, where, KEY_GROUP_FIELDS)
-        kid = _id(kg.get("id"), f"{where}.id")
-        if kid in kg_index:
-            raise InvalidInput(f"{where}.id", f"duplicate key group id {kid!r}")
-        kg_index[kid] = k
-        kg_ids.append(kid)
-        who = f"key group {kid!r}"
-        op = kg.get("operator")
-        operator.append("" if op is None else _id(op, f"{where}.operator", who, allow_empty=True))
-        node = kg.get("node")
-        if not isinstance(node, str):
-            raise InvalidInput(f"{where}.node", f"must be a node id ({who})")
-        if node not in node_index:
-            raise InvalidInput(f"{where}.node", f"unknown node {node[:MAX_ID_LENGTH]!r} ({who})")
-        current[k] = node_index[node]
-        if "load" not in kg:
-            raise InvalidInput(f"{where}.load", f"is required ({who})")
-        load[k] = _number(kg["load"], f"{where}.load", who)
-        sb = kg.get("state_bytes")
-        state[k] = 0.0 if sb is None else _number(sb, f"{where}.state_bytes", who)
-        res_rows.append(_resource_map(kg.get("resources"), f"{where}.resources", who))
+    kg_ids, operator, load, state, current, res_rows = _fast_key_groups(kgs, node_index) or \
+        _key_groups(kgs, node_index)
     check_range(load, "key_groups", "load", kg_ids, "key group")
     check_range(state, "key_groups", "state_bytes", kg_ids, "key group")
+    kg_index = {kid: k for k, kid in enumerate(kg_ids)}
 
     edges = doc.get("communication")
     edges = [] if edges is None else edges
     if not isinstance(edges, list):
         raise InvalidInput("communication", "must be a list of {src, dst, rate}")
-    src = np.empty(len(edges), dtype=np.int64)
-    dst = np.empty(len(edges), dtype=np.int64)
-    rate = np.empty(len(edges))
-    for e, edge in enumerate(edges):
-        where = f"communication[{e}]"
-        _check_object(edge, where, EDGE_FIELDS)
-        for end, arr in (("src", src), ("dst", dst)):
-            name = edge.get(end)
-            if not isinstance(name, str):
-                raise InvalidInput(f"{where}.{end}", "must be a key group id")
-            if name not in kg_index:
-                raise InvalidInput(f"{where}.{end}", f"unknown key group {name[:MAX_ID_LENGTH]!r}")
-            arr[e] = kg_index[name]
-        rate[e] = _number(edge.get("rate"), f"{where}.rate")
-        if not (math.isfinite(rate[e]) and rate[e] >= 0):  # the matrix sums duplicates: check before
-            raise InvalidInput(f"{where}.rate", f"must be finite and ≥ 0, got {rate[e]}")
+    src, dst, rate = _fast_edges(edges, kg_index) or _edges(edges, kg_index)
     comm = sp.csr_matrix((rate, (src, dst)), shape=(m, m))
     comm.sum_duplicates()
     cc = doc.get("communication_cost")
@@ -160,6 +122,109 @@ def problem_from_dict(doc: Any) -> Problem:
         max_migrations=mm, max_migration_bytes=mb,
         resource_names=names, resource_load=r_load, resource_limit=r_limit,
     ).check()
+
+
+KeyGroups = tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray, list[dict[str, float]]]
+
+
+def _key_groups(kgs: list[Any], node_index: dict[str, int]) -> KeyGroups:
+    """Key groups one by one: the error of the first offending field (the fast path's fallback)."""
+    m = len(kgs)
+    kg_ids, operator, seen, res_rows = [], [], set(), []
+    load, state, current = np.empty(m), np.empty(m), np.empty(m, dtype=np.int64)
+    for k, kg in enumerate(kgs):
+        where = f"key_groups[{k}]"
+        _check_object(kg, where, KEY_GROUP_FIELDS)
+        kid = _id(kg.get("id"), f"{where}.id")
+        if kid in seen:
+            raise InvalidInput(f"{where}.id", f"duplicate key group id {kid!r}")
+        seen.add(kid)
+        kg_ids.append(kid)
+        who = f"key group {kid!r}"
+        op = kg.get("operator")
+        operator.append("" if op is None else _id(op, f"{where}.operator", who, allow_empty=True))
+        node = kg.get("node")
+        if not isinstance(node, str):
+            raise InvalidInput(f"{where}.node", f"must be a node id ({who})")
+        if node not in node_index:
+            raise InvalidInput(f"{where}.node", f"unknown node {node[:MAX_ID_LENGTH]!r} ({who})")
+        current[k] = node_index[node]
+        if "load" not in kg:
+            raise InvalidInput(f"{where}.load", f"is required ({who})")
+        load[k] = _number(kg["load"], f"{where}.load", who)
+        sb = kg.get("state_bytes")
+        state[k] = 0.0 if sb is None else _number(sb, f"{where}.state_bytes", who)
+        res_rows.append(_resource_map(kg.get("resources"), f"{where}.resources", who))
+    return kg_ids, operator, load, state, current, res_rows
+
+
+def _fast_key_groups(kgs: list[Any], node_index: dict[str, int]) -> KeyGroups | None:
+    """The same result as :func:`_key_groups` in a few C-level passes for regular documents, or ``None`` for
+    anything irregular (then the slow path names the error)."""
+    m = len(kgs)
+    if not m or set(map(type, kgs)) != {dict} or not _KG_FAST_FIELDS.issuperset(chain.from_iterable(kgs)):
+        return None
+    try:
+        ids, nodes, loads = list(map(_get_id, kgs)), list(map(_get_node, kgs)), list(map(_get_load, kgs))
+        ops = list(map(dict.get, kgs, repeat("operator", m)))
+        sbs = list(map(dict.get, kgs, repeat("state_bytes", m)))
+        if not (_all_ids(ids, 1) and _all_ids(nodes, 0) and len(set(ids)) == m
+                and {str, type(None)}.issuperset(map(type, ops)) and _all_numbers(loads, False)
+                and _all_numbers(sbs, True)):
+            return None
+        if max(map(len, filter(None, ops)), default=0) > MAX_ID_LENGTH:
+            return None
+        current = np.fromiter(map(node_index.__getitem__, nodes), dtype=np.int64, count=m)
+        load = np.array(loads, dtype=np.float64)
+        state = np.array([0.0 if v is None else v for v in sbs], dtype=np.float64)
+    except (KeyError, OverflowError):
+        return None
+    return ids, ["" if op is None else op for op in ops], load, state, current, [{}] * m
+
+
+def _edges(edges: list[Any], kg_index: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    src, dst, rate = np.empty(len(edges), dtype=np.int64), np.empty(len(edges), dtype=np.int64), np.empty(len(edges))
+    for e, edge in enumerate(edges):
+        where = f"communication[{e}]"
+        _check_object(edge, where, EDGE_FIELDS)
+        for end, arr in (("src", src), ("dst", dst)):
+            name = edge.get(end)
+            if not isinstance(name, str):
+                raise InvalidInput(f"{where}.{end}", "must be a key group id")
+            if name not in kg_index:
+                raise InvalidInput(f"{where}.{end}", f"unknown key group {name[:MAX_ID_LENGTH]!r}")
+            arr[e] = kg_index[name]
+        rate[e] = _number(edge.get("rate"), f"{where}.rate")
+        if not (math.isfinite(rate[e]) and rate[e] >= 0):  # the matrix sums duplicates: check before
+            raise InvalidInput(f"{where}.rate", f"must be finite and ≥ 0, got {rate[e]}")
+    return src, dst, rate
+
+
+def _fast_edges(edges: list[Any], kg_index: dict[str, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`_edges` in C-level passes for regular lists, or ``None`` (then :func:`_edges` names the error)."""
+    n = len(edges)
+    if not n or set(map(type, edges)) != {dict} or sum(map(len, edges)) != 3 * n:
+        return None
+    try:
+        lookup = kg_index.__getitem__
+        src = np.fromiter(map(lookup, map(_get_src, edges)), dtype=np.int64, count=n)
+        dst = np.fromiter(map(lookup, map(_get_dst, edges)), dtype=np.int64, count=n)
+        rates = list(map(_get_rate, edges))
+        if not _all_numbers(rates, False):
+            return None
+        rate = np.array(rates, dtype=np.float64)
+    except (KeyError, TypeError, OverflowError):  # unhashable or unknown ids, a missing field, a huge integer
+        return None
+    return (src, dst, rate) if np.isfinite(rate).all() and rate.min() >= 0 else None
+
+
+def _all_ids(values: list[Any], shortest: int) -> bool:
+    return set(map(type, values)) == {str} and shortest <= min(map(len, values)) and \
+        max(map(len, values)) <= MAX_ID_LENGTH
+
+
+def _all_numbers(values: list[Any], nullable: bool) -> bool:
+    return ({int, float, type(None)} if nullable else {int, float}).issuperset(map(type, values))
 
 
 def problem_to_dict(problem: Problem) -> dict[str, Any]:
@@ -237,9 +302,9 @@ def plan_from_dict(problem: Problem, doc: Any) -> Plan:
         raise InvalidInput("plan.assignment", "must be an object mapping key group id -> node id")
     node_index = {nid: i for i, nid in enumerate(problem.node_ids)}
     kg_index = {kid: k for k, kid in enumerate(problem.kg_ids)}
-    for kid in assignment:
-        if kid not in kg_index:
-            raise InvalidInput(f"plan.assignment.{str(kid)[:MAX_ID_LENGTH]}", "key group is not in the problem")
+    unknown = [kid for kid in assignment if kid not in kg_index]
+    if unknown:
+        raise InvalidInput(f"plan.assignment.{str(unknown[0])[:MAX_ID_LENGTH]}", "key group is not in the problem")
     a = np.empty(problem.n_key_groups, dtype=np.int64)
     for k, kid in enumerate(problem.kg_ids):
         if kid not in assignment:
@@ -248,14 +313,10 @@ def plan_from_dict(problem: Problem, doc: Any) -> Plan:
         if not isinstance(node, str) or node not in node_index:
             raise InvalidInput(f"plan.assignment.{kid}", f"unknown node {str(node)[:MAX_ID_LENGTH]!r}")
         a[k] = node_index[node]
-    listed_moves = doc.get("moves")
-    if listed_moves is not None:
-        _check_moves(problem, a, listed_moves, kg_index)
-    solver = doc.get("solver")
-    solver = solver if isinstance(solver, Mapping) else {}
-    status = solver.get("status", "heuristic")
-    lb = solver.get("lower_bound")
-    algorithm = doc.get("algorithm")
+    if doc.get("moves") is not None:
+        _check_moves(problem, a, doc["moves"], kg_index)
+    solver: Mapping[str, Any] = doc["solver"] if isinstance(doc.get("solver"), Mapping) else {}
+    status, lb, algorithm = solver.get("status", "heuristic"), solver.get("lower_bound"), doc.get("algorithm")
     return Plan(algorithm=algorithm if isinstance(algorithm, str) else "unknown", assignment=a,
                 status=status if status in STATUSES else "heuristic",
                 lower_bound=float(lb) if isinstance(lb, (int, float)) and not isinstance(lb, bool) else None)

@@ -83,9 +83,9 @@ class Param:
                 if not isinstance(value, str):
                     raise ValueError
         except (TypeError, ValueError):
-            raise InvalidInput(where, f"expected {t.__name__}, got {value!r}") from None
+            raise InvalidInput(where, f"expected {t.__name__}, got {repr(value)[:100]}") from None
         if self.choices is not None and value not in self.choices:
-            raise InvalidInput(where, f"must be one of {list(self.choices)}, got {value!r}")
+            raise InvalidInput(where, f"must be one of {list(self.choices)}, got {repr(value)[:100]}")
         if self.minimum is not None and value < self.minimum:
             raise InvalidInput(where, f"must be ≥ {self.minimum}, got {value}")
         if self.maximum is not None and value > self.maximum:
@@ -122,7 +122,7 @@ class Algorithm:
         for key in params:
             if key not in self.params:
                 known = ", ".join(sorted(self.params)) or "none"
-                raise InvalidInput(f"params.{key}", f"unknown parameter for {self.name!r} (known: {known})")
+                raise InvalidInput(f"params.{str(key)[:100]}", f"unknown parameter for {self.name!r} (known: {known})")
         for name, spec in self.params.items():
             out[name] = spec.coerce(params[name]) if name in params else spec.default
         return out
@@ -158,7 +158,7 @@ def get(name: str) -> Algorithm:
     if name not in _REGISTRY and name in PLANNER_MODULES:
         importlib.import_module(PLANNER_MODULES[name])
     if name not in _REGISTRY:
-        raise InvalidInput("algorithm", f"unknown algorithm {name!r} (available: {', '.join(names())})")
+        raise InvalidInput("algorithm", f"unknown algorithm {str(name)[:100]!r} (available: {', '.join(names())})")
     return _REGISTRY[name]
 
 

@@ -196,3 +196,38 @@ def test_loads_whose_sums_overflow_are_422_with_the_field(client):
     kgs = [{"id": "agg/0", "load": 1.7e308}, {"id": "agg/1", "load": 1.7e308}]
     stats = {"batch_id": 1, "epoch": 0, "key_groups": kgs}
     assert _field(client.post(f"/v1/jobs/{jid}/stats", json=stats)) == "key_groups[0].load"
+
+
+@pytest.mark.parametrize("spec, status, needle", [
+    # issue 12.6: a 60-byte body ran 158 s and reached 9.3 GB; 10**400 was a 500 OverflowError
+    ({"channels": 4096, "replicas": 30000, "frequencies": {"a": 0.5}}, 413, "channels"),
+    ({"channels": 1000, "replicas": 30000, "frequencies": {"a": 0.5}}, 413, "REBALANCER_MAX_PARTITION_RING"),
+    ({"algorithm": "redist", "channels": 1024, "frequencies": {f"k{i}": 1e-6 for i in range(20000)}}, 413,
+     "REBALANCER_MAX_PARTITION_WORK"),
+    ({"channels": 4, "frequencies": {"a": 0.5}, "domain_size": 10**400}, 422, "domain_size"),
+    ({"channels": 4, "frequencies": {"a": 0.5}, "domain_size": True}, 422, "domain_size"),
+    ({"channels": 4, "frequencies": {"a": 0.5},
+      "previous": {"channels": 4096, "consistent_hash": {"replicas": 1000, "seed": 0}}}, 413, "previous.channels"),
+])
+def test_partitioning_caps(client, spec, status, needle):
+    r = client.post("/v1/partitioning", json=spec, timeout=30)
+    assert r.status_code == status, r.text
+    assert needle in r.text
+
+
+def test_partitioning_within_the_caps_still_works(client):
+    r = client.post("/v1/partitioning", json={"algorithm": "readj", "channels": 8,
+                                              "frequencies": {"a": 0.3, "b": 0.2}}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["channels"] == 8
+
+
+def test_errors_do_not_echo_huge_names(client):
+    # issue 12.5: a huge id or name came back in full in the error (and in every later response)
+    huge = "p" * 100_000
+    r = client.post("/v1/plans", json={"problem": PROBLEM, "algorithm": "flux", "params": {huge: 1}})
+    assert r.status_code == 422 and len(r.text) < 2000, len(r.text)
+    r = client.post("/v1/plans", json={"problem": PROBLEM, "algorithm": huge})
+    assert _field(r) == "algorithm" and len(r.text) < 2000
+    r = client.post("/v1/plans", json={"problem": {**PROBLEM, huge: 1}})
+    assert r.status_code == 422 and len(r.text) < 2000

@@ -139,3 +139,59 @@ def test_imports_go_one_way_documents_metrics_model():
     assert "solvers.documents" not in _top_level_imports(ROOT / "solvers/metrics.py")
     model_src = (ROOT / "solvers/model.py").read_text()
     assert "from solvers import metrics" not in model_src  # the old lazy import that closed the circle
+
+
+# ---------------------------------------------------------------------- the fast path equals the slow one
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from solvers.documents import _edges, _fast_edges, _fast_key_groups, _key_groups  # noqa: E402
+
+NODE_INDEX = {"w0": 0, "w1": 1}
+value = st.one_of(st.integers(-3, 10**6), st.integers(10**308, 10**309), st.floats(width=64), st.booleans(),
+                  st.none(), st.text(max_size=3), st.just("x" * 257))
+name = st.one_of(st.sampled_from(["a", "b", "c", "w0", "w1", "", "x" * 257]), st.integers(0, 2), st.none())
+kg = st.one_of(
+    st.fixed_dictionaries({"id": name, "node": name, "load": value},
+                          optional={"operator": st.one_of(name, value), "state_bytes": value,
+                                    "resources": st.just({"m": 1})}),
+    st.dictionaries(st.sampled_from(["id", "node", "load", "extra"]), value, max_size=3),
+    st.integers(), st.lists(st.integers(), max_size=1))
+edge = st.one_of(st.fixed_dictionaries({"src": name, "dst": name, "rate": value}),
+                 st.dictionaries(st.sampled_from(["src", "dst", "rate", "via"]), name, max_size=4))
+
+
+def _same(fast, slow) -> None:
+    for x, y in zip(fast, slow, strict=True):
+        if isinstance(x, np.ndarray):
+            np.testing.assert_array_equal(x, y)
+        else:
+            assert x == y
+
+
+@settings(max_examples=300, deadline=None)
+@given(kgs=st.lists(kg, max_size=4), edges=st.lists(edge, max_size=3))
+def test_fast_paths_agree_with_the_field_by_field_paths(kgs, edges):
+    try:
+        slow = _key_groups(kgs, NODE_INDEX)
+    except InvalidInput:
+        slow = None
+    fast = _fast_key_groups(kgs, NODE_INDEX)
+    if fast is not None:
+        assert slow is not None, "the fast path accepted key groups the field-by-field path refuses"
+        _same(fast, slow)
+    kg_index = {"a": 0, "b": 1}
+    try:
+        slow_e = _edges(edges, kg_index)
+    except InvalidInput:
+        slow_e = None
+    fast_e = _fast_edges(edges, kg_index)
+    if fast_e is not None:
+        assert slow_e is not None, "the fast path accepted edges the field-by-field path refuses"
+        _same(fast_e, slow_e)
+
+
+def test_a_regular_document_takes_the_fast_paths():
+    kgs = [{"id": f"k{k}", "operator": "op", "node": "w0", "load": 1.5, "state_bytes": 7} for k in range(100)]
+    assert _fast_key_groups(kgs, NODE_INDEX) is not None
+    assert _fast_edges([{"src": "k0", "dst": "k1", "rate": 2}], {"k0": 0, "k1": 1}) is not None
