@@ -11,15 +11,18 @@ from typing import Any
 import httpx
 
 from controller.service import Controller
+from controller.settings import Settings
 from tests.helpers.server import InProcessServer
 
 
 def run(db: Path, fn: Callable[[httpx.AsyncClient, Controller], Awaitable[Any]], **caps: Any) -> Any:
     """Start a server on the SQLite file ``db`` with the settings ``caps``, return ``await fn(client, controller)``
     (run on the server's loop) and stop the server."""
-    srv = InProcessServer(database_url=f"sqlite:///{db}", warm=False)
-    for name, value in caps.items():  # settings that controller/settings.py may not declare yet (read by getattr)
-        object.__setattr__(srv.settings, name, value)
+    known = {k: v for k, v in caps.items() if k in Settings.model_fields}
+    srv = InProcessServer(database_url=f"sqlite:///{db}", warm=False, **known)
+    for name, value in caps.items():  # settings that controller/settings.py does not declare yet (read by getattr)
+        if name not in known:
+            object.__setattr__(srv.controller.settings, name, value)
     with srv.start():
 
         async def main() -> Any:

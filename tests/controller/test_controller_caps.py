@@ -165,10 +165,14 @@ def test_automatic_rounds_use_the_reserved_share_and_what_ifs_hold_a_slot_per_ca
 
     async def main(c: httpx.AsyncClient, ctl: Controller) -> None:
         assert ctl.pool is not None and ctl.pool.capacity("adhoc") == 3
-        r = await c.post("/v1/what-if/scaling", json={"problem": problem, "candidates": [1, 2, 3, 4]})
-        assert r.status_code == 413, r.text  # four slots at once can never be admitted for ad-hoc work
         r = await c.post("/v1/what-if/scaling", json={"problem": problem, "candidates": [1, 2, 3]})
         assert r.status_code == 200, r.text
+        ctl.pool.counts["adhoc"] = 1  # one ad-hoc solve in flight: three candidates no longer fit the share
+        r = await c.post("/v1/what-if/scaling", json={"problem": problem, "candidates": [1, 2, 3]})
+        assert r.status_code == 429, r.text
+        r = await c.post("/v1/what-if/scaling", json={"problem": problem, "candidates": [1, 2]})
+        assert r.status_code == 200, r.text
+        ctl.pool.counts["adhoc"] = 0
         assert (await c.put("/v1/jobs/j", json=auto)).status_code == 201
         ctl.pool.counts["adhoc"] = 3  # the ad-hoc share is taken (as by three long plans in flight)
         assert (await c.post("/v1/plans", json={"problem": problem})).status_code == 429
@@ -176,7 +180,7 @@ def test_automatic_rounds_use_the_reserved_share_and_what_ifs_hold_a_slot_per_ca
         ctl.pool.counts["adhoc"] = 0
         assert r.status_code == 202 and r.json()["apply"] is not None, r.text  # the round still ran
 
-    run(tmp_path / "r.db", main, max_concurrent_solves=4, reserved_auto_solves=1)
+    run(tmp_path / "r.db", main, max_concurrent_solves=4, reserved_auto_solves=1, max_candidates=3)
 
 
 def test_executed_proposals_keep_their_moves_not_a_copy_of_the_assignment(tmp_path):
@@ -198,6 +202,8 @@ def test_executed_proposals_keep_their_moves_not_a_copy_of_the_assignment(tmp_pa
         got = (await c.get(f"/v1/jobs/j/proposals/{p['id']}")).json()
         assert got["status"] == "executed" and got["plan"]["assignment"] == executed
         assert got["plan"]["moves"] == p["plan"]["moves"]
+        text = (await c.get("/metrics")).text  # the executed moves are counted per job
+        assert f'rebalancer_job_migrations_total{{job="j"}} {float(len(p["plan"]["moves"]))}' in text, text[-800:]
         # an automatic round's proposal likewise
         assert (await c.put("/v1/jobs/a", json=auto)).status_code == 201
         r = await c.post("/v1/jobs/a/stats", json=stats(1, kgs(m), load=1.0))
