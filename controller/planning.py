@@ -18,6 +18,7 @@ import numpy as np
 
 from controller.context import Context
 from controller.errors import TooLarge, Unavailable
+from controller.solving import Kind
 from solvers import metrics, registry, scaling
 from solvers.errors import InvalidInput
 from solvers.model import Problem, _int_if_whole, plan_from_dict
@@ -83,9 +84,12 @@ class Planning:
         return out
 
     async def solve(self, name: str, problem: Problem, time_limit: float, params: Mapping[str, Any],
-                    admit: bool = True) -> dict[str, Any]:
+                    admit: bool = True, kind: Kind = "adhoc") -> dict[str, Any]:
+        """A plan document from the pool; ``kind`` "auto" for the automatic rounds of registered jobs (they have
+        a reserved share of the solve slots), "adhoc" for everything a request asks for."""
         t0 = time.perf_counter()
-        doc: dict[str, Any] = await self.ctx.pool.solve(name, problem, time_limit, dict(params), admit=admit)
+        doc: dict[str, Any] = await self.ctx.pool.solve(name, problem, time_limit, dict(params), admit=admit,
+                                                        kind=kind)
         self.ctx.telemetry.solve_seconds.observe(time.perf_counter() - t0, name)
         self.ctx.telemetry.plans.inc(name, doc["solver"]["status"])
         return doc
@@ -146,8 +150,8 @@ class Planning:
     async def what_if(self, problem_doc: dict[str, Any], candidates: list[Any], target: float | None,
                       algorithm: str | None, params: dict[str, Any], time_limit: float,
                       max_utilisation: float | None = None) -> dict[str, Any]:
-        """What-if scaling (:mod:`solvers.scaling`): every candidate is rebalanced in the pool, at most
-        ``solver_workers`` at once, under one admission slot."""
+        """What-if scaling (:mod:`solvers.scaling`): every candidate is rebalanced in the pool, and holds one
+        solve slot (admitted together, or 429/413 before any solve)."""
         s = self.ctx.settings
         problem = self.problem_from_doc(problem_doc)
         name, params = self.check_algorithm(algorithm, params)
@@ -161,12 +165,7 @@ class Planning:
             if v.problem.n_nodes > s.max_nodes:
                 raise TooLarge(f"candidates[{j}]: more than {s.max_nodes} nodes")
             variants.append(v)
-        self.ctx.pool.check_admission(1)
-        sem = asyncio.Semaphore(s.solver_workers)
-
-        async def run(p: Problem) -> dict[str, Any]:
-            async with sem:
-                return await self.solve(name, p, time_limit, params, admit=False)
-
-        plans = await asyncio.gather(*(run(v.problem) for v in variants))
+        self.ctx.pool.check_admission(len(variants))
+        plans = await asyncio.gather(*(self.solve(name, v.problem, time_limit, params, admit=False)
+                                       for v in variants))
         return scaling.report(problem, candidates, variants, plans, name, target, max_utilisation)

@@ -13,100 +13,46 @@ one updates a row, whatever the number of processes.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import (
-    BigInteger,
-    Column,
-    Float,
-    LargeBinary,
-    MetaData,
-    String,
-    Table,
-    Text,
-    bindparam,
-    create_engine,
-    delete,
-    event,
-    insert,
-    inspect,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
+from controller.database import (  # re-exported: the repository is the persistence API
+    create_schema as create_schema,
+)
+from controller.database import (
+    database_kind as database_kind,
+)
+from controller.database import (
+    epochs as epochs,
+)
+from controller.database import (
+    jobs as jobs,
+)
+from controller.database import (
+    make_engine as make_engine,
+)
+from controller.database import (
+    metadata as metadata,
+)
+from controller.database import (
+    proposals as proposals,
+)
+from controller.database import (
+    sqlite_path as sqlite_path,
+)
+from controller.database import (
+    stats as stats,
+)
 from controller.jobs import Job, JobConfig, Node
 from controller.windows import Batch, Window
 from solvers.model import _int_if_whole
 
 if TYPE_CHECKING:
     from controller.proposals import Proposal
-
-metadata = MetaData()
-
-jobs = Table(
-    "jobs", metadata,
-    Column("job_id", String(200), primary_key=True),
-    Column("spec", Text, nullable=False),          # JSON: JobConfig.as_dict()
-    Column("registration", Text, nullable=False),  # JSON: the topology as registered (for idempotent PUT)
-    Column("kgs", Text, nullable=False),           # JSON: {"ids": [...], "operators": [...], "state_bytes": [...]}
-    Column("nodes", Text, nullable=False),         # JSON: [{"id", "capacity", "removing"}]
-    Column("assignment", Text, nullable=False),    # JSON: [node id per key group, in kgs order]
-    Column("epoch", BigInteger, nullable=False),
-    Column("last_round_batch", BigInteger, nullable=True),  # batch id of the last auto round (cooldown)
-    Column("created_at", Float, nullable=False),
-    Column("updated_at", Float, nullable=False),
-    Column("generation", String(32), nullable=True),  # one registration of the job id (None: before issue 12)
-)
-
-epochs = Table(
-    "epochs", metadata,
-    Column("job_id", String(200), primary_key=True),
-    Column("epoch", BigInteger, primary_key=True),
-    Column("kind", String(20), nullable=False),    # register | execute | auto | nodes
-    Column("proposal_id", String(64), nullable=True),
-    Column("nodes", Text, nullable=False),
-    Column("assignment", Text, nullable=False),
-    Column("plan", Text, nullable=True),           # JSON: moves, metrics, solver, algorithm
-    Column("created_at", Float, nullable=False),
-)
-
-stats = Table(
-    "stats_batches", metadata,
-    Column("job_id", String(200), primary_key=True),
-    Column("batch_id", BigInteger, primary_key=True),
-    Column("epoch", BigInteger, nullable=False),
-    Column("kg_index", LargeBinary, nullable=False),   # int32 array: key group indices
-    Column("load", LargeBinary, nullable=False),       # float64 array
-    Column("state_bytes", LargeBinary, nullable=True),  # float64 array (NaN = not reported)
-    Column("comm", LargeBinary, nullable=True),        # int32 src, int32 dst, float64 rate (concatenated)
-    Column("received_at", Float, nullable=False),
-)
-
-proposals = Table(
-    "proposals", metadata,
-    Column("id", String(64), primary_key=True),
-    Column("job_id", String(200), nullable=False, index=True),
-    Column("base_epoch", BigInteger, nullable=False),
-    Column("status", String(20), nullable=False),  # pending | ready | failed | executed
-    Column("algorithm", String(100), nullable=False),
-    Column("params", Text, nullable=False),
-    Column("time_limit_s", Float, nullable=False),
-    Column("window", Text, nullable=True),
-    Column("plan", Text, nullable=True),
-    Column("error", Text, nullable=True),
-    Column("executed_epoch", BigInteger, nullable=True),
-    Column("created_at", Float, nullable=False),
-    Column("generation", String(32), nullable=True),  # the job's generation when it was proposed
-)
-
-#: columns added after the first release: ``create_schema`` adds them to an existing database.
-_ADDED_COLUMNS = {"jobs": ("generation", "VARCHAR(32)"), "proposals": ("generation", "VARCHAR(32)")}
 
 Op = Callable[[Connection], Any]
 
@@ -117,39 +63,6 @@ def dumps(obj: Any) -> str:
 
 def loads(text_: str | None) -> Any:
     return None if text_ is None else json.loads(text_)
-
-
-def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:
-    """An engine for ``url``; SQLite gets WAL, the chosen ``synchronous`` level and its directory created."""
-    if url.startswith("sqlite"):
-        path = url.split("///", 1)[1] if "///" in url else ""
-        if path and path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-        sync = sqlite_synchronous.upper()
-        if sync not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            sync = "NORMAL"
-
-        @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute(f"PRAGMA synchronous={sync}")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.close()
-    else:
-        engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
-    return engine
-
-
-def create_schema(engine: Engine) -> None:
-    """Create the tables, and add the columns a database of an earlier version lacks."""
-    metadata.create_all(engine)
-    with engine.begin() as conn:
-        insp = inspect(conn)
-        for table, (col, sql_type) in _ADDED_COLUMNS.items():
-            if col not in {c["name"] for c in insp.get_columns(table)}:
-                conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {col} {sql_type}"))
 
 
 # ---------------------------------------------------------------------- row formats
@@ -201,12 +114,16 @@ def job_row(job: Job) -> dict[str, Any]:
             "last_round_batch": job.last_round_batch, "created_at": job.created_at, "updated_at": job.updated_at}
 
 
-def job_from_row(row: Mapping[str, Any], batches: Sequence[Mapping[str, Any]]) -> Job:
+def job_from_row(row: Mapping[str, Any], batches: Sequence[Mapping[str, Any]],
+                 assignment_ids: list[str] | None = None) -> Job:
+    """A job from its row, the statistics rows of its window (in the order received) and its current assignment
+    (rebuilt from the epoch history; the row's own is the one of the latest snapshot)."""
     kgs = loads(row["kgs"])
     nodes = [Node.parse(nd) for nd in loads(row["nodes"])]
     config = JobConfig.from_dict(loads(row["spec"]))
     node_index = {nd.id: i for i, nd in enumerate(nodes)}
-    assignment = np.array([node_index[n] for n in loads(row["assignment"])], dtype=np.int64)
+    ids = loads(row["assignment"]) if assignment_ids is None else assignment_ids
+    assignment = np.array([node_index[n] for n in ids], dtype=np.int64)
     window = Window(size=config.window_batches, m=len(kgs["ids"]))
     for brow in batches:
         b = batch_from_row(brow)
@@ -218,17 +135,6 @@ def job_from_row(row: Mapping[str, Any], batches: Sequence[Mapping[str, Any]]) -
                reg_state=np.array(kgs["state_bytes"], dtype=float), nodes=nodes, assignment=assignment,
                epoch=int(row["epoch"]), window=window, created_at=row["created_at"], updated_at=row["updated_at"],
                last_round_batch=row["last_round_batch"])
-
-
-def epoch_row(job: Job, epoch: int, kind: str, proposal_id: str | None, nodes: list[Node], assignment: np.ndarray,
-              plan: Mapping[str, Any] | None, now: float) -> dict[str, Any]:
-    history_plan = None
-    if plan is not None and plan.get("metrics") is not None:
-        history_plan = dumps({k: plan.get(k) for k in ("algorithm", "moves", "metrics", "solver")})
-    ids = [nd.id for nd in nodes]
-    return {"job_id": job.job_id, "epoch": epoch, "kind": kind, "proposal_id": proposal_id,
-            "nodes": nodes_json(nodes), "assignment": dumps([ids[i] for i in assignment.tolist()]),
-            "plan": history_plan, "created_at": now}
 
 
 def proposal_row(p: Proposal) -> dict[str, Any]:
@@ -296,10 +202,11 @@ def finish_proposal(pid: str, status: str, plan: Mapping[str, Any] | None, error
 
 def advance_epoch(job_id: str, base_epoch: int, new_values: dict[str, Any], epoch_row_: dict[str, Any],
                   proposal_id: str | None = None, proposal: Proposal | None = None,
-                  last_round_batch: int | None = None) -> Callable[[Connection], bool]:
+                  last_round_batch: int | None = None, then: Op | None = None) -> Callable[[Connection], bool]:
     """The atomic epoch compare-and-set: new assignment/nodes + history row + proposal marked executed, or nothing.
 
-    Returns False (and changes nothing) when the job's epoch is no longer ``base_epoch``.
+    Returns False (and changes nothing) when the job's epoch is no longer ``base_epoch``; ``then`` runs in the
+    same transaction after a successful one (history compaction).
     """
     proposal_values = None if proposal is None else proposal_row(proposal)
 
@@ -317,6 +224,8 @@ def advance_epoch(job_id: str, base_epoch: int, new_values: dict[str, Any], epoc
         elif proposal_id is not None:
             conn.execute(update(proposals).where(proposals.c.id == proposal_id)
                          .values(status="executed", executed_epoch=new_epoch))
+        if then is not None:
+            then(conn)
         return True
 
     return op
@@ -337,7 +246,9 @@ def load_all(engine: Engine) -> list[Job]:
         by_job: dict[str, list[dict[str, Any]]] = {}
         for r in conn.execute(select(stats).order_by(stats.c.job_id, stats.c.received_at, stats.c.batch_id)):
             by_job.setdefault(r.job_id, []).append(dict(r._mapping))
-    out = [job_from_row(row, by_job.get(row["job_id"], [])) for row in job_rows]
+        current = {row["job_id"]: current_assignment(conn, row["job_id"], len(loads(row["kgs"])["ids"]))
+                   for row in job_rows}
+    out = [job_from_row(row, by_job.get(row["job_id"], []), current[row["job_id"]]) for row in job_rows]
     stale = [{"j_id": j.job_id, "b_id": r["batch_id"]} for j in out for r in by_job.get(j.job_id, [])
              if r["batch_id"] not in j.window.batches]
     if stale:
@@ -360,22 +271,27 @@ def get_proposal(engine: Engine, job_id: str, pid: str) -> Proposal | None:
     return None if r is None else proposal_from_row(dict(r._mapping))
 
 
-def get_history(engine: Engine, job_id: str, limit: int | None = None) -> list[dict[str, Any]]:
-    q = select(epochs).where(epochs.c.job_id == job_id).order_by(epochs.c.epoch.desc())
-    if limit:
-        q = q.limit(limit)
-    with engine.connect() as conn:
-        rows = [dict(r._mapping) for r in conn.execute(q)]
-    rows.reverse()
-    return rows
+def replay(kg_count: int, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Node id of each key group after ``rows`` (a snapshot, then deltas, in epoch order)."""
+    current: list[str] = []
+    for r in rows:
+        doc = loads(r["assignment"])
+        if isinstance(doc, list):
+            current = list(doc)
+        else:
+            for k, node in doc["moves"]:
+                current[k] = node
+    if len(current) != kg_count:
+        raise ValueError(f"epoch history does not rebuild the assignment ({len(current)} of {kg_count} key groups)")
+    return current
 
 
-def database_kind(url: str) -> str:
-    return "sqlite" if url.startswith("sqlite") else url.split(":", 1)[0]
-
-
-def sqlite_path(url: str) -> str | None:
-    if not url.startswith("sqlite") or "///" not in url:
+def current_assignment(conn: Connection, job_id: str, kg_count: int) -> list[str] | None:
+    """The job's assignment from its latest snapshot and the deltas after it (None without history)."""
+    snap = conn.execute(select(func.max(epochs.c.epoch)).where(
+        epochs.c.job_id == job_id, epochs.c.assignment.like("[%"))).scalar()
+    if snap is None:
         return None
-    p = url.split("///", 1)[1]
-    return None if p in ("", ":memory:") else os.path.abspath(p)
+    rows = conn.execute(select(epochs.c.assignment).where(epochs.c.job_id == job_id, epochs.c.epoch >= snap)
+                        .order_by(epochs.c.epoch)).mappings().all()
+    return replay(kg_count, [dict(r) for r in rows])

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from controller import history
 from controller import repository as repo
 from controller.context import Context
 from controller.errors import Busy, Conflict, QuotaExceeded, TooLarge
@@ -136,7 +137,7 @@ class Rounds:
             return None
         tl = auto.time_limit_s or job.config.time_limit_s
         try:
-            doc = await self.planning.solve(job.config.algorithm, problem, tl, job.config.params)
+            doc = await self.planning.solve(job.config.algorithm, problem, tl, job.config.params, kind="auto")
         except (Busy, RuntimeError, InvalidInput) as exc:
             log.warning("auto round of %s skipped: %s", job.job_id, exc)
             return None
@@ -173,11 +174,14 @@ class Rounds:
                            f"proposal") from None
         base = job.epoch
         now = time.time()
-        erow = repo.epoch_row(job, base + 1, kind, proposal_id or (proposal.id if proposal else None), new_nodes, a,
-                              plan, now)
+        erow = history.epoch_row(job, base + 1, kind, proposal_id or (proposal.id if proposal else None), new_nodes,
+                                 a, plan, now, history.snapshot_every(self.ctx.settings))
+        compaction = None
+        if history.is_snapshot(erow["assignment"]):
+            compaction = history.compact(job.job_id, base + 1, history.retention(self.ctx.settings))
         ok = await self.ctx.writer.run(repo.advance_epoch(
-            job.job_id, base, {"assignment": erow["assignment"], "nodes": erow["nodes"], "updated_at": now}, erow,
-            proposal_id=proposal_id, proposal=proposal, last_round_batch=last_round_batch))
+            job.job_id, base, history.job_values(erow, now), erow, proposal_id=proposal_id, proposal=proposal,
+            last_round_batch=last_round_batch, then=compaction))
         if not ok:
             raise Conflict(f"job {job.job_id!r} is no longer at epoch {base}")
         job.epoch = base + 1

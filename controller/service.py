@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from controller import history as hist
 from controller import repository as repo
 from controller.context import Context
 from controller.errors import Conflict, QuotaExceeded, TooLarge
@@ -77,12 +78,14 @@ class Controller:
         return self.ctx.proposals.items
 
     @property
-    def pool(self) -> SolverPool:
-        return self.ctx.pool
+    def pool(self) -> SolverPool | None:
+        """The solver pool (None before :meth:`start`)."""
+        return self.ctx.pool if self.ctx.started else None
 
     @property
-    def writer(self) -> Writer | InlineWriter:
-        return self.ctx.writer
+    def writer(self) -> Writer | InlineWriter | None:
+        """The group-commit writer (None before :meth:`start`)."""
+        return self.ctx.writer if self.ctx.started else None
 
     @property
     def engine(self) -> Any:
@@ -202,7 +205,7 @@ class Controller:
         self.ctx.jobs[job_id] = job  # reserve the id before the await (a concurrent PUT sees it and compares)
         try:
             async with job.lock:
-                erow = repo.epoch_row(job, 0, "register", None, job.nodes, job.assignment, None, now)
+                erow = hist.epoch_row(job, 0, "register", None, job.nodes, job.assignment, None, now, 1)
                 await self.ctx.writer.run(repo.insert_job(repo.job_row(job), erow))
         except BaseException:
             self.ctx.jobs.pop(job_id, None)
@@ -290,7 +293,7 @@ class Controller:
 
     async def history(self, job_id: str, limit: int | None = None) -> dict[str, Any]:
         job = self.ctx.job(job_id)
-        rows = await asyncio.to_thread(repo.get_history, self.ctx.engine, job_id, limit)
+        rows = await asyncio.to_thread(hist.read, self.ctx.engine, job_id, limit)
         out = []
         for r in rows:
             plan = repo.loads(r["plan"]) or {}

@@ -36,10 +36,12 @@ def _init_worker() -> None:
     _import_planners()
 
 
-def _worker_main(conn: mpc.Connection, server_pid: int) -> None:
+def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0) -> None:
     """One solver process: bind to the server's life, import the planners, then answer ``(fn, args)`` messages
     with ``fn(*args)`` until the pipe closes or ``None`` arrives."""
     bind_worker(server_pid)
+    if nice:  # the event loop wins the CPU over a solve when the machine is busy
+        os.nice(nice)
     try:
         _init_worker()
     except BaseException as exc:  # reported to the server, which refuses solves with this reason

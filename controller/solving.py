@@ -65,9 +65,9 @@ class WorkerDied(RuntimeError):
 
 # ---------------------------------------------------------------------------------------------- server side
 class _Worker:
-    def __init__(self, ctx: Any, server_pid: int):
+    def __init__(self, ctx: Any, server_pid: int, nice: int = 0):
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child, server_pid), name="rebalancer-solver",
+        self.proc = ctx.Process(target=_worker_main, args=(child, server_pid, nice), name="rebalancer-solver",
                                 daemon=True)
         self.proc.start()
         child.close()
@@ -102,13 +102,14 @@ class SolverPool:
     _live = 0  # pools of this process: the (process-wide) forkserver is stopped with the last one
 
     def __init__(self, workers: int, max_concurrent: int, max_time_limit: float, *, reserved_auto: int | None = None,
-                 kill_factor: float = 2.0, kill_grace_s: float = 5.0):
+                 kill_factor: float = 2.0, kill_grace_s: float = 5.0, nice: int = 5):
         self.workers = workers
         self.max_concurrent = max_concurrent
         self.max_time_limit = max_time_limit
         self.reserved_auto = max(1, max_concurrent // 5) if reserved_auto is None else reserved_auto
         self.reserved_auto = min(self.reserved_auto, max_concurrent - 1)
         self.kill_factor, self.kill_grace_s = kill_factor, kill_grace_s
+        self.nice = nice
         self.counts: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.solves = 0
         self.killed = 0  # workers killed for overrunning their solve's time limit
@@ -122,6 +123,7 @@ class SolverPool:
         self._server_pid = os.getpid()
         self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
+        self._ready: set[int] = set()
         self._queue: list[_Task] = []
         self._seq = itertools.count()
         self._io = cf.ThreadPoolExecutor(max_workers=2 * workers + 2, thread_name_prefix="solver-io")
@@ -129,6 +131,13 @@ class SolverPool:
         self._broken: str | None = None
         self._closed = False
         SolverPool._live += 1
+
+    @classmethod
+    def from_settings(cls, s: Any) -> SolverPool:
+        """The pool a :class:`~controller.settings.Settings` describes (create it on the server's main thread)."""
+        return cls(s.solver_workers, s.max_concurrent_solves, s.max_time_limit_s,
+                   reserved_auto=s.reserved_auto_solves, kill_factor=s.solve_kill_factor,
+                   kill_grace_s=s.solve_kill_grace_s, nice=s.solver_nice)
 
     # ------------------------------------------------------------------ admission
     @property
@@ -178,7 +187,10 @@ class SolverPool:
         return await self.submit(_call_task, module, func, arg, admit=admit, kind=kind)
 
     async def submit(self, fn: Callable[..., tuple[Any, ...]], *args: Any, admit: bool = True, kind: Kind = "adhoc",
-                     time_limit: float | None = None) -> Any:
+                     time_limit: float | None = None, raw: bool = False) -> Any:
+        """Run ``fn(*args)`` in a worker. ``fn`` returns ``("ok", value)``, ``("invalid", field, reason)`` or
+        ``("error", message)``; with ``raw`` its tuple is returned as it is. The worker is killed after
+        ``kill_factor`` × ``time_limit`` (default: the maximum time limit) + ``kill_grace_s``."""
         if admit:
             self.check_admission(1, kind)
         if self._closed:
@@ -199,6 +211,8 @@ class SolverPool:
             self.counts[kind] -= 1
         self.solves += 1
         self.last_seconds = time.perf_counter() - t0
+        if raw:
+            return out
         if out[0] == "ok":
             return out[1]
         if out[0] == "invalid":
@@ -228,7 +242,7 @@ class SolverPool:
         if self._closed or self._broken:
             return
         try:
-            w = await loop.run_in_executor(self._io, _Worker, self._ctx, self._server_pid)
+            w = await loop.run_in_executor(self._io, _Worker, self._ctx, self._server_pid, self.nice)
         except Exception as exc:  # e.g. the forkserver could not start
             self._fail_all(f"cannot start a solver worker: {type(exc).__name__}: {exc}")
             return
@@ -245,6 +259,7 @@ class SolverPool:
             w.kill()
             self._fail_all(hello[1])
             return
+        self._ready.add(w.pid)
         self._idle.append(w)
         self._pump()
 
@@ -274,6 +289,7 @@ class SolverPool:
             if not done:
                 self.killed += 1
                 self._all.discard(w)
+                self._ready.discard(w.pid)
                 w.kill()
                 log.error("solve overran its time limit: worker %d killed after %.1f s", w.pid, task.kill_after)
                 _set(task.future, exc=SolveTimeout(
@@ -290,6 +306,7 @@ class SolverPool:
                 return
             self.died += 1
             self._all.discard(w)
+            self._ready.discard(w.pid)
             how = w.describe_exit()
             log.error("solver worker %d died (%s) during a solve: %s", w.pid, how, type(exc).__name__)
             _set(task.future, exc=WorkerDied(f"the solver worker died ({how}); it was replaced"))
@@ -308,7 +325,13 @@ class SolverPool:
 
     async def _replace(self, w: _Worker) -> None:
         self._all.discard(w)
+        self._ready.discard(w.pid)
         await self._add_worker()
+
+    def health(self) -> dict[str, Any]:
+        """For the readiness probe: workers ready to solve, how many there should be, why the pool is unusable."""
+        return {"ready_workers": len(self._ready), "workers": self.workers, "broken": self._broken,
+                "closed": self._closed, "in_flight": self.in_flight, "killed": self.killed, "died": self.died}
 
     def pids(self) -> list[int]:
         """Pids of the live workers (tests, diagnostics)."""

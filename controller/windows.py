@@ -8,13 +8,13 @@ groups costs O(m) numpy work and nothing else:
 - its state size is the latest reported value (or the registered one);
 - a communication edge's rate is likewise its mean per batch.
 
-Ordering rule (issue 12 item 3): the window holds the ``size`` most recently *received* distinct batch ids, and a
-batch id already in the window is not counted again (``duplicate``). Batch ids identify batches, they do not order
-them: a driver whose query restarts from a new checkpoint (Spark numbers its batches from 0 again), or a batch id
-far in the future, can never freeze the window — every batch received after it still counts and pushes it out
-after ``size`` more. The price: a batch re-posted after ``size`` newer ones arrived counts again (a driver posts
-each batch before the next one, so its retries land while the batch is still in the window). Ids are signed
-64-bit integers (the controller answers 422 beyond).
+Ordering rule (issue 12 item 3): the window holds the ``size`` most recently *received* distinct batch ids.
+A batch id already in the window is not counted again (``duplicate``); once the window is full, an id at most
+``size`` below the lowest id in it is a late re-post of a batch evicted recently and is not counted either. Any
+other id counts, and evicts the batch received earliest: batch ids identify batches without ordering them, so
+neither a batch id far in the future nor a driver whose query restarts from a new checkpoint (Spark numbers its
+batches from 0 again) can freeze the window — the batches received after it still count and push it out after
+``size`` more. Ids are signed 64-bit integers (the controller answers 422 beyond).
 """
 
 from __future__ import annotations
@@ -64,6 +64,9 @@ class Window:
             return False, True, None
         if len(self.batches) < self.size:
             return True, False, None
+        low = min(self.batches)
+        if low - self.size <= batch_id < low:  # a late re-post of a batch evicted recently
+            return False, False, None
         return True, False, next(iter(self.batches))  # the earliest received (dicts keep insertion order)
 
     # ---- mutation

@@ -81,6 +81,12 @@ class HTTPSession:
             raise InvalidArgument("timeouts and the deadline must be > 0")
         if max_response_bytes < 1:
             raise InvalidArgument("max_response_bytes must be >= 1")
+        try:
+            scheme = httpx.URL(base_url).scheme
+        except (httpx.InvalidURL, TypeError) as exc:
+            raise InvalidArgument(f"base_url: {exc}") from None
+        if scheme not in ("http", "https"):
+            raise InvalidArgument(f"base_url must start with http:// or https://, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
@@ -161,8 +167,8 @@ class HTTPSession:
         ``path`` is used as given: encode its segments with :func:`segment`. ``idempotent`` defaults to True for
         GET/PUT/DELETE/HEAD; non-idempotent requests are retried only on connect errors (never sent).
         ``deadline`` and ``timeout`` override the client's total seconds for this call and for one attempt.
-        ``ok_after_retry``: statuses that count as
-        success on a retry after an attempt that may have reached the server (404 for a DELETE).
+        ``ok_after_retry``: statuses that count as success on a retry after an attempt that may have reached the
+        server (404 for a DELETE whose first answer was lost).
         """
         if idempotent is None:
             idempotent = method.upper() in ("GET", "PUT", "DELETE", "HEAD", "OPTIONS")
@@ -193,9 +199,11 @@ class HTTPSession:
                 never_sent = False
             except httpx.DecodingError as exc:
                 raise MalformedResponse(f"undecodable body ({exc})", method=method, url=self.base_url + url) from exc
+            except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+                raise InvalidArgument(f"{where}: {exc}") from exc
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
                 failure, never_sent = exc, True
-            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            except httpx.HTTPError as exc:
                 failure, never_sent = exc, False
             if response is not None and (response.status_code in expect
                                          or (maybe_sent and response.status_code in ok_after_retry)):

@@ -76,6 +76,7 @@ class RebalancerClient(HTTPSession):
             deadline (a custom transport is bounded only between the chunks of a body). Proxy variables of the
             environment are not used.
         verify: TLS verification of the default transport (``True``, a CA bundle path or an ``ssl.SSLContext``).
+        seed: seed of the backoff jitter (reproducible tests).
     """
 
     # ------------------------------------------------------------------ operations
@@ -182,7 +183,8 @@ class RebalancerClient(HTTPSession):
         ``wait_s`` asks the server to wait that long for the solve before answering 202 (this call's timeout and
         deadline grow by ``wait_s``). With ``wait``, a pending
         proposal is polled (``GET .../proposals/{id}``) until it is no longer pending or ``proposal_poll_timeout``
-        has passed; the returned proposal may then still be pending (``proposal.ready`` is False).
+        has passed; the returned proposal may then still be pending (``proposal.ready`` is False). The call takes
+        at most the POST's deadline, ``proposal_poll_timeout`` and one GET's deadline.
         """
         body: dict[str, Any] = {}
         for name, value in (("algorithm", algorithm), ("params", params), ("time_limit_s", time_limit_s),
@@ -193,20 +195,19 @@ class RebalancerClient(HTTPSession):
         prop = self._typed(Proposal.from_json, "POST", f"/v1/jobs/{segment(job_id, 'job_id')}/proposals", json=body,
                            idempotent=False, timeout=self.timeout + waits, deadline=self.deadline + waits)
         if wait and prop.status == "pending":
-            for left in self._poll(self.proposal_poll_timeout):
-                prop = self._typed(Proposal.from_json, "GET", self._proposal_path(job_id, prop.id),
-                                   deadline=min(self.deadline, left))
+            for _ in self._poll(self.proposal_poll_timeout):
+                prop = self._typed(Proposal.from_json, "GET", self._proposal_path(job_id, prop.id))
                 if prop.status != "pending":
                     break
         return prop
 
-    def _poll(self, seconds: float) -> Iterator[float]:
-        """Sleep 0.05, 0.1, ... 1 s between polls; yield the seconds left, until ``seconds`` have passed."""
+    def _poll(self, seconds: float) -> Iterator[None]:
+        """Sleep 0.05, 0.1, ... 1 s between polls, then yield, until ``seconds`` have passed."""
         end, delay = time.monotonic() + seconds, 0.05
         while time.monotonic() + delay < end:
             time.sleep(delay)
             delay = min(1.0, delay * 2)
-            yield end - time.monotonic()
+            yield
 
     @staticmethod
     def _proposal_path(job_id: str, proposal_id: str) -> str:

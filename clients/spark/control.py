@@ -56,11 +56,17 @@ class ControllerLink:
     min_gain: float
     load_distance_threshold: float | None
     time_limit_s: float
+    budget: dict[str, Any]
+    window_batches: int
+    extra_operators: list[dict[str, Any]]
+    algorithm: str | None
+    params: dict[str, Any]
     backoff_s: float
     max_backoff_s: float
     _failures: int
     _retry_at: float
     _refused_epoch: int | None
+    _refusals: int
 
     def _has_layout(self) -> bool:  # overridden by the driver: state exists or batches ran
         return False
@@ -172,6 +178,7 @@ class ControllerLink:
                       "partitions=%d to use the new node(s) %s. Keeping the routing of epoch %d.",
                       epoch, bad, unknown[0], self.n, self.n - 1, self.n + len(unknown), unknown, self.epoch)
         self._refused_epoch = int(epoch)
+        self._refusals += 1
         return False
 
     def _adopt(self, epoch: int, assignment: Mapping[str, str]) -> None:
@@ -179,7 +186,8 @@ class ControllerLink:
         if not self._accept(epoch, assignment):
             return
         own = self._own(assignment)
-        if epoch == self.epoch and self.routing.assignment() == own:
+        if self.routing.assignment() == own:  # nothing moves: the epoch label changes at once
+            self.epoch = self.routing.epoch = int(epoch)
             return
         if self._boundary_switch_allowed():
             self._switch(epoch, own)
@@ -200,10 +208,16 @@ class ControllerLink:
             self.pending = (job.epoch, own)
 
     # ------------------------------------------------------------------ per batch
-    def _talk(self, batch_id: int, stats: list[dict], edges: list[dict] | None, report) -> str:
+    def _talk(self, batch_id: int, stats: list[dict[str, Any]], edges: list[dict[str, Any]] | None, report) -> str:
         """All controller traffic of one batch; never raises."""
         if self.client is None:
             return "disabled"
+        refusals = self._refusals
+        status = self._talk_inner(batch_id, stats, edges, report)
+        return "refused" if self._refusals > refusals and status in ("ok", "conflict") else status
+
+    def _talk_inner(self, batch_id: int, stats: list[dict[str, Any]], edges: list[dict[str, Any]] | None,
+                    report) -> str:
         if not self.registered and self._controller_available():
             try:
                 self.start()
@@ -235,7 +249,7 @@ class ControllerLink:
             if ack.epoch != self.epoch:  # someone else executed a plan: adopt the job's assignment
                 status = self._guarded("resync", self._resync, conflict=True)
                 report.plan_received = self.pending is not None
-                return "refused" if self._refused_epoch == ack.epoch else status
+                return status
             if not self.auto and ack.window_ready and self.batches_since_change + 1 >= self.cooldown_batches:
                 status = self._guarded("proposal", self._propose_and_execute)
                 report.plan_received = self.pending is not None
@@ -245,7 +259,7 @@ class ControllerLink:
             return "down"
         return "ok"
 
-    def _guarded(self, what: str, fn: Callable[[], None], conflict: bool = False) -> str:
+    def _guarded(self, what: str, fn: Callable[[], object], conflict: bool = False) -> str:
         try:
             fn()
             return "conflict" if conflict else "ok"

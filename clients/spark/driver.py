@@ -109,6 +109,8 @@ class RebalancingDriver(ControllerLink):
         extra_operators: more operators of the job (``[{"id": "split", "key_groups": 120}]``).
         measure_hash: also measure Spark's hash partitioning of each batch (one more shuffle; the demo uses it).
         state_stats: send state bytes per key group (one aggregation over the state per batch).
+        send_bytes: also send each key group's record ``bytes`` (needs a controller whose statistics schema has
+            the optional ``bytes`` field; an older one answers 422 and the driver treats it as down).
         backoff_s, max_backoff_s: after a controller failure, wait 1, 2, 4, … × ``backoff_s`` seconds (at most
             ``max_backoff_s``) before calling it again.
         on_batch: callback called with each :class:`BatchReport`.
@@ -141,10 +143,11 @@ class RebalancingDriver(ControllerLink):
         load_distance_threshold: float | None = None,
         min_gain: float = 0.02,
         load: str = "records",
-        communication: Callable[[Any], list[dict]] | None = None,
+        communication: Callable[[Any], list[dict[str, Any]]] | None = None,
         extra_operators: Sequence[Mapping[str, Any]] = (),
         measure_hash: bool = False,
         state_stats: bool = True,
+        send_bytes: bool = False,
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
         on_batch: Callable[[BatchReport], None] | None = None,
@@ -178,6 +181,7 @@ class RebalancingDriver(ControllerLink):
         self.extra_operators = [dict(o) for o in extra_operators]
         self.measure_hash = measure_hash
         self.state_stats = state_stats
+        self.send_bytes = bool(send_bytes)
         self.backoff_s = float(backoff_s)
         self.max_backoff_s = float(max_backoff_s)
         self.on_batch = on_batch
@@ -203,6 +207,7 @@ class RebalancingDriver(ControllerLink):
         self._failures = 0
         self._retry_at = 0.0
         self._refused_epoch: int | None = None
+        self._refusals = 0
         self._batch_id = -1
 
     # ------------------------------------------------------------------ hooks of ControllerLink
@@ -276,7 +281,7 @@ class RebalancingDriver(ControllerLink):
     def _replay(self, batch_id: int, t0: float) -> BatchReport:
         log.warning("batch %d is a replay: state version %d is committed, not applied again", batch_id,
                     self.committed)
-        if self.output is not None:
+        if self.output is not None and self.store is not None:
             self.output(self._output_frame(self.store.read_delta(batch_id)), batch_id)
         report = BatchReport(batch_id=batch_id, epoch=self.epoch, records=0, partition_records=[],
                              rebalanced_max_over_mean=math.nan, controller="replayed", state_version=self.committed,
@@ -341,7 +346,7 @@ class RebalancingDriver(ControllerLink):
                                     delta_rows=partials.keys)
             self.committed = batch_id
         KeyedState.release(partials)
-        if self.output is not None:
+        if self.output is not None and self.state.df is not None:
             from pyspark.sql import functions as F
 
             self.output(self._output_frame(self.state.df.filter(F.col(VERSION_COL) == batch_id)), batch_id)
@@ -360,6 +365,9 @@ class RebalancingDriver(ControllerLink):
         load = kg_n if self.load == "records" else kg_b
         stats = [{"id": self.kg_ids[k], "load": float(load[k]), "state_bytes": float(state_b[k])}
                  for k in range(self.G)]
+        if self.send_bytes:
+            for k, s in enumerate(stats):
+                s["bytes"] = float(kg_b[k])
         report.controller = self._talk(batch_id, stats, edges, report)
         self.batches_since_change += 1
         report.seconds = time.perf_counter() - t0

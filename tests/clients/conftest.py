@@ -1,6 +1,8 @@
-"""Fixtures of the client tests: one local SparkSession for the whole session, real controllers over HTTP
-(:class:`tests.helpers.server.ServerProcess`: the Spark driver and the Python client speak real HTTP to a real
-``rebalancer serve``; some tests stop or freeze that process)."""
+"""Fixtures of the client tests: one local SparkSession for the whole session; ``controller`` and
+``make_controller``: real ``rebalancer serve`` processes (:class:`tests.helpers.server.ServerProcess`) for the tests
+where the process matters (a driver whose controller is frozen or stopped); ``app_server``: the app in process
+(:class:`tests.helpers.server.InProcessServer`) for the Python client's behaviour tests, through
+``RebalancerClient(app_server.url, transport=app_server.transport())``."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.server import ServerProcess, free_port
+from tests.helpers.server import InProcessServer, ServerProcess, free_port
 
 
 def _controller(db: Path) -> ServerProcess:
@@ -24,6 +26,13 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     c = _controller(tmp_path_factory.mktemp("controller") / "rebalancer.db")
     yield c
     c.stop()
+
+
+@pytest.fixture(scope="session")
+def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
+    d = tmp_path_factory.mktemp("app_server")
+    with InProcessServer(database_url=f"sqlite:///{d}/rebalancer.db", test_settings=False).start() as srv:
+        yield srv
 
 
 @pytest.fixture

@@ -258,6 +258,29 @@ def test_a_retried_delete_that_finds_the_job_gone_succeeds(scripted):
         rc.delete_job("j")
 
 
+def test_a_pending_proposal_is_polled_until_ready_and_no_longer_than_the_poll_timeout(scripted):
+    pending = {"id": "abc123", "job_id": "j", "base_epoch": 0, "status": "pending", "algorithm": "flux",
+               "params": {}, "time_limit_s": 1.0, "plan": None, "created_at": 0.0}
+    failed = {**pending, "status": "failed", "error": "solver worker died"}
+    server = scripted(lambda n, m, t, conn: conn.sendall(raw_response(202 if n == 0 else 200, json.dumps(
+        failed if n == 3 else pending).encode())))
+    rc = RebalancerClient(server.url, timeout=2, retries=0, proposal_poll_timeout=10)
+    prop = rc.create_proposal("j")
+    assert (prop.status, prop.error, prop.plan) == ("failed", "solver worker died", None)
+    assert server.requests == ["POST /v1/jobs/j/proposals"] + ["GET /v1/jobs/j/proposals/abc123"] * 3
+    always = scripted(reply(202, pending))
+    rc = RebalancerClient(always.url, timeout=2, retries=0, proposal_poll_timeout=0.5)
+    t0 = time.monotonic()
+    assert rc.create_proposal("j").status == "pending"
+    assert time.monotonic() - t0 < 1.5 and len(always.requests) >= 2
+
+
+def test_a_base_url_that_is_not_http_is_refused_at_once():
+    for url in ("ctl:8000", "ftp://ctl", "http://[::1"):
+        with pytest.raises(RebalancerError):
+            RebalancerClient(url)
+
+
 # ---------------------------------------------------------------- path segments
 def test_ids_are_one_url_encoded_path_segment(scripted):
     server = scripted(reply(404, {"detail": "unknown"}))

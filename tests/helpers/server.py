@@ -19,6 +19,7 @@ Importable as ``tests.helpers.server`` from the repository root (``tests/conftes
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import signal
 import socket
@@ -26,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -45,6 +46,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The live (not zombie) processes of a process group, from /proc."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
+            out.append(int(p.name))
+    return out
 
 
 def settings_env(settings: Mapping[str, Any]) -> dict[str, str]:
@@ -118,7 +134,7 @@ class InProcessServer(_Server):
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="in-process-server", daemon=True)
         self._stopping: asyncio.Event | None = None
-        self._life: asyncio.Future[None] | None = None
+        self._life: concurrent.futures.Future[None] | None = None
 
     @property
     def controller(self) -> Any:
@@ -145,7 +161,7 @@ class InProcessServer(_Server):
                 started.set()
                 raise
 
-        self._life = asyncio.run_coroutine_threadsafe(life(), self._loop)  # type: ignore[assignment]
+        self._life = asyncio.run_coroutine_threadsafe(life(), self._loop)
         if not started.wait(timeout):
             raise RuntimeError("the in-process server did not start")
         if failed:
@@ -156,6 +172,11 @@ class InProcessServer(_Server):
     def client(self, **kw: Any) -> httpx.Client:
         kw.setdefault("timeout", 60.0)
         return httpx.Client(base_url=self.url, transport=_SyncASGITransport(self), **kw)
+
+    def transport(self) -> httpx.BaseTransport:
+        """A synchronous httpx transport into this app, for clients that build their own ``httpx.Client``
+        (``RebalancerClient(srv.url, transport=srv.transport())``)."""
+        return _SyncASGITransport(self)
 
     def requests_session(self) -> Any:
         """A ``requests.Session`` whose requests to :attr:`url` go to this app (for tools built on requests,
@@ -170,9 +191,14 @@ class InProcessServer(_Server):
         client = self.client()
 
         class _Adapter(BaseAdapter):
-            def send(self, request: Any, **kw: Any) -> requests.Response:
-                r = client.request(request.method, request.url, headers=dict(request.headers), content=request.body,
-                                   timeout=kw.get("timeout") or 60.0)
+            def send(self, request: requests.PreparedRequest, stream: bool = False, timeout: Any = None,
+                     verify: Any = True, cert: Any = None, proxies: Any = None) -> requests.Response:
+                assert request.method is not None and request.url is not None
+                headers = {k: v if isinstance(v, str) else v.decode("latin-1") for k, v in request.headers.items()}
+                body = request.body.encode() if isinstance(request.body, str) else request.body
+                assert body is None or isinstance(body, bytes), "streamed request bodies are not supported"
+                r = client.request(request.method, request.url, headers=headers, content=body,
+                                   timeout=timeout or 60.0)
                 out = requests.Response()
                 out.status_code = r.status_code
                 out.headers = requests.structures.CaseInsensitiveDict(r.headers)
@@ -201,7 +227,7 @@ class InProcessServer(_Server):
         if stopping is not None:
             self._loop.call_soon_threadsafe(stopping.set)
         try:
-            life.result(timeout=60)  # type: ignore[union-attr]
+            life.result(timeout=60)
         finally:
             self._shutdown_loop()
 
@@ -291,12 +317,17 @@ class ServerProcess(_Server):
                 self.kill9()
         self._kill_group()
 
-    def _kill_group(self) -> None:
-        if self.proc is not None:
+    def _kill_group(self, timeout: float = 10.0) -> None:
+        """SIGKILL whatever is left of the process group and wait until it is gone."""
+        if self.proc is None:
+            return
+        deadline = time.monotonic() + timeout
+        while group_pids(self.proc.pid) and time.monotonic() < deadline:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            time.sleep(0.05)
 
     def client(self, **kw: Any) -> httpx.Client:
         kw.setdefault("timeout", 60.0)
@@ -305,9 +336,3 @@ class ServerProcess(_Server):
     def __enter__(self) -> ServerProcess:
         return self if self.proc is not None else self.start()
 
-
-def started(server: _Server) -> Iterator[_Server]:
-    """A fixture body: start the server, yield it, stop it."""
-    start = server.start
-    yield start()
-    server.stop()

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from solvers import metrics, registry
+from solvers.albic.milp.bounds import band_bound, lemma2_bound
 from solvers.model import Problem
 from tests.solvers.albic_exact_reference import exact_optimum, random_problem
 
@@ -102,3 +103,15 @@ def test_fractional_byte_budgets_never_give_a_false_proof(seed):
 def test_bound_and_optimal_status_are_never_false_many(seed):
     rng = np.random.default_rng(seed)
     check_against_exact(random_problem(rng), time_limit=0.1 if seed % 3 else 0.5, drain=bool(seed % 2))
+
+
+def test_lemma2_bound_when_the_budget_cannot_drain_the_removing_node():
+    # w2 is removing and holds 5 × 10; only 2 migrations: 30 stays on w2, so some active node is ≥ 30/2 below t
+    p = Problem.from_arrays([10] * 5 + [40, 40], [2] * 5 + [0, 1], [1, 1, 1], removing=[False, False, True],
+                            max_migrations=2)
+    opt = float(exact_optimum(p))
+    assert lemma2_bound(p) == pytest.approx(15.0)
+    assert band_bound(p) < 15.0 - 1e-6   # the band conditions alone do not see it (the test fails without Lemma 2)
+    plan = registry.solve("albic-milp", p, time_limit=1.0, drain=False)
+    assert 15.0 - 1e-6 <= plan.lower_bound <= opt + 1e-9
+    assert plan.status == "optimal" and metrics.load_distance(p, plan.assignment) == pytest.approx(opt)

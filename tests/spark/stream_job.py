@@ -27,6 +27,20 @@ def _die(marker: Path, what: str) -> None:
     os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
+def _kill_one_executor() -> int:
+    """SIGKILL one executor JVM of this application (same session id as this process)."""
+    sid = os.getsid(0)
+    for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"CoarseGrainedExecutorBackend" in cmd and os.getsid(pid) == sid:
+                os.kill(pid, signal.SIGKILL)
+                return pid
+        except (OSError, ProcessLookupError):
+            continue
+    raise RuntimeError("no executor JVM found")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     for a in ("--src", "--chk", "--out", "--result"):
@@ -34,6 +48,8 @@ def main() -> int:
     ap.add_argument("--kill", default=None)
     ap.add_argument("--controller", default=None)
     ap.add_argument("--job-id", default="recovery")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--kill-executor-after", type=int, default=-1, help="SIGKILL one executor JVM after batch B")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -42,7 +58,7 @@ def main() -> int:
     from clients.spark.driver import RebalancingDriver
     from clients.spark.sink import BatchIdSink
 
-    spark = (SparkSession.builder.master("local[2]").appName("recovery-job").config("spark.ui.enabled", "false")
+    spark = (SparkSession.builder.master(args.master).appName("recovery-job").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "3").config("spark.driver.memory", "768m").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
@@ -72,11 +88,14 @@ def main() -> int:
 
         driver.state.apply_routing = migrate  # type: ignore[method-assign]
     driver.start()
+    killed_executors: list[int] = []
 
     def foreach(df, batch_id):
         if point == "between" and batch_id == at:
             _die(marker, f"between:{batch_id}")
         driver.foreach_batch(df, batch_id)
+        if batch_id == args.kill_executor_after and not killed_executors:
+            killed_executors.append(_kill_one_executor())
 
     stream = spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1).parquet(args.src)
     query = (stream.writeStream.foreachBatch(foreach).trigger(availableNow=True)
@@ -86,7 +105,7 @@ def main() -> int:
     Path(args.result).write_text(json.dumps({
         "state": {k: [int(c), int(t)] for k, c, t in zip(state["key"], state["count"], state["total"], strict=True)},
         "reports": [r.as_dict() for r in driver.reports],
-        "committed": driver.committed, "epoch": driver.epoch,
+        "committed": driver.committed, "epoch": driver.epoch, "killed_executors": killed_executors,
     }, default=str))
     spark.stop()
     return 0
