@@ -40,7 +40,7 @@ def plan_task(raw: bytes, caps: dict[str, int], default_algorithm: str, max_time
     from api.schemas import PlanDoc, PlanRequest
     from solvers import registry
     from solvers.errors import InvalidInput
-    from solvers.model import Problem, plan_to_dict
+    from solvers.documents import plan_to_dict, problem_from_dict
 
     try:
         doc = json.loads(raw)
@@ -59,7 +59,7 @@ def plan_task(raw: bytes, caps: dict[str, int], default_algorithm: str, max_time
         return _json(422, {"detail": pydantic_errors([dict(e) for e in exc.errors()])})
     del doc, problem
     try:
-        prob = Problem.from_dict(req.problem.model_dump(exclude_none=True))
+        prob = problem_from_dict(req.problem)  # SkipValidation: decoded JSON, checked once here
     except InvalidInput as exc:
         return _json(422, {"detail": [{"field": f"problem.{exc.field}" if exc.field else "problem",
                                        "reason": exc.reason}]})
