@@ -12,9 +12,9 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: SQLite next to the current directory unless told otherwise; ``rebalancer serve`` resolves it to an absolute path
@@ -23,6 +23,15 @@ DEFAULT_DATABASE_URL = "sqlite:///./data/rebalancer.db"
 PREFIX = "REBALANCER_"
 #: variables with the prefix that the clients read (``clients/``), not the server
 CLIENT_VARIABLES = frozenset({"REBALANCER_URL", "REBALANCER_TOKEN"})
+
+
+class TokenScope(BaseModel):
+    """What one scoped token may do."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prefixes: list[str] = Field(default_factory=list)
+    access: Literal["read", "write", "admin"] = "write"
 
 
 class Settings(BaseSettings):
@@ -37,8 +46,11 @@ class Settings(BaseSettings):
     database_url: str = DEFAULT_DATABASE_URL
     #: SQLite ``synchronous`` pragma: NORMAL survives a kill -9 of the server (WAL); FULL also survives power loss.
     sqlite_synchronous: str = "NORMAL"
-    #: comma-separated bearer tokens; empty = no authentication.
+    #: comma-separated bearer tokens with every right (admin); empty (and no scoped token) = no authentication.
     api_tokens: str = ""
+    #: scoped tokens, JSON: ``{"<token>": {"prefixes": ["tenant-a."], "access": "read" | "write" | "admin"}}``:
+    #: a scoped token sees only the jobs whose id starts with one of its prefixes (see api/tenants.py).
+    token_scopes: dict[str, TokenScope] = Field(default_factory=dict)
 
     #: planner used by jobs and requests that do not name one ("" = first available of albic-milp, albic, flux).
     default_algorithm: str = ""
@@ -100,6 +112,11 @@ class Settings(BaseSettings):
         if self.reserved_auto_solves >= self.max_concurrent_solves:
             raise ValueError(f"reserved_auto_solves ({self.reserved_auto_solves}) must be below "
                              f"max_concurrent_solves ({self.max_concurrent_solves})")
+        both = self.tokens() & set(self.token_scopes)
+        if both:
+            raise ValueError("token_scopes: a token is also in api_tokens (admin); give it one role")
+        if any(not t.strip() for t in self.token_scopes):
+            raise ValueError("token_scopes: empty token")
         if self.max_candidates > self.max_concurrent_solves - self.reserved_auto_solves:
             raise ValueError(f"max_candidates ({self.max_candidates}) must fit in the ad-hoc solve slots "
                              f"(max_concurrent_solves - reserved_auto_solves = "
@@ -133,7 +150,11 @@ class Settings(BaseSettings):
         return out
 
     def tokens(self) -> set[str]:
+        """The admin tokens."""
         return {t.strip() for t in self.api_tokens.split(",") if t.strip()}
+
+    def auth_enabled(self) -> bool:
+        return bool(self.tokens() or self.token_scopes)
 
     def sqlalchemy_url(self) -> str:
         url = self.database_url
