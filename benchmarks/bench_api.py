@@ -1,8 +1,8 @@
 """Benchmark of the controller's HTTP API (issue 7): ``python -m benchmarks.bench_api [--quick] [--soak-seconds S]``.
 
-Starts a real server (``python -m cli.main serve``) on 127.0.0.1 with a fresh SQLite database and measures, in one
-run, with a small keep-alive HTTP/1.1 client on asyncio (so that the load generator costs little CPU on a 2-core
-machine):
+Starts a real server (``python -m cli.main serve``, :class:`tests.helpers.server.ServerProcess`) on 127.0.0.1 with a
+fresh SQLite database and measures, in one run, with a small keep-alive HTTP/1.1 client on asyncio (so that the
+load generator costs little CPU on a 2-core machine):
 
 1. ``GET /healthz`` — the baseline: 50 concurrent clients, closed loop;
 2. ``POST /v1/jobs/{id}/stats`` with 1,000 key groups per post, 50 concurrent clients (one job each):
@@ -14,18 +14,15 @@ machine):
    errors and sampling the server's resident memory (growth = last sample vs. the sample after the first 10 %).
 
 All load goes to 127.0.0.1 only and every loop is bounded by a duration and a request cap. Writes
-``bench-results/api.json`` (and ``api_soak.png`` when matplotlib is present). Progress goes to stderr.
+``<out>/api.json`` (and ``api_soak.png`` when matplotlib is present; :mod:`benchmarks.harness`). Progress goes to
+stderr.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,17 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.plotting import pyplot
+from benchmarks.harness import Bench
+from tests.helpers.server import HOST, ServerProcess
 
-ROOT = Path(__file__).resolve().parents[1]
-HOST = "127.0.0.1"
 TARGET_STATS_RPS = 200.0
 TARGET_P99_MS = 100.0
 TARGET_MEM_GROWTH = 0.10
-
-
-def log(msg: str) -> None:
-    print(f"[bench_api {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------- minimal HTTP/1.1 keep-alive client
@@ -179,34 +171,6 @@ async def open_loop(port: int, n_clients: int, rate: float, seconds: float, make
 
 
 # ---------------------------------------------------------------------- server process
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
-
-def start_server(database: str, port: int, workers: int, logfile: Path) -> subprocess.Popen:
-    env = dict(os.environ, REBALANCER_SOLVER_WORKERS=str(workers), PYTHONUNBUFFERED="1")
-    env.pop("REBALANCER_API_TOKENS", None)
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--host", HOST, "--port", str(port),
-                             "--database", database, "--log-level", "warning"], cwd=ROOT, env=env,
-                            stdout=open(logfile, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited ({proc.returncode}); see {logfile}")
-        try:
-            with socket.create_connection((HOST, port), timeout=0.5) as s:
-                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                if b" 200 " in s.recv(1024):
-                    return proc
-        except OSError:
-            pass
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise RuntimeError("server did not start")
-
-
 def rss_bytes(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -297,8 +261,8 @@ class StatsWorkload:
 
 # ---------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="short phases (a smoke run)")
+    bench = Bench("api", __doc__)
+    ap = bench.parser
     ap.add_argument("--seconds", type=float, default=None, help="duration of each throughput phase (default 15, "
                                                                 "quick 5)")
     ap.add_argument("--soak-seconds", type=float, default=None, help="soak duration (default 60, quick 15; the "
@@ -309,45 +273,44 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--soak-rate", type=float, default=50.0)
     ap.add_argument("--workers", type=int, default=2, help="solver worker processes of the server")
     ap.add_argument("--database", default=None, help="SQLAlchemy URL (default: a fresh SQLite file)")
-    ap.add_argument("--output", default="bench-results/api.json")
-    args = ap.parse_args(argv)
+    args = bench.parse(argv)
     secs = args.seconds or (5.0 if args.quick else 15.0)
     soak = args.soak_seconds if args.soak_seconds is not None else (15.0 if args.quick else 60.0)
 
-    out_path = ROOT / args.output if not os.path.isabs(args.output) else Path(args.output)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
     database = args.database or f"sqlite:///{tmp}/bench.db"
-    port = free_port()
-    log(f"starting server on {HOST}:{port} ({database}); log {tmp}/server.log")
-    proc = start_server(database, port, args.workers, tmp / "server.log")
-    result: dict[str, Any] = {
-        "config": {"clients": args.clients, "key_groups_per_post": args.key_groups, "phase_seconds": secs,
-                   "open_loop_rate": args.rate, "soak_seconds": soak, "soak_rate": args.soak_rate,
-                   "database": "sqlite" if database.startswith("sqlite") else database.split(":")[0],
-                   "cpus": os.cpu_count(), "loadavg_start": os.getloadavg()[0]},
-    }
+    server = ServerProcess(database, settings={"solver_workers": args.workers}, test_settings=False,
+                           log_path=tmp / "server.log")
+    bench.log(f"starting server on {server.url} ({database}); log {tmp}/server.log")
+    server.start()
+    port, pid = server.port, server.pid
+    result = bench.result
+    result["config"] = {"clients": args.clients, "key_groups_per_post": args.key_groups, "phase_seconds": secs,
+                        "open_loop_rate": args.rate, "soak_seconds": soak, "soak_rate": args.soak_rate,
+                        "database": "sqlite" if database.startswith("sqlite") else database.split(":")[0],
+                        "solver_workers": args.workers}
     try:
         time.sleep(3.0)  # let the solver workers warm up
         # 1. baseline
-        log(f"healthz: {args.clients} clients, closed loop, {secs:.0f} s")
-        hz = with_cpu(proc.pid, lambda: asyncio.run(closed_loop(
+        bench.log(f"healthz: {args.clients} clients, closed loop, {secs:.0f} s")
+        hz = with_cpu(pid, lambda: asyncio.run(closed_loop(
             port, args.clients, secs, lambda i, k: ("GET", "/healthz", None, (200,)), max_requests=1_000_000)))
         result["healthz"] = hz
-        log(f"  {hz}")
+        bench.log(f"  {hz}")
 
         # 2. stats
         jobs = make_jobs(port, args.clients, args.key_groups, nodes=20)
         bodies = stats_bodies(args.key_groups, variants=8)
         wl = StatsWorkload(jobs, bodies, first_batch=1)
-        log(f"stats saturation: {args.clients} clients x {args.key_groups} key groups, closed loop, {secs:.0f} s")
-        sat = with_cpu(proc.pid, lambda: asyncio.run(closed_loop(port, args.clients, secs, wl, max_requests=500_000)))
+        bench.log(f"stats saturation: {args.clients} clients x {args.key_groups} key groups, closed loop, "
+                  f"{secs:.0f} s")
+        sat = with_cpu(pid, lambda: asyncio.run(closed_loop(port, args.clients, secs, wl, max_requests=500_000)))
         result["stats_saturation"] = sat
-        log(f"  {sat}")
-        log(f"stats at {args.rate:.0f} posts/s: open loop over {args.clients} clients, {secs:.0f} s")
-        rated, _ = with_cpu(proc.pid, lambda: asyncio.run(open_loop(port, args.clients, args.rate, secs, wl)))
+        bench.log(f"  {sat}")
+        bench.log(f"stats at {args.rate:.0f} posts/s: open loop over {args.clients} clients, {secs:.0f} s")
+        rated, _ = with_cpu(pid, lambda: asyncio.run(open_loop(port, args.clients, args.rate, secs, wl)))
         result["stats_at_rate"] = rated
-        log(f"  {rated}")
+        bench.log(f"  {rated}")
 
         # 3. plans for a 40/800 problem
         from evaluation.generators import albic_synthetic
@@ -357,19 +320,19 @@ def main(argv: list[str] | None = None) -> int:
         problem = albic_synthetic(40, key_groups_per_node=20, seed=1, max_migrations=40).to_dict()
         plan_body = json.dumps({"problem": problem, "algorithm": algo, "time_limit_s": 1.0}).encode()
         plan_clients = max(1, args.workers)
-        log(f"plans: 40 nodes / 800 key groups, {algo}, {plan_clients} clients, closed loop, {secs:.0f} s")
+        bench.log(f"plans: 40 nodes / 800 key groups, {algo}, {plan_clients} clients, closed loop, {secs:.0f} s")
         pl = asyncio.run(closed_loop(port, plan_clients, max(secs, 8.0),
                                      lambda i, k: ("POST", "/v1/plans", plan_body, (200,)), max_requests=10_000))
         pl["algorithm"] = algo
         result["plans_40x800"] = pl
-        log(f"  {pl}")
+        bench.log(f"  {pl}")
 
         # 4. soak
-        log(f"soak: {args.soak_rate:.0f} stats posts/s for {soak:.0f} s")
+        bench.log(f"soak: {args.soak_rate:.0f} stats posts/s for {soak:.0f} s")
         samples: list[tuple[float, int, int]] = []
 
         def tick(t: float) -> None:
-            samples.append((round(t, 1), rss_bytes(proc.pid), group_rss(proc.pid)))
+            samples.append((round(t, 1), rss_bytes(pid), group_rss(pid)))
 
         tick(0.0)
         soak_res, _ = asyncio.run(open_loop(port, args.clients, args.soak_rate, soak, wl, on_tick=tick))
@@ -377,54 +340,50 @@ def main(argv: list[str] | None = None) -> int:
         warm = [s for s in samples if s[0] >= 0.1 * soak] or samples
         base_rss = warm[0][1]
         growth = (samples[-1][1] - base_rss) / base_rss if base_rss else 0.0
-        soak_res.update({"rss_start_mb": round(samples[0][1] / 2**20, 1), "rss_after_10pct_mb": round(base_rss / 2**20, 1),
+        soak_res.update({"rss_start_mb": round(samples[0][1] / 2**20, 1),
+                         "rss_after_10pct_mb": round(base_rss / 2**20, 1),
                          "rss_end_mb": round(samples[-1][1] / 2**20, 1), "memory_growth": round(growth, 4),
                          "group_rss_end_mb": round(samples[-1][2] / 2**20, 1),
                          "rss_samples": [[t, round(r / 2**20, 1)] for t, r, _ in samples]})
         result["soak"] = soak_res
-        log(f"  errors {soak_res['errors']}, rss {soak_res['rss_after_10pct_mb']} -> {soak_res['rss_end_mb']} MB "
-            f"({growth:+.1%}), p99 {soak_res['p99_ms']} ms")
+        bench.log(f"  errors {soak_res['errors']}, rss {soak_res['rss_after_10pct_mb']} -> {soak_res['rss_end_mb']} "
+                  f"MB ({growth:+.1%}), p99 {soak_res['p99_ms']} ms")
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        server.stop()
 
-    best_rps = max(result["stats_saturation"]["throughput_rps"], result["stats_at_rate"]["throughput_rps"])
-    result["targets"] = {
-        "stats_throughput_rps": {"target": f">= {TARGET_STATS_RPS:.0f}", "value": result["stats_saturation"]["throughput_rps"],
-                                 "met": result["stats_saturation"]["throughput_rps"] >= TARGET_STATS_RPS},
-        "stats_p99_ms_at_rate": {"target": f"<= {TARGET_P99_MS:.0f} at {args.rate:.0f}/s",
-                                 "value": result["stats_at_rate"]["p99_ms"],
-                                 "met": result["stats_at_rate"]["p99_ms"] <= TARGET_P99_MS
-                                 and result["stats_at_rate"]["throughput_rps"] >= 0.95 * args.rate
-                                 and result["stats_at_rate"]["errors"] == 0},
-        "soak_errors": {"target": 0, "value": result["soak"]["errors"], "met": result["soak"]["errors"] == 0},
-        "soak_memory_growth": {"target": f"<= {TARGET_MEM_GROWTH:.0%}", "value": result["soak"]["memory_growth"],
-                               "met": result["soak"]["memory_growth"] <= TARGET_MEM_GROWTH},
-    }
-    del best_rps
-    result["config"]["loadavg_end"] = os.getloadavg()[0]
-    out_path.write_text(json.dumps(result, indent=2) + "\n")
-    log(f"wrote {out_path}")
-    plt = pyplot()
-    if plt is not None:
-        fig, ax = plt.subplots(figsize=(6, 3))
-        xs = [t for t, _ in result["soak"]["rss_samples"]]
-        ys = [r for _, r in result["soak"]["rss_samples"]]
-        ax.plot(xs, ys, marker=".")
+    sat, rated, soak_res = result["stats_saturation"], result["stats_at_rate"], result["soak"]
+    bench.target(f"stats throughput >= {TARGET_STATS_RPS:.0f} posts/s (closed loop, {args.key_groups} key groups)",
+                 sat["throughput_rps"], TARGET_STATS_RPS, sat["throughput_rps"] >= TARGET_STATS_RPS)
+    bench.target(f"stats p99 <= {TARGET_P99_MS:.0f} ms at {args.rate:.0f} posts/s offered (open loop)",
+                 rated["p99_ms"], TARGET_P99_MS,
+                 rated["p99_ms"] <= TARGET_P99_MS and rated["throughput_rps"] >= 0.95 * args.rate
+                 and rated["errors"] == 0,
+                 f"served {rated['throughput_rps']}/s, {rated['errors']} errors (both count)")
+    bench.target("soak: no errors", soak_res["errors"], 0, soak_res["errors"] == 0)
+    bench.target(f"soak: server RSS growth <= {TARGET_MEM_GROWTH:.0%} after the first 10 %",
+                 soak_res["memory_growth"], TARGET_MEM_GROWTH, soak_res["memory_growth"] <= TARGET_MEM_GROWTH,
+                 f"{soak:.0f} s soak" + (" (--quick: too short to judge growth)" if args.quick else ""))
+    plot_soak(bench, soak_res, args.soak_rate, args.key_groups)
+    return bench.finish()
+
+
+def plot_soak(bench: Bench, soak_res: dict[str, Any], rate: float, key_groups: int) -> None:
+    """Server RSS over the soak, with the growth target drawn from the sample after the first 10 %."""
+    with bench.figure("api_soak.png", f"soak: {rate:.0f} stats posts/s x {key_groups} key groups",
+                      figsize=(6.5, 3.4)) as fig:
+        if fig is None:
+            return
+        ax = fig.subplots()
+        xs = [t for t, _ in soak_res["rss_samples"]]
+        ys = [r for _, r in soak_res["rss_samples"]]
+        ax.plot(xs, ys, marker=".", label="server RSS (measured)")
+        limit = soak_res["rss_after_10pct_mb"] * (1 + TARGET_MEM_GROWTH)
+        ax.axhline(limit, color="gray", ls="--", lw=1,
+                   label=f"target: <= +{TARGET_MEM_GROWTH:.0%} over the sample after 10 % ({limit:.0f} MiB)")
         ax.set_xlabel("soak time (s)")
         ax.set_ylabel("server RSS (MiB)")
-        ax.set_title(f"soak: {args.soak_rate:.0f} stats posts/s x {args.key_groups} key groups")
-        fig.tight_layout()
-        fig.savefig(out_path.with_name("api_soak.png"), dpi=100)
-    print(json.dumps(result["targets"], indent=2))
-    return 0
+        ax.set_ylim(0, 1.1 * max([limit, *ys]))
+        ax.legend(fontsize=7, loc="lower right")
 
 
 if __name__ == "__main__":

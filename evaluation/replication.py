@@ -12,6 +12,8 @@ W-C/PKG ratio can be read against the paper's estimate.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from solvers.errors import InvalidInput
@@ -41,7 +43,7 @@ def paper_pkg_memory(keys: np.ndarray, n_keys: int) -> float:
 
 
 def replication_breakdown(keys: np.ndarray, pkg_workers: np.ndarray, other_workers: np.ndarray, n_keys: int,
-                          bands: tuple[int, ...] = (0, 25, 100, 1000)) -> dict:
+                          bands: tuple[int, ...] = (0, 25, 100, 1000)) -> dict[str, Any]:
     """Extra (key, worker) pairs of a head-aware grouping over PKG on the same stream, per key-rank band.
 
     Key ids must be ranks (0 = most frequent). For each band [a, b) of ranks (the last band runs to ``n_keys``):

@@ -38,7 +38,8 @@ and padding run in Python, the mixing in numpy).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, overload
 
 import numpy as np
 
@@ -122,7 +123,7 @@ def _hash_int(x: int, s: int) -> int:
     return _hash_bytes(str(x).encode("ascii"), s)
 
 
-def hash64(key, seed: int = 0) -> int:
+def hash64(key: Any, seed: int = 0) -> int:
     """Stable 64-bit hash of one key (``str``, ``bytes``, ``int`` or a numpy integer) under ``seed``.
 
     Returns a Python int in [0, 2**64). See the module docstring for the exact definition.
@@ -174,7 +175,7 @@ def _hash_bytes_list(items: Sequence[bytes], s: int) -> np.ndarray:
     return out
 
 
-def hash64_array(keys, seed: int = 0) -> np.ndarray:
+def hash64_array(keys: Any, seed: int = 0) -> np.ndarray:
     """Vectorised :func:`hash64`: a ``np.uint64`` array with ``out[i] == hash64(keys[i], seed)``.
 
     ``keys`` is a numpy integer (or bool) array, or a list / tuple / object or unicode array of ``str`` or
@@ -204,7 +205,11 @@ def hash64_array(keys, seed: int = 0) -> np.ndarray:
     return np.fromiter((hash64(k, seed) for k in keys), dtype=np.uint64, count=len(keys))
 
 
-def bucket(h, n: int):
+@overload
+def bucket(h: np.ndarray, n: int) -> np.ndarray: ...
+@overload
+def bucket(h: int | np.integer[Any], n: int) -> int: ...
+def bucket(h: int | np.integer[Any] | np.ndarray, n: int) -> int | np.ndarray:
     """Map hash value(s) to a bucket in [0, n): ``h mod n`` (int for a scalar, ``np.int64`` array for an array)."""
     if n <= 0:
         raise ValueError("bucket count n must be >= 1")
@@ -213,7 +218,7 @@ def bucket(h, n: int):
     return int(h) % int(n)
 
 
-def iter_hash64(keys: Iterable, seed: int = 0):
+def iter_hash64(keys: Iterable[Any], seed: int = 0) -> Iterator[int]:
     """Generator version of :func:`hash64` for streams too large to materialise."""
     for k in keys:
         yield hash64(k, seed)

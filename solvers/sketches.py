@@ -53,13 +53,14 @@ class SpaceSaving:
         self.capacity = capacity
         self.warmup = warmup
         self.n = 0                      # updates seen
-        self.counts: dict = {}          # key -> estimated count (upper bound)
-        self.errors: dict = {}          # key -> maximum over-estimation
-        self._heap: list = []           # (count at push, seq, key): one entry per monitored key, maybe stale
+        self.counts: dict[Hashable, int] = {}  # key -> estimated count (upper bound)
+        self.errors: dict[Hashable, int] = {}  # key -> maximum over-estimation
+        # one heap entry per monitored key, maybe stale: (count at push, seq, key)
+        self._heap: list[tuple[int, int, Hashable]] = []
         self._seq = 0
 
     # ------------------------------------------------------------------ updates
-    def _fix_top(self) -> tuple:
+    def _fix_top(self) -> tuple[int, int, Hashable]:
         """Refresh stale entries at the top of the heap until the top holds a current count; return it."""
         heap = self._heap
         counts = self.counts
@@ -131,7 +132,7 @@ class SpaceSaving:
         c = self.counts.get(key)
         return c is not None and c >= theta * self.n
 
-    def heavy_hitters(self, theta: float) -> dict:
+    def heavy_hitters(self, theta: float) -> dict[Hashable, float]:
         """Head: ``{key: estimated frequency}`` of keys with estimated count ≥ θ·N (empty before warm-up),
         sorted by decreasing frequency."""
         if self.n < self.warmup or self.n == 0:
@@ -141,7 +142,7 @@ class SpaceSaving:
         items.sort(key=lambda kc: -kc[1])
         return {k: c / self.n for k, c in items}
 
-    def top(self, k: int) -> list:
+    def top(self, k: int) -> list[tuple[Hashable, int]]:
         """The ``k`` keys with the largest counters, as ``(key, count)`` pairs, largest first."""
         items = sorted(self.counts.items(), key=lambda kc: -kc[1])
         return items[:k]

@@ -61,7 +61,7 @@ class SimulationConfig:
     sources: int = 5
     capacities: Sequence[float] | None = None
     seed: int = 0
-    params: dict = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
     service_rate: float = 1000.0
     load: float = 0.8
     arrival_rate: float | None = None
@@ -95,7 +95,7 @@ class SimulationConfig:
             raise InvalidInput("arrival_rate", f"must be a finite number > 0, got {self.arrival_rate!r}")
 
 
-def _check_capacities(caps, n, field_name) -> np.ndarray:
+def _check_capacities(caps: Sequence[float] | np.ndarray, n: int, field_name: str) -> np.ndarray:
     arr = np.asarray(caps, dtype=float)
     if arr.shape != (n,):
         raise InvalidInput(field_name, f"expected {n} capacities, got {arr.size}")
@@ -136,7 +136,7 @@ class _Replication:
             self.table = np.zeros((n_keys, n), dtype=bool)
         else:
             self._merged = np.empty(0, dtype=np.int64)
-            self._pending: list = []
+            self._pending: list[np.ndarray] = []
             self._pending_size = 0
 
     def add(self, keys: np.ndarray, workers: np.ndarray) -> None:
@@ -176,7 +176,8 @@ def _downsample(idx_count: int, points: int) -> np.ndarray:
     return np.unique(np.linspace(0, idx_count - 1, points).round().astype(int))
 
 
-def simulate(stream: Stream, config: SimulationConfig, on_tick: Callable[[int, int], None] | None = None) -> dict:
+def simulate(stream: Stream, config: SimulationConfig,
+             on_tick: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run ``config.grouping`` on ``stream``; return the metrics document (see the module docstring)."""
     config.validate()
     n = int(config.workers)
@@ -198,8 +199,9 @@ def simulate(stream: Stream, config: SimulationConfig, on_tick: Callable[[int, i
     q = np.zeros(n)
     served_cum = np.zeros(n)
     rows_arr, rows_srv, rows_t, rows_dt, rows_mu = [], [], [], [], []
-    ser = {k: [] for k in ("time", "messages", "imbalance", "imbalance_normalized", "queue_spread",
-                           "utilisation_spread", "busy_spread", "max_queue")}
+    ser: dict[str, list[float]] = {k: [] for k in (
+        "time", "messages", "imbalance", "imbalance_normalized", "queue_spread", "utilisation_spread", "busy_spread",
+        "max_queue")}
     now = 0.0
     done = 0
     offset = 0
@@ -302,10 +304,10 @@ def simulate(stream: Stream, config: SimulationConfig, on_tick: Callable[[int, i
     shares = loads / done
     pos = shares > 0
     sat = float(np.min(mu[pos] / shares[pos])) if pos.any() else 0.0
-    sel = _downsample(len(ser["time"]), config.series_points)
-    series = {k: [float(v[i]) for i in sel] for k, v in ser.items()}
-    series["latency_mean"] = [float(lat_mean_tick[i]) for i in sel]
-    series["latency_max"] = [float(lat_max_tick[i]) for i in sel]
+    picked = _downsample(len(ser["time"]), config.series_points)
+    series = {k: [float(v[i]) for i in picked] for k, v in ser.items()}
+    series["latency_mean"] = [float(lat_mean_tick[i]) for i in picked]
+    series["latency_max"] = [float(lat_max_tick[i]) for i in picked]
     util_arr = np.asarray(ser["utilisation_spread"])
     busy_arr = np.asarray(ser["busy_spread"])
     qs_arr = np.asarray(ser["queue_spread"])
@@ -341,9 +343,11 @@ def simulate(stream: Stream, config: SimulationConfig, on_tick: Callable[[int, i
         "series": series,
     }
     if uses_signals and hasattr(sources[0], "virtual_worker_counts"):
-        result["virtual_workers"] = [int(x) for x in sources[0].virtual_worker_counts()]
-        result["virtual_worker_moves"] = len(sources[0].moves)
+        cg: Any = sources[0]  # ConsistentGrouping
+        result["virtual_workers"] = [int(x) for x in cg.virtual_worker_counts()]
+        result["virtual_worker_moves"] = len(cg.moves)
     if hasattr(sources[0], "max_d"):
-        result["max_d"] = int(max(g.max_d for g in sources))
-        result["d"] = [int(g.d) for g in sources]
+        heads: list[Any] = list(sources)  # D-Choices / W-Choices / RR
+        result["max_d"] = int(max(g.max_d for g in heads))
+        result["d"] = [int(g.d) for g in heads]
     return result

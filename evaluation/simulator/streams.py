@@ -16,8 +16,9 @@ so the numbering does not favour any worker.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,8 @@ def zipf_probabilities(z: float, keys: int) -> np.ndarray:
     if not math.isfinite(z) or z < 0:
         raise InvalidInput("zipf", f"exponent must be a finite number >= 0, got {z}")
     w = np.arange(1, keys + 1, dtype=float) ** (-float(z))
-    return w / w.sum()
+    p: np.ndarray = w / w.sum()
+    return p
 
 
 def zipf_exponent_for_top_share(p1: float, keys: int) -> float:
@@ -61,11 +63,11 @@ class Stream:
     def chunks(self, size: int) -> Iterator[np.ndarray]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"kind": self.description, "keys": int(self.n_keys), "messages": int(self.n_messages)}
 
 
-def _check_messages(messages) -> int:
+def _check_messages(messages: Any) -> int:
     if isinstance(messages, bool) or not isinstance(messages, (int, np.integer)) or messages < 1:
         raise InvalidInput("messages", f"must be an integer >= 1, got {messages!r}")
     return int(messages)
@@ -103,7 +105,7 @@ class ZipfStream(_SampledStream):
         self.z = float(z)
         super().__init__(zipf_probabilities(self.z, int(keys)), messages, seed)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {**super().describe(), "zipf": self.z, "top_share": float(self.p[0])}
 
 
@@ -126,7 +128,7 @@ class SkewedStream(_SampledStream):
             p[0] = hot_share
         super().__init__(p, messages, seed)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {**super().describe(), "hot_share": self.hot_share}
 
 
@@ -163,7 +165,7 @@ class DriftingStream(Stream):
             yield perm[ranks].astype(np.int64)
             done += m
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {**super().describe(), "zipf": self.z, "phases": self.phases}
 
 
@@ -172,7 +174,7 @@ class ArrayStream(Stream):
 
     description = "array"
 
-    def __init__(self, keys, messages: int | None = None):
+    def __init__(self, keys: Sequence[Any] | np.ndarray, messages: int | None = None):
         arr = np.asarray(keys)
         if arr.ndim != 1 or arr.size == 0:
             raise InvalidInput("keys", "must be a non-empty one-dimensional sequence")
@@ -209,5 +211,5 @@ class FileStream(ArrayStream):
         super().__init__(np.array(lines, dtype=object).astype(str), messages)
         self.path = str(path)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {**super().describe(), "path": self.path}

@@ -24,6 +24,7 @@ unknown names or parameters raise :class:`solvers.errors.InvalidInput`.
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 from solvers.errors import InvalidInput
 from solvers.groupings.base import Grouping, key_ids
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 
-def grouping_params(name: str) -> dict:
+def grouping_params(name: str) -> dict[str, Any]:
     """Tunable parameters of grouping ``name`` and their defaults."""
     cls = _lookup(name)
     sig = inspect.signature(cls.__init__)
@@ -64,7 +65,7 @@ def _lookup(name: str) -> type[Grouping]:
     return cls
 
 
-def make_grouping(name: str, n_workers: int, *, seed: int = 0, source_index: int = 0, **params) -> Grouping:
+def make_grouping(name: str, n_workers: int, *, seed: int = 0, source_index: int = 0, **params: Any) -> Grouping:
     """One source's instance of grouping ``name`` over ``n_workers`` workers."""
     cls = _lookup(name)
     allowed = grouping_params(name)

@@ -73,10 +73,11 @@ class ProbeSequence:
             extra = np.array([mixed_seed(derive_seed(self.seed, i)) for i in range(have, new)], dtype=np.uint64)
             self._mixed = np.concatenate([self._mixed, extra])
 
-    def of(self, key: int, start: int, count: int) -> list:
+    def of(self, key: int, start: int, count: int) -> list[int]:
         self._ensure(start + count)
         h = hash64_int_seeds(key, self._mixed[start:start + count])
-        return (h % self.n).astype(np.int64).tolist()
+        out: list[int] = (h % self.n).astype(np.int64).tolist()
+        return out
 
 
 def check_int(name: str, value: Any, lo: int = 1) -> int:

@@ -44,21 +44,21 @@ class _PorcCore:
         self.loads = [0] * bins
         self.t = 0
         self._cap = -1
-        self._first: dict = {}      # key -> index of the first probe that may still have room (this period)
-        self._probes: dict = {}     # key -> cached probe list H_1(k), H_2(k), ...
+        self._first: dict[int, int] = {}  # key -> index of the first probe that may still have room (this period)
+        self._probes: dict[int, list[int]] = {}  # key -> cached probe list H_1(k), H_2(k), ...
         self.overflows = 0          # messages that hit the probe cap
         self._seq = ProbeSequence(bins, seed)
 
     def capacity(self) -> int:
         return max(1, math.ceil((1.0 + self.eps) * max(self.t, 1) / self.B - 1e-9))
 
-    def _extend(self, key: int, probes: list) -> None:
+    def _extend(self, key: int, probes: list[int]) -> None:
         block = min(max(8, len(probes)), self.max_probes - len(probes))
         if block <= 0:
             return
         probes.extend(self._seq.of(key, len(probes), block))
 
-    def route(self, ids: np.ndarray) -> list:
+    def route(self, ids: np.ndarray) -> list[int]:
         B = self.B
         c1 = choice(ids, B, self.seed, 0).tolist()
         L = self.loads
@@ -111,7 +111,8 @@ class PowerOfRandomChoices(Grouping):
 
     name = "porc"
 
-    def __init__(self, n_workers, *, seed=0, source_index=0, eps=0.01, max_probes=None):
+    def __init__(self, n_workers: int, *, seed: int = 0, source_index: int = 0, eps: float = 0.01,
+                 max_probes: int | None = None) -> None:
         super().__init__(n_workers, seed=seed, source_index=source_index)
         eps = check_float("eps", eps)
         if max_probes is not None:
@@ -122,7 +123,7 @@ class PowerOfRandomChoices(Grouping):
     def eps(self) -> float:
         return self.core.eps
 
-    def _route(self, ids, now):
+    def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:
         out = np.asarray(self.core.route(ids), dtype=np.int64)
         self.loads[:] = self.core.loads
         return out
@@ -137,8 +138,8 @@ class ConsistentGrouping(Grouping):
     time_driven = True
     uses_signals = True
 
-    def __init__(self, n_workers, *, seed=0, source_index=0, alpha=10, eps=0.01, t0=5.0, busy=0.85, idle=0.75,
-                 max_probes=None):
+    def __init__(self, n_workers: int, *, seed: int = 0, source_index: int = 0, alpha: int = 10, eps: float = 0.01,
+                 t0: float = 5.0, busy: float = 0.85, idle: float = 0.75, max_probes: int | None = None) -> None:
         super().__init__(n_workers, seed=seed, source_index=source_index)
         self.alpha = check_int("alpha", alpha)
         self.t0 = check_float("t0", t0, lo=0.0, lo_open=False)
@@ -152,12 +153,12 @@ class ConsistentGrouping(Grouping):
         # virtual worker v starts on worker v mod n; owned[w] is a stack (last received on top)
         self.vw_owner = np.arange(self.V, dtype=np.int64) % self.n
         self.owned = [list(range(w, self.V, self.n)) for w in range(self.n)]
-        self._busy_q: deque = deque()
-        self._idle_q: deque = deque()
+        self._busy_q: deque[int] = deque()
+        self._idle_q: deque[int] = deque()
         self._last_signal = np.full(self.n, -math.inf)
-        self.moves: list = []       # (time, vw, from, to)
+        self.moves: list[tuple[float, int, int, int]] = []  # (time, vw, from, to)
 
-    def _route(self, ids, now):
+    def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:
         vws = np.asarray(self.core.route(ids), dtype=np.int64)
         out = self.vw_owner[vws]
         self.loads += np.bincount(out, minlength=self.n)
@@ -167,7 +168,7 @@ class ConsistentGrouping(Grouping):
         """Number of virtual workers per worker (sums to α·n at all times)."""
         return np.bincount(self.vw_owner, minlength=self.n)
 
-    def observe(self, now, utilisation):
+    def observe(self, now: float, utilisation: np.ndarray) -> None:
         u = np.asarray(utilisation, dtype=float)
         if u.shape != (self.n,):
             raise InvalidInput("utilisation", f"expected {self.n} values, got shape {u.shape}")

@@ -33,7 +33,7 @@ class ConsistentHashing(Grouping):
 
     name = "ch"
 
-    def __init__(self, n_workers, *, seed=0, source_index=0, replicas=10):
+    def __init__(self, n_workers: int, *, seed: int = 0, source_index: int = 0, replicas: int = 10) -> None:
         super().__init__(n_workers, seed=seed, source_index=source_index)
         self.replicas = check_int("replicas", replicas)
         pts = hash64_array(np.arange(self.n * self.replicas, dtype=np.int64), derive_seed(self.seed, _RING_SALT))
@@ -43,14 +43,15 @@ class ConsistentHashing(Grouping):
 
     def _start(self, ids: np.ndarray) -> np.ndarray:
         pos = hash64_array(ids, derive_seed(self.seed, 0))
-        return np.searchsorted(self.ring, pos, side="left") % len(self.ring)
+        starts: np.ndarray = np.searchsorted(self.ring, pos, side="left") % len(self.ring)
+        return starts
 
-    def _route(self, ids, now):
-        out = self.owner[self._start(ids)]
+    def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:
+        out: np.ndarray = self.owner[self._start(ids)]
         self.loads += np.bincount(out, minlength=self.n)
         return out
 
-    def worker_count_bound(self):
+    def worker_count_bound(self) -> int | None:
         return 1
 
 
@@ -60,17 +61,18 @@ class ConsistentHashingBoundedLoads(ConsistentHashing):
 
     name = "chbl"
 
-    def __init__(self, n_workers, *, seed=0, source_index=0, replicas=10, eps=0.3):
+    def __init__(self, n_workers: int, *, seed: int = 0, source_index: int = 0, replicas: int = 10,
+                 eps: float = 0.3) -> None:
         super().__init__(n_workers, seed=seed, source_index=source_index, replicas=replicas)
         self.eps = check_float("eps", eps)
         self._cap = -1
-        self._nxt: list = []
+        self._nxt: list[int] = []
 
     def capacity(self, t: int) -> int:
         """⌈(1+ε)·t/n⌉ (with a 1e-9 guard against floating-point round-up)."""
         return max(1, math.ceil((1.0 + self.eps) * t / self.n - 1e-9))
 
-    def _route(self, ids, now):
+    def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:
         starts = self._start(ids).tolist()
         owner = self.owner.tolist()
         R = len(owner)
@@ -103,5 +105,5 @@ class ConsistentHashingBoundedLoads(ConsistentHashing):
         self.loads[:] = L
         return np.asarray(out, dtype=np.int64)
 
-    def worker_count_bound(self):
+    def worker_count_bound(self) -> int | None:
         return None

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +49,8 @@ from solvers.sketches import SpaceSaving
 __all__ = ["find_optimal_choices", "DChoices", "WChoices", "RoundRobinHead"]
 
 
-def find_optimal_choices(head_freqs, n: int, eps: float = 1e-4, tail: float | None = None) -> int:
+def find_optimal_choices(head_freqs: Sequence[float] | np.ndarray, n: int, eps: float = 1e-4,
+                         tail: float | None = None) -> int:
     """FINDOPTIMALCHOICES (D-C paper §IV-A): the smallest d ∈ [2, n] satisfying Proposition 4.1 (Eq. 3),
 
         Σ_{i≤h} p_i + (b_h/n)^d Σ_{h<i≤|H|} p_i + (b_h/n)^2 Σ_{i>|H|} p_i ≤ b_h (1/n + ε),
@@ -96,8 +99,9 @@ class _HeadGrouping(Grouping):
 
     mode = "d"
 
-    def __init__(self, n_workers, *, seed=0, source_index=0, theta=None, eps=1e-4, counters=None, warmup=None,
-                 d_interval=1000, min_count=5):
+    def __init__(self, n_workers: int, *, seed: int = 0, source_index: int = 0, theta: float | None = None,
+                 eps: float = 1e-4, counters: int | None = None, warmup: int | None = None, d_interval: int = 1000,
+                 min_count: int = 5) -> None:
         super().__init__(n_workers, seed=seed, source_index=source_index)
         n = self.n
         self.theta = check_float("theta", 1.0 / (5 * n) if theta is None else theta, lo=0.0, hi=1.0)
@@ -113,12 +117,12 @@ class _HeadGrouping(Grouping):
         self.d = 2                 # current number of choices for head keys (D-C)
         self.max_d = 2             # largest d used so far
         self._next_d_update = 0
-        self._cands: dict = {}     # head key -> list of its n hash choices F_1 … F_n
+        self._cands: dict[int, list[int]] = {}  # head key -> list of its n hash choices F_1 … F_n
         self._rr = self.source_index % n
         self._seq = ProbeSequence(n, self.seed)
-        self._heaps: dict = {}     # head key -> (d, lazy heap of (load, position, worker)) for D-Choices
+        self._heaps: dict[int, Any] = {}  # head key -> (d, lazy heap of (load, position, worker)) for D-Choices
 
-    def head(self) -> dict:
+    def head(self) -> dict[Hashable, float]:
         """Current head {key: estimated frequency} of this source (empty before warm-up)."""
         hh = self.sketch.heavy_hitters(self.theta)
         n = max(self.sketch.n, 1)
@@ -129,19 +133,18 @@ class _HeadGrouping(Grouping):
         self.d = find_optimal_choices(list(hh.values()), self.n, self.eps)
         self.max_d = max(self.max_d, self.d)
 
-    def _candidates(self, key: int) -> list:
+    def _candidates(self, key: int) -> list[int]:
         c = self._cands.get(key)
         if c is None:
             c = self._seq.of(key, 0, self.n)
             self._cands[key] = c
         return c
 
-    def _route(self, ids, now):
+    def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:
         n = self.n
         c1 = choice(ids, n, self.seed, 0).tolist()
         c2 = choice(ids, n, self.seed, 1).tolist()
         L = self.loads.tolist()
-        getL = L.__getitem__
         # lazy min-heap over (load, worker): one entry per worker, possibly stale (loads only grow), fixed when
         # it reaches the top; the fixed top is exactly min(range(n), key=L) including the lowest-index tie-break
         heap = [(L[w], w) for w in range(n)]

@@ -38,6 +38,7 @@ Fixes / interpretations (documented deviations):
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -66,8 +67,9 @@ class DynamicKeyGrouping(Grouping):
     name = "dkg"
     time_driven = True
 
-    def __init__(self, n_workers, *, seed=0, source_index=0, expected_keys=100, warmup=15.0, baby_period=15.0,
-                 old_period=60.0, check_interval=60.0):
+    def __init__(self, n_workers: int, *, seed: int = 0, source_index: int = 0, expected_keys: int = 100,
+                 warmup: float = 15.0, baby_period: float = 15.0, old_period: float = 60.0,
+                 check_interval: float = 60.0) -> None:
         super().__init__(n_workers, seed=seed, source_index=source_index)
         self.expected_keys = check_int("expected_keys", expected_keys)
         self.old_cap = max(1, int(round(0.1 * self.expected_keys)))
@@ -79,13 +81,13 @@ class DynamicKeyGrouping(Grouping):
         self.threshold = dkg_threshold(self.n)
         self.max_width = dkg_max_width(self.n)
         # key -> [count, last_seen, created, width, last_check]
-        self.items: dict = {}
-        self.old: set = set()
-        self.teen: set = set()
-        self._start = None
-        self._next_baby = None
-        self._next_old = None
-        self._last_baby = None
+        self.items: dict[int, list[Any]] = {}
+        self.old: set[int] = set()
+        self.teen: set[int] = set()
+        self._start: float | None = None
+        self._next_baby = 0.0  # both set with _start, on the first route
+        self._next_old = 0.0
+        self._last_baby: float | None = None
 
     # ------------------------------------------------------------------ key space (Algorithms 1-3)
     def width(self, key: int) -> int:
@@ -93,7 +95,7 @@ class DynamicKeyGrouping(Grouping):
         it = self.items.get(int(key))
         return 2 if it is None else it[3]
 
-    def _promote(self, src: list, dst: set, cap: int, demote_to: set | None) -> None:
+    def _promote(self, src: list[int], dst: set[int], cap: int, demote_to: set[int] | None) -> None:
         items = self.items
         src_sorted = sorted(src, key=lambda k: -items[k][0])
         dst_sorted = sorted(dst, key=lambda k: -items[k][0])
@@ -137,7 +139,7 @@ class DynamicKeyGrouping(Grouping):
                 self._next_old += self.old_period
 
     # ------------------------------------------------------------------ routing (Algorithms 4-6)
-    def _route(self, ids, now):
+    def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:
         if now is None:
             now = 0.0
         now = float(now)
@@ -204,5 +206,5 @@ class DynamicKeyGrouping(Grouping):
         self.loads[:] = L
         return np.asarray(out, dtype=np.int64)
 
-    def worker_count_bound(self):
+    def worker_count_bound(self) -> int | None:
         return self.max_width

@@ -21,7 +21,7 @@ def less_loaded_of_two(first: np.ndarray, second: np.ndarray, loads: np.ndarray)
     depend on each other, and this runs at ~2 M messages/s."""
     L = loads.tolist()
     out = [0] * len(first)
-    for i, (a, b) in enumerate(zip(first.tolist(), second.tolist())):
+    for i, (a, b) in enumerate(zip(first.tolist(), second.tolist(), strict=True)):
         if L[b] < L[a]:
             a = b
         L[a] += 1
@@ -38,12 +38,12 @@ class KeyGrouping(Grouping):
 
     name = "kg"
 
-    def _route(self, ids, now):
+    def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:
         out = choice(ids, self.n, self.seed, 0)
         self.loads += np.bincount(out, minlength=self.n)
         return out
 
-    def worker_count_bound(self):
+    def worker_count_bound(self) -> int | None:
         return 1
 
 
@@ -53,11 +53,11 @@ class ShuffleGrouping(Grouping):
 
     name = "sg"
 
-    def __init__(self, n_workers, *, seed=0, source_index=0):
+    def __init__(self, n_workers: int, *, seed: int = 0, source_index: int = 0) -> None:
         super().__init__(n_workers, seed=seed, source_index=source_index)
         self._next = self.source_index % self.n
 
-    def _route(self, ids, now):
+    def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:
         out = (self._next + np.arange(len(ids), dtype=np.int64)) % self.n
         self._next = int((self._next + len(ids)) % self.n)
         self.loads += np.bincount(out, minlength=self.n)
@@ -75,10 +75,10 @@ class PartialKeyGrouping(Grouping):
 
     name = "pkg"
 
-    def _route(self, ids, now):
+    def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:
         return less_loaded_of_two(choice(ids, self.n, self.seed, 0), choice(ids, self.n, self.seed, 1), self.loads)
 
-    def worker_count_bound(self):
+    def worker_count_bound(self) -> int | None:
         return 2
 
 
@@ -90,10 +90,10 @@ class PowerOfTwoChoices(Grouping):
 
     name = "potc"
 
-    def __init__(self, n_workers, *, seed=0, source_index=0):
+    def __init__(self, n_workers: int, *, seed: int = 0, source_index: int = 0) -> None:
         super().__init__(n_workers, seed=seed, source_index=source_index)
         self._mseed = derive_seed(self.seed, 1000 + self.source_index)
 
-    def _route(self, ids, now):
+    def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:
         seq = np.arange(self.sent, self.sent + len(ids), dtype=np.int64)
         return less_loaded_of_two(choice(seq, self.n, self._mseed, 0), choice(seq, self.n, self._mseed, 1), self.loads)

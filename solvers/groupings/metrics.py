@@ -10,13 +10,14 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from solvers.errors import InvalidInput
 
 __all__ = ["imbalance", "imbalance_messages", "normalized_imbalance", "replication"]
 
 
-def _loads(worker_loads) -> np.ndarray:
+def _loads(worker_loads: npt.ArrayLike) -> np.ndarray:
     L = np.asarray(worker_loads, dtype=float)
     if L.ndim != 1 or L.size == 0:
         raise InvalidInput("worker_loads", "must be a non-empty one-dimensional array")
@@ -25,27 +26,27 @@ def _loads(worker_loads) -> np.ndarray:
     return L
 
 
-def imbalance_messages(worker_loads) -> float:
+def imbalance_messages(worker_loads: npt.ArrayLike) -> float:
     """max_w L_w − avg_w L_w in messages."""
     L = _loads(worker_loads)
     return float(L.max() - L.mean())
 
 
-def imbalance(worker_loads) -> float:
+def imbalance(worker_loads: npt.ArrayLike) -> float:
     """I(m) = max_w L_w/m − 1/n (D-C paper §II-B); 0 for an empty stream."""
     L = _loads(worker_loads)
     total = L.sum()
     return float((L.max() - L.mean()) / total) if total > 0 else 0.0
 
 
-def normalized_imbalance(worker_loads) -> float:
+def normalized_imbalance(worker_loads: npt.ArrayLike) -> float:
     """(max − avg)/avg (CG paper Table 1); 0 for an empty stream."""
     L = _loads(worker_loads)
     avg = L.mean()
     return float((L.max() - avg) / avg) if avg > 0 else 0.0
 
 
-def replication(keys, workers) -> float:
+def replication(keys: npt.ArrayLike, workers: npt.ArrayLike) -> float:
     """Average number of distinct workers per key over the keys that occur (1.0 for KG, ≤ 2 for PKG)."""
     k = np.asarray(keys, dtype=np.int64)
     w = np.asarray(workers, dtype=np.int64)

@@ -29,17 +29,16 @@ def skewed_stats(job: dict, batch_id: int, epoch: int, seed: int = 0, hot: float
     return {"batch_id": batch_id, "epoch": epoch, "key_groups": kgs}
 
 
-def execute_all_at_once(base_url: str, job_id: str, proposal_ids: list[str]) -> list[int]:
-    """POST every proposal's execute at the same moment (one thread each, released by a barrier); the status codes."""
+def execute_all_at_once(server, job_id: str, proposal_ids: list[str]) -> list[int]:
+    """POST every proposal's execute at the same moment (one thread and client each, released by a barrier); the
+    status codes. ``server``: a :mod:`tests.helpers.server` server, in process or a real process."""
     import threading
-
-    import httpx
 
     codes: list[int] = []
     barrier = threading.Barrier(len(proposal_ids))
 
     def go(pid: str) -> None:
-        with httpx.Client(base_url=base_url, timeout=30) as c:
+        with server.client(timeout=30) as c:
             barrier.wait()
             codes.append(c.post(f"/v1/jobs/{job_id}/proposals/{pid}/execute").status_code)
 

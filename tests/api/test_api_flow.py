@@ -3,17 +3,12 @@ duplicates, stale executes, concurrent executes, scaling, history and the statel
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 from evaluation.generators import albic_synthetic
 from solvers import metrics
 from solvers.model import plan_from_dict
-
-sys.path.insert(0, str(Path(__file__).parent))
-from api_helpers import execute_all_at_once, new_id, register, skewed_stats  # noqa: E402
+from tests.api.api_helpers import execute_all_at_once, new_id, register, skewed_stats
 
 
 def _fill_window(client, job_id, job, first_batch=1, n=3, epoch=0):
@@ -72,7 +67,7 @@ def test_full_flow(client):
 
 def test_window_mean_and_duplicates(client):
     jid = new_id()
-    job = register(client, jid, window_batches=2, key_groups=3, nodes=["a", "b"])
+    register(client, jid, window_batches=2, key_groups=3, nodes=["a", "b"])
     post = lambda b, load: client.post(f"/v1/jobs/{jid}/stats", json={  # noqa: E731
         "batch_id": b, "epoch": 0, "key_groups": [{"id": "agg/0", "load": load}]})
     assert post(10, 4.0).json()["counted"]
@@ -110,7 +105,7 @@ def test_concurrent_executes_exactly_one_wins(server):
         _fill_window(c, jid, job, n=2)
         props = [c.post(f"/v1/jobs/{jid}/proposals", json={}).json() for _ in range(6)]
     assert all(p["base_epoch"] == 0 and p["status"] == "ready" for p in props)
-    codes = execute_all_at_once(server.url, jid, [p["id"] for p in props])
+    codes = execute_all_at_once(server, jid, [p["id"] for p in props])
     assert sorted(codes) == [200] + [409] * (len(props) - 1)
     with server.client() as c:
         g = c.get(f"/v1/jobs/{jid}").json()

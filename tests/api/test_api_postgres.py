@@ -8,15 +8,15 @@ import glob
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from api_helpers import execute_all_at_once, new_id, register, skewed_stats  # noqa: E402
-from conftest import Server, free_port  # noqa: E402
+from tests.api.api_helpers import execute_all_at_once, new_id, register, skewed_stats
+from tests.helpers.server import ServerProcess as Server
+from tests.helpers.server import free_port
+
+pytestmark = pytest.mark.postgres
 
 
 def _pg_bin(name: str) -> str | None:
@@ -80,7 +80,7 @@ def test_postgres_flow_concurrent_executes_and_kill9(pg_url, tmp_path):
                 assert c.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, b, 0)).status_code == 202
             assert c.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, 3, 0)).json()["duplicate"]
             props = [c.post(f"/v1/jobs/{jid}/proposals", json={}).json() for _ in range(4)]
-        codes = execute_all_at_once(srv.url, jid, [p["id"] for p in props])
+        codes = execute_all_at_once(srv, jid, [p["id"] for p in props])
         assert sorted(codes) == [200] + [409] * (len(props) - 1)
         with srv.client() as c:
             for b in range(4, 10):

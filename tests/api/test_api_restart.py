@@ -9,12 +9,14 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from api_helpers import new_id, register, skewed_stats  # noqa: E402
 from conftest import Server  # noqa: E402
 
 
+@pytest.mark.slow  # kill -9 and restart of a real server process (~15 s)
 def test_kill9_restart_keeps_everything(tmp_path):
     db = f"sqlite:///{tmp_path}/restart.db"
     srv = Server(db, log_path=tmp_path / "server.log").start()

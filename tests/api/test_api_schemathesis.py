@@ -1,12 +1,14 @@
-"""Schemathesis against the OpenAPI document, calling a real running server: no 5xx, responses match the
-documented schemas, status codes and content types. Bounded: a few generated examples per operation.
+"""Schemathesis against the OpenAPI document, calling the app (in process, lifespan run: the session's ``server``
+fixture): no 5xx, responses match the documented schemas, status codes and content types. Bounded: a few
+generated examples per operation.
 
 The schema is taken from ``create_app().openapi()`` at collection time (schemathesis' lazy ``from_fixture``
-does not work with pytest 9); the test then also checks that the running server serves exactly that document.
+does not work with pytest 9); the test then also checks that the app serves exactly that document.
 """
 
 from __future__ import annotations
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import checks as sc
@@ -22,11 +24,18 @@ CHECKS = [sc.not_a_server_error, sc.status_code_conformance, sc.content_type_con
           sc.response_schema_conformance]
 
 
+@pytest.fixture(scope="module")
+def session(server):
+    """requests (schemathesis' transport) into the in-process app."""
+    with server.requests_session() as s:
+        yield s
+
+
 def test_served_document_is_the_tested_one(client):
     assert client.get("/openapi.json").json() == OPENAPI
 
 
 @schema.parametrize()
 @settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-def test_openapi_contract(case, server):
-    case.call_and_validate(base_url=server.url, checks=CHECKS)
+def test_openapi_contract(case, server, session):
+    case.call_and_validate(base_url=server.url, session=session, checks=CHECKS)

@@ -1,80 +1,47 @@
-"""Fixtures of the client tests: one local SparkSession for the whole session, real controllers over HTTP."""
+"""Fixtures of the client tests: one local SparkSession for the whole session; ``controller`` and
+``make_controller``: real ``rebalancer serve`` processes (:class:`tests.helpers.server.ServerProcess`) for the tests
+where the process matters (a driver whose controller is frozen or stopped); ``app_server``: the app in process
+(:class:`tests.helpers.server.InProcessServer`) for the Python client's behaviour tests, through
+``RebalancerClient(app_server.url, transport=app_server.transport())``."""
 
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
 import sys
-import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.server import InProcessServer, ServerProcess, free_port
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Controller:
-    """A real controller: ``python -m cli.main serve`` on a free port with a temp SQLite database."""
-
-    def __init__(self, db_path: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ)
-        env.pop("REBALANCER_API_TOKENS", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "serve", "--port", str(self.port),
-             "--database", f"sqlite:///{db_path}", "--log-level", "warning"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )
-        self._wait()
-
-    def _wait(self, timeout: float = 60.0) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"controller exited: {self.proc.stderr.read().decode()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("controller did not become healthy")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+def _controller(db: Path) -> ServerProcess:
+    """The server's own defaults (two solver workers, 5 s request wait), no tokens, a fresh SQLite file."""
+    return ServerProcess(f"sqlite:///{db}", test_settings=False, log_path=db.with_suffix(".log")).start()
 
 
 @pytest.fixture(scope="session")
-def controller(tmp_path_factory):
-    c = Controller(tmp_path_factory.mktemp("controller") / "rebalancer.db")
+def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    c = _controller(tmp_path_factory.mktemp("controller") / "rebalancer.db")
     yield c
     c.stop()
 
 
-@pytest.fixture
-def make_controller(tmp_path):
-    """Start extra controllers that a test may stop."""
-    started: list[Controller] = []
+@pytest.fixture(scope="session")
+def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
+    d = tmp_path_factory.mktemp("app_server")
+    with InProcessServer(database_url=f"sqlite:///{d}/rebalancer.db", test_settings=False).start() as srv:
+        yield srv
 
-    def make() -> Controller:
-        c = Controller(tmp_path / f"c{len(started)}.db")
+
+@pytest.fixture
+def make_controller(tmp_path: Path) -> Iterator[Callable[[], ServerProcess]]:
+    """Start extra controllers that a test may stop."""
+    started: list[ServerProcess] = []
+
+    def make() -> ServerProcess:
+        c = _controller(tmp_path / f"c{len(started)}.db")
         started.append(c)
         return c
 

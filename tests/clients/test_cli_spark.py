@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.spark  # starts a local Spark session (make test-fast skips it)
 pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.spark  # starts a local Spark session (make test-fast skips it)
 pytest.importorskip("pyspark")
 
 from clients.python import ConflictError, RebalancerClient  # noqa: E402

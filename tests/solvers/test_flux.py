@@ -32,6 +32,7 @@ def problems(draw):
     )
 
 
+@pytest.mark.slow  # a property test with 150 cases
 @settings(max_examples=150, deadline=None)
 @given(problems())
 def test_flux_keeps_budget_and_never_worsens(p):

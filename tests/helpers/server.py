@@ -1,0 +1,338 @@
+"""The one way tests and benchmarks start a Rebalancer controller.
+
+Two kinds, one shape (``url``, ``client()``, ``stop()``, usable as context managers):
+
+* :class:`InProcessServer` — the FastAPI app of :func:`api.app.create_app` in this process, spoken to through
+  ``httpx.ASGITransport``. The app's lifespan (database load, writer, solver pool) runs on a private event-loop
+  thread for the server's whole life, exactly as under uvicorn, so background tasks keep running between
+  requests and concurrent requests from several threads interleave on one loop. ``client()`` is an ordinary
+  synchronous ``httpx.Client``. No port, no process start: use it for API behaviour tests.
+* :class:`ServerProcess` — ``python -m cli.main serve`` on a free 127.0.0.1 port, in its own process group (so
+  ``kill9()`` also takes the forkserver and the solver workers). Use it only where the process matters: kill -9 and
+  restart, PostgreSQL, Spark drivers, HTTP benchmarks.
+
+:data:`TEST_SETTINGS` are the settings tests run with (one solver worker, a 2 s cap on solves, and requests that
+wait long enough on a loaded CI machine that they never answer 202 unless asked to); benchmarks pass their own.
+Importable as ``tests.helpers.server`` from the repository root (``tests/conftest.py`` puts it on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = "127.0.0.1"
+
+#: settings of every test server (``REBALANCER_<NAME>`` for a process); a test may override any of them.
+TEST_SETTINGS: dict[str, Any] = {"solver_workers": 1, "max_time_limit_s": 2.0, "request_wait_s": 60.0}
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The live (not zombie) processes of a process group, from /proc."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
+            out.append(int(p.name))
+    return out
+
+
+def settings_env(settings: Mapping[str, Any]) -> dict[str, str]:
+    """``{"solver_workers": 1}`` → ``{"REBALANCER_SOLVER_WORKERS": "1"}``."""
+    return {f"REBALANCER_{k.upper()}": str(v) for k, v in settings.items()}
+
+
+class _Server:
+    url: str
+
+    def client(self, **kw: Any) -> httpx.Client:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> _Server:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+
+# ---------------------------------------------------------------------------------------------- in process
+class _AsyncChunks(httpx.AsyncByteStream):
+    def __init__(self, chunks: list[bytes]):
+        self._chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for c in self._chunks:
+            yield c
+
+
+class _SyncASGITransport(httpx.BaseTransport):
+    """A synchronous httpx transport that hands each request to ``httpx.ASGITransport`` on the server's loop."""
+
+    def __init__(self, server: InProcessServer):
+        self._server = server
+        self._asgi = httpx.ASGITransport(app=server.app, raise_app_exceptions=False)  # a 500 answers, as uvicorn
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        chunks = [bytes(c) for c in request.stream]  # type: ignore[union-attr]  # a sync stream: the whole body
+        inner = httpx.Request(request.method, request.url, headers=request.headers, stream=_AsyncChunks(chunks),
+                              extensions=request.extensions)
+
+        async def call() -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+            resp = await self._asgi.handle_async_request(inner)
+            body = await resp.aread()
+            return resp.status_code, resp.headers.raw, body
+
+        status, headers, body = self._server.run(call())
+        return httpx.Response(status, headers=headers, content=body, request=request)
+
+
+class InProcessServer(_Server):
+    """``create_app(Settings(**settings))`` with its lifespan running on a private event-loop thread.
+
+    ``InProcessServer(database_url="sqlite:///…/db.sqlite", api_tokens="t")`` — keyword arguments are
+    :class:`controller.settings.Settings` fields, over :data:`TEST_SETTINGS` (pass ``test_settings=False`` for the
+    plain defaults). Environment variables ``REBALANCER_*`` still apply to the fields not given, as in the server.
+    """
+
+    url = "http://testserver"
+
+    def __init__(self, test_settings: bool = True, warm: bool = True, **settings: Any):
+        from api.app import create_app
+        from controller.settings import Settings
+
+        self.settings = Settings(**{**(TEST_SETTINGS if test_settings else {}), **settings})
+        self.app = create_app(self.settings, warm=warm)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="in-process-server", daemon=True)
+        self._stopping: asyncio.Event | None = None
+        self._life: concurrent.futures.Future[None] | None = None
+
+    @property
+    def controller(self) -> Any:
+        """The app's :class:`controller.service.Controller` (white-box checks only)."""
+        return self.app.state.controller
+
+    def run(self, coro: Any, timeout: float | None = 300.0) -> Any:
+        """Run a coroutine on the server's loop and return its result (from any thread)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def start(self, timeout: float = 120.0) -> InProcessServer:
+        self._thread.start()
+        started = threading.Event()
+        failed: list[BaseException] = []
+
+        async def life() -> None:
+            self._stopping = asyncio.Event()
+            try:
+                async with self.app.router.lifespan_context(self.app):
+                    started.set()
+                    await self._stopping.wait()
+            except BaseException as exc:  # startup failed: hand it to start()
+                failed.append(exc)
+                started.set()
+                raise
+
+        self._life = asyncio.run_coroutine_threadsafe(life(), self._loop)
+        if not started.wait(timeout):
+            raise RuntimeError("the in-process server did not start")
+        if failed:
+            self._shutdown_loop()
+            raise RuntimeError("the in-process server failed to start") from failed[0]
+        return self
+
+    def client(self, **kw: Any) -> httpx.Client:
+        kw.setdefault("timeout", 60.0)
+        return httpx.Client(base_url=self.url, transport=_SyncASGITransport(self), **kw)
+
+    def transport(self) -> httpx.BaseTransport:
+        """A synchronous httpx transport into this app, for clients that build their own ``httpx.Client``
+        (``RebalancerClient(srv.url, transport=srv.transport())``)."""
+        return _SyncASGITransport(self)
+
+    def requests_session(self) -> Any:
+        """A ``requests.Session`` whose requests to :attr:`url` go to this app (for tools built on requests,
+        such as schemathesis' ``case.call(session=…)``)."""
+        import io
+
+        import requests
+        from requests.adapters import BaseAdapter
+        from urllib3 import HTTPResponse
+        from urllib3._collections import HTTPHeaderDict
+
+        client = self.client()
+
+        class _Adapter(BaseAdapter):
+            def send(self, request: requests.PreparedRequest, stream: bool = False, timeout: Any = None,
+                     verify: Any = True, cert: Any = None, proxies: Any = None) -> requests.Response:
+                assert request.method is not None and request.url is not None
+                headers = {k: v if isinstance(v, str) else v.decode("latin-1") for k, v in request.headers.items()}
+                body = request.body.encode() if isinstance(request.body, str) else request.body
+                assert body is None or isinstance(body, bytes), "streamed request bodies are not supported"
+                r = client.request(request.method, request.url, headers=headers, content=body,
+                                   timeout=timeout or 60.0)
+                out = requests.Response()
+                out.status_code = r.status_code
+                out.headers = requests.structures.CaseInsensitiveDict(r.headers)
+                out._content = r.content
+                out.raw = HTTPResponse(body=io.BytesIO(r.content), headers=HTTPHeaderDict(r.headers.multi_items()),
+                                       status=r.status_code, version=11, preload_content=False)
+                out.url = request.url
+                out.request = request
+                out.reason = r.reason_phrase
+                out.encoding = r.encoding
+                return out
+
+            def close(self) -> None:
+                client.close()
+
+        session = requests.Session()
+        session.mount(self.url, _Adapter())
+        return session
+
+    def stop(self) -> None:
+        """Run the lifespan's shutdown (writer flush, solver pool shutdown) and end the loop thread."""
+        if self._life is None:
+            return
+        life, self._life = self._life, None
+        stopping = self._stopping
+        if stopping is not None:
+            self._loop.call_soon_threadsafe(stopping.set)
+        try:
+            life.result(timeout=60)
+        finally:
+            self._shutdown_loop()
+
+    def _shutdown_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> InProcessServer:
+        return self if self._life is not None else self.start()
+
+
+# ---------------------------------------------------------------------------------------------- a process
+class ServerProcess(_Server):
+    """``python -m cli.main serve --database URL`` on a free port of 127.0.0.1, in its own process group.
+
+    ``settings`` become ``REBALANCER_*`` variables (over :data:`TEST_SETTINGS` unless ``test_settings=False``);
+    ``env`` is added last, verbatim. ``REBALANCER_API_TOKENS`` of the caller's environment is dropped (tests and
+    benchmarks decide authentication themselves). Output goes to ``log_path`` (else nowhere).
+    """
+
+    def __init__(self, database_url: str, *, settings: Mapping[str, Any] | None = None,
+                 env: Mapping[str, str] | None = None, log_path: Path | None = None, test_settings: bool = True,
+                 log_level: str = "warning", port: int | None = None):
+        self.database_url = database_url
+        self.env = {**settings_env({**(TEST_SETTINGS if test_settings else {}), **(settings or {})}),
+                    **dict(env or {})}
+        self.port = port or free_port()
+        self.url = f"http://{HOST}:{self.port}"
+        self.log_path = log_path
+        self.log_level = log_level
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def start(self, timeout: float = 90.0) -> ServerProcess:
+        env = {k: v for k, v in os.environ.items() if k != "REBALANCER_API_TOKENS"}
+        env.update({"PYTHONUNBUFFERED": "1", **self.env})
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "cli.main", "serve", "--host", HOST, "--port", str(self.port),
+                 "--database", self.database_url, "--log-level", self.log_level],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            if log is not subprocess.DEVNULL:
+                log.close()  # type: ignore[union-attr]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}{self._log_tail()}")
+            if self.healthy():
+                return self
+            time.sleep(0.1)
+        self.kill9()
+        raise RuntimeError(f"server did not become healthy in {timeout:.0f} s{self._log_tail()}")
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _log_tail(self) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return f"; {self.log_path}:\n" + self.log_path.read_text(errors="replace")[-2000:]
+
+    def kill9(self) -> None:
+        """kill -9 the server and its solver workers (its whole process group)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self._kill_group()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM to the process group, then SIGKILL for anything left (forkserver, workers)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        self._kill_group()
+
+    def _kill_group(self, timeout: float = 10.0) -> None:
+        """SIGKILL whatever is left of the process group and wait until it is gone."""
+        if self.proc is None:
+            return
+        deadline = time.monotonic() + timeout
+        while group_pids(self.proc.pid) and time.monotonic() < deadline:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            time.sleep(0.05)
+
+    def client(self, **kw: Any) -> httpx.Client:
+        kw.setdefault("timeout", 60.0)
+        return httpx.Client(base_url=self.url, **kw)
+
+    def __enter__(self) -> ServerProcess:
+        return self if self.proc is not None else self.start()
+

@@ -1,0 +1,57 @@
+"""The test servers themselves: the in-process app runs its lifespan (load, writer, solver pool) and shuts it down;
+a server process leaves nothing of its process group behind."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.server import InProcessServer, ServerProcess, group_pids
+
+JOB = {"nodes": ["a", "b"], "operators": [{"id": "agg", "key_groups": 4}], "algorithm": "flux"}
+
+
+def test_in_process_lifespan_persists_and_reloads(tmp_path: Path):
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    with InProcessServer(database_url=url, warm=False).start() as srv, srv.client() as c:
+        assert c.put("/v1/jobs/j1", json=JOB).status_code == 201
+        r = c.post("/v1/jobs/j1/stats", json={"batch_id": 1, "epoch": 0,
+                                              "key_groups": [{"id": "agg/0", "load": 5.0}]})
+        assert r.status_code == 202, r.text
+        pool = srv.controller.pool
+        assert pool is not None  # started by the lifespan
+    assert srv.controller.pool is pool and srv._life is None  # stopped
+    with InProcessServer(database_url=url, warm=False).start() as again, again.client() as c:
+        job = c.get("/v1/jobs/j1").json()  # loaded from the file by the second lifespan
+        assert job["epoch"] == 0 and job["window"]["batches"] == [1]
+
+
+def test_in_process_requests_from_threads_run_concurrently(tmp_path: Path):
+    with InProcessServer(database_url=f"sqlite:///{tmp_path}/db.sqlite", warm=False).start() as srv:
+        codes: list[int] = []
+
+        def put(i: int) -> None:
+            with srv.client() as c:
+                codes.append(c.put(f"/v1/jobs/t{i}", json=JOB).status_code)
+
+        threads = [threading.Thread(target=put, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert codes == [201] * 8
+        with srv.client() as c:
+            assert len(c.get("/v1/jobs").json()) >= 8
+
+
+@pytest.mark.slow  # starts a real server process
+def test_server_process_stop_leaves_no_process_of_its_group(tmp_path: Path):
+    srv = ServerProcess(f"sqlite:///{tmp_path}/db.sqlite", log_path=tmp_path / "server.log").start()
+    with srv.client() as c:
+        assert c.put("/v1/jobs/j1", json=JOB).status_code == 201
+    pgid = srv.pid
+    assert group_pids(pgid), "the server runs in its own process group"
+    srv.stop()
+    assert group_pids(pgid) == []
