@@ -34,7 +34,7 @@ def _json(status: int, doc: Any) -> tuple[str, int, bytes, str | None, str | Non
 
 def plan_task(raw: bytes, caps: dict[str, int], default_algorithm: str, max_time_limit: float) -> tuple[Any, ...]:
     """Worker side of ``POST /v1/plans``: ``("response", status, body bytes, algorithm, solver status)``."""
-    from pydantic import TypeAdapter, ValidationError
+    from pydantic import BaseModel, TypeAdapter, ValidationError
 
     from api.errors import pydantic_errors
     from api.schemas import PlanDoc, PlanRequest
@@ -58,8 +58,9 @@ def plan_task(raw: bytes, caps: dict[str, int], default_algorithm: str, max_time
     except ValidationError as exc:
         return _json(422, {"detail": pydantic_errors([dict(e) for e in exc.errors()])})
     del doc, problem
+    problem_doc = req.problem.model_dump(exclude_none=True) if isinstance(req.problem, BaseModel) else req.problem
     try:
-        prob = Problem.from_dict(req.problem.model_dump(exclude_none=True))
+        prob = Problem.from_dict(problem_doc)
     except InvalidInput as exc:
         return _json(422, {"detail": [{"field": f"problem.{exc.field}" if exc.field else "problem",
                                        "reason": exc.reason}]})
@@ -143,6 +144,8 @@ class OffloadMiddleware:
                                         admit=False, time_limit=budget, raw=True)
         except RuntimeError as exc:  # the worker was killed (time limit) or died
             return await _answer(send, 500, json.dumps({"detail": f"planner failed: {exc}"}).encode())
+        if out[0] != "response":  # the task itself failed (a bug): the route would answer 500 too
+            return await _answer(send, 500, json.dumps({"detail": f"planner failed: {out[-1]}"}).encode())
         _, status, body, name, solver_status = out
         if name is not None:
             ctl.telemetry.solve_seconds.observe(time.perf_counter() - t0, name)

@@ -56,7 +56,11 @@ def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0) -> None:
         if msg is None:
             return
         fn, args = msg
-        conn.send(fn(*args))
+        try:
+            out = fn(*args)
+        except Exception as exc:  # a bug in a task function: reported, the worker lives on
+            out = ("error", f"{type(exc).__name__}: {exc}")
+        conn.send(out)
 
 
 def _solve_task(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> tuple[Any, ...]:
