@@ -34,7 +34,6 @@ import heapq
 import itertools
 import logging
 import multiprocessing as mp
-import multiprocessing.forkserver as mpfs
 import os
 import time
 from collections.abc import Callable
@@ -42,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from controller.errors import Busy, TooLarge
-from controller.lifeline import stop_forkserver
+from controller.lifeline import start_forkserver, stop_forkserver
 from controller.solver_worker import PRELOAD, _call_task, _import_planners, _solve_task, _worker_main
 from solvers.errors import InvalidInput
 from solvers.model import Problem
@@ -118,8 +117,7 @@ class SolverPool:
         self.solve_seconds: list[float] = []
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(PRELOAD)
-        # started here, by the server's main thread: the forkserver's parent-death signal follows that thread
-        mpfs.ensure_running()
+        start_forkserver()
         self._server_pid = os.getpid()
         self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()

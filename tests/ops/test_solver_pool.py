@@ -5,6 +5,7 @@ a crashed worker fails only its request, admission reserves a share for automati
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -124,3 +125,41 @@ def test_planner_import_errors_surface(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ModuleNotFoundError):
         _import_planners()
 
+
+
+def test_pools_started_on_other_threads_do_not_take_each_other_down() -> None:
+    """An in-process test server runs its loop on a thread: the forkserver it starts must not die with that thread
+    (the parent-death signal follows the thread) while another pool still uses it."""
+    a_ready, b_ready, a_done = threading.Event(), threading.Event(), threading.Event()
+    result: dict[str, Any] = {}
+
+    async def a() -> None:
+        pool = SolverPool(1, 4, 1.0)
+        await pool.warm()
+        a_ready.set()
+        b_ready.wait(120)
+        pool.shutdown()
+
+    async def b() -> None:
+        a_ready.wait(120)
+        pool = SolverPool(1, 4, 1.0)
+        try:
+            await pool.warm()
+            b_ready.set()
+            a_done.wait(120)
+            await asyncio.sleep(0.5)  # a parent-death signal would have arrived by now
+            result["doc"] = await pool.solve("flux", small_problem(), 0.5, {})
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            result["error"] = exc
+        finally:
+            pool.shutdown()
+
+    t1 = threading.Thread(target=asyncio.run, args=(a(),))
+    t2 = threading.Thread(target=asyncio.run, args=(b(),))
+    t1.start()
+    t2.start()
+    t1.join(180)
+    a_done.set()
+    t2.join(180)
+    assert "error" not in result, result
+    assert result["doc"]["algorithm"] == "flux"
