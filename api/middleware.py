@@ -19,7 +19,7 @@ from api.tenants import JOBS, Grant, decide, filter_job_list
 from controller.telemetry import Telemetry
 
 #: probes and the API documentation never need a token (the schema holds no secret; Swagger UI must load it)
-OPEN_PATHS = {"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/openapi.json"}
+OPEN_PATHS = {"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
 OPEN_PREFIXES = ("/docs-assets/",)
 _METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}
 
