@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     #: niceness added to the solver workers (0-19): on a busy machine the event loop (health checks, statistics
     #: posts) gets the CPU before a background solve.
     solver_nice: int = Field(default=5, ge=0, le=19)
+    #: each solver worker's memory (data segment) in MB: a solve needing more fails with a clear error instead of
+    #: taking the machine's memory. 0 = automatic (physical memory / (solver_workers + 1)), -1 = no limit.
+    solver_memory_limit_mb: int = Field(default=0, ge=-1)
     #: solve slots: solves running or queued for a worker (a what-if holds one per candidate); beyond, 429.
     max_concurrent_solves: int = Field(default=40, ge=2)
     #: slots only automatic rounds of registered jobs may use (and they are dequeued first): ad-hoc plans,

@@ -5,6 +5,7 @@ a crashed worker fails only its request, admission reserves a share for automati
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -163,3 +164,28 @@ def test_pools_started_on_other_threads_do_not_take_each_other_down() -> None:
     t2.join(180)
     assert "error" not in result, result
     assert result["doc"]["algorithm"] == "flux"
+
+
+def test_a_solve_over_the_memory_limit_fails_alone() -> None:
+    """Issue 12 item 6: a request that would take the machine's memory gets a clear error; the worker lives on."""
+    import resource
+
+    async def body(pool: SolverPool) -> None:
+        limit = 700 * 2**20
+        assert tuple(await pool.call("resource", "getrlimit", resource.RLIMIT_DATA)) == (limit, limit)
+        before = pool.pids()
+        with pytest.raises(RuntimeError, match=r"memory limit \(700 MB, REBALANCER_SOLVER_MEMORY_LIMIT_MB\)"):
+            await pool.call("numpy", "ones", 2 * 10**8)  # 1.6 GB
+        assert pool.pids() == before and pool.died == 0
+        assert await pool.call("time", "sleep", 0) is None
+
+    run(body, workers=1, memory_limit_mb=700)
+
+
+def test_memory_limit_setting() -> None:
+    from controller.solving import memory_limit_bytes
+
+    assert memory_limit_bytes(512, 2) == 512 * 2**20
+    assert memory_limit_bytes(-1, 2) == 0
+    auto = memory_limit_bytes(0, 2)
+    assert 0 < auto < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
