@@ -90,6 +90,17 @@ class Settings(BaseSettings):
     max_window_cells: int = Field(default=20_000_000, ge=1)
     max_total_window_bytes: int = Field(default=2 * 1024**3, ge=1)
 
+    #: ``POST /v1/partitioning`` caps (413 beyond them): channels, channels × replicas (consistent-hash points),
+    #: keys with a frequency, channels × keys (see api/routes/planning.py).
+    max_partition_channels: int = Field(default=1024, ge=1)
+    max_partition_ring: int = Field(default=2**20, ge=1)
+    max_partition_keys: int = Field(default=100_000, ge=1)
+    max_partition_work: int = Field(default=2**24, ge=1)
+    #: job history: a full assignment snapshot every this many epochs (deltas in between), and the epochs kept
+    #: (older ones are compacted into a snapshot; see controller/history.py).
+    history_snapshot_every: int = Field(default=100, ge=1)
+    history_retention_epochs: int = Field(default=1000, ge=0)
+
     #: ``POST /v1/plans`` bodies at least this large are parsed, validated, solved and serialised in a solver
     #: worker (the event loop only moves bytes); the worker may take ``offload_seconds_per_mb`` per MB of body on
     #: top of the time limit before it is stopped.
