@@ -34,13 +34,13 @@ def _json(status: int, doc: Any) -> tuple[str, int, bytes, str | None, str | Non
 
 def plan_task(raw: bytes, caps: dict[str, int], default_algorithm: str, max_time_limit: float) -> tuple[Any, ...]:
     """Worker side of ``POST /v1/plans``: ``("response", status, body bytes, algorithm, solver status)``."""
-    from pydantic import BaseModel, TypeAdapter, ValidationError
+    from pydantic import TypeAdapter, ValidationError
 
     from api.errors import pydantic_errors
     from api.schemas import PlanDoc, PlanRequest
     from solvers import registry
+    from solvers.documents import plan_to_dict, problem_from_dict
     from solvers.errors import InvalidInput
-    from solvers.model import Problem, plan_to_dict
 
     try:
         doc = json.loads(raw)
@@ -58,9 +58,8 @@ def plan_task(raw: bytes, caps: dict[str, int], default_algorithm: str, max_time
     except ValidationError as exc:
         return _json(422, {"detail": pydantic_errors([dict(e) for e in exc.errors()])})
     del doc, problem
-    problem_doc = req.problem.model_dump(exclude_none=True) if isinstance(req.problem, BaseModel) else req.problem
     try:
-        prob = Problem.from_dict(problem_doc)
+        prob = problem_from_dict(req.problem)  # SkipValidation: decoded JSON, checked once here
     except InvalidInput as exc:
         return _json(422, {"detail": [{"field": f"problem.{exc.field}" if exc.field else "problem",
                                        "reason": exc.reason}]})
