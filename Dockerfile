@@ -1,8 +1,11 @@
-# The Rebalancer controller image: FastAPI + uvicorn, SQLite under /data by default,
+# The Rebalancer controller image: FastAPI + uvicorn, SQLite at /data/rebalancer.db (the volume) by default,
 # PostgreSQL with REBALANCER_DATABASE_URL=postgresql+psycopg://user:pass@host/db.
+# One server per database: a second container on the same volume or database exits with status 2.
+# Probes: liveness GET /healthz, readiness GET /readyz (database + solver workers), metrics GET /metrics.
 FROM python:3.11-slim
 
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    REBALANCER_DATABASE_URL=sqlite:////data/rebalancer.db
 WORKDIR /app
 
 COPY pyproject.toml README.md ./

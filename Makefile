@@ -10,7 +10,7 @@ PORT ?= 8000
 $(VENV)/.installed-base: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet -e '.[server]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml

@@ -6,49 +6,84 @@ job's mutations with a lock; executes are also atomic in the database).
 
 from __future__ import annotations
 
+import logging
+import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
 
-from api import errors
+from api import docs, errors
 from api.deps import documented_auth
-from api.middleware import AuthMiddleware, BodyLimitMiddleware, MetricsMiddleware
+from api.middleware import OPEN_PATHS, AuthMiddleware, BodyLimitMiddleware, MetricsMiddleware
+from api.offload import OffloadMiddleware
 from api.routes import jobs, ops, planning
 from api.schemas import ErrorDoc, StatsRequest
+from controller.lease import ServerLease, lease_for
 from controller.service import Controller
 from controller.settings import Settings
+from controller.telemetry import job_sampler
+
+log = logging.getLogger("rebalancer.api")
 
 DESCRIPTION = """Rebalancing controller for stateful stream and micro-batch jobs.
 
 Stateless: `POST /v1/plans`, `/v1/evaluate`, `/v1/what-if/scaling`, `/v1/partitioning`.
 Stateful: `PUT /v1/jobs/{job_id}`, statistics per batch, proposals (dry runs), executes guarded by epochs (409 when
 stale), scaling, history. Errors: 422 `{"detail": [{"field", "reason"}]}`, 404, 409, 413, 429, 501.
-When `REBALANCER_API_TOKENS` is set every route but `/healthz` needs `Authorization: Bearer <token>`.
+When `REBALANCER_API_TOKENS` is set every route but `/healthz`, `/readyz` and the documentation (`/docs`,
+`/openapi.json`) needs `Authorization: Bearer <token>` (the **Authorize** button of `/docs`).
 """
 
 
-def create_app(settings: Settings | None = None, warm: bool = True) -> FastAPI:
-    settings = settings or Settings()
+def log_database(settings: Settings) -> None:
+    """One line naming the database this server uses (a relative SQLite path is resolved; the default is said)."""
+    path = settings.sqlite_path()
+    where = f"SQLite at {path}" if path is not None else f"{settings.sqlalchemy_url().split('://', 1)[0]} database"
+    if settings.is_default_database():
+        how = f"the default ./data/rebalancer.db under {os.getcwd()}; set --database or REBALANCER_DATABASE_URL"
+    else:
+        how = "from --database / REBALANCER_DATABASE_URL"
+    fresh = " (new: it does not exist yet)" if path is not None and not path.exists() else ""
+    log.info("database: %s%s (%s)", where, fresh, how)
+
+
+def create_app(settings: Settings | None = None, warm: bool = True, lease: ServerLease | None = None) -> FastAPI:
+    """The application. ``lease``: the one-server-per-database lease already taken (``rebalancer serve`` takes it
+    before loading anything); without one the lifespan takes its own."""
+    settings = (settings or Settings()).resolved()
     controller = Controller(settings)
+    controller.telemetry.job_samples = job_sampler(lambda: controller.jobs)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):  # noqa: ANN202
-        await controller.start(warm=warm)
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log_database(settings)
+        own = lease is None
+        held = lease_for(settings).acquire() if own else lease
         try:
-            yield
+            await controller.start(warm=warm)
+            try:
+                yield
+            finally:
+                await controller.close()
         finally:
-            await controller.close()
+            if own and held is not None:
+                held.release()
 
-    app = FastAPI(title="Rebalancer", version="0.1.0", description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(title="Rebalancer", version="0.1.0", description=DESCRIPTION, lifespan=lifespan, docs_url=None,
+                  redoc_url=None)
     app.state.controller = controller
     app.state.settings = settings
     errors.install(app)
+    docs.install(app)
     app.include_router(ops.router)
     secured = [Depends(documented_auth)] if settings.tokens() else []
     app.include_router(planning.router, dependencies=secured)
     app.include_router(jobs.router, dependencies=secured)
-    # innermost first: body limit, auth, metrics (outermost)
+    # innermost first: big plans to a worker, body limit, auth, metrics (outermost)
+    app.add_middleware(OffloadMiddleware, controller=controller, min_bytes=settings.offload_min_bytes,
+                       seconds_per_mb=settings.offload_seconds_per_mb)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, tokens=settings.tokens())
     app.add_middleware(MetricsMiddleware, telemetry=controller.telemetry)
@@ -71,6 +106,19 @@ def create_app(settings: Settings | None = None, warm: bool = True) -> FastAPI:
         comps["ErrorDoc"] = err
         comps["HTTPValidationError"] = {"$ref": "#/components/schemas/ErrorDoc"}
         comps.pop("ValidationError", None)
+        if settings.tokens():  # /docs gets an Authorize button; every operation but the open ones needs it
+            schemes = schema["components"].setdefault("securitySchemes", {})
+            schemes["bearer"] = {"type": "http", "scheme": "bearer",
+                                 "description": "one of REBALANCER_API_TOKENS"}
+            schema["security"] = [{"bearer": []}]
+            for path, ops_ in schema.get("paths", {}).items():
+                for op in ops_.values():
+                    if isinstance(op, dict):
+                        if path in OPEN_PATHS:
+                            op["security"] = []
+                        else:
+                            op.pop("security", None)  # the global requirement
+            schemes.pop("HTTPBearer", None)
         app.openapi_schema = schema
         return schema
 

@@ -12,7 +12,8 @@ bearer = HTTPBearer(auto_error=False, description="REBALANCER_API_TOKENS, when s
 
 
 async def get_controller(request: Request) -> Controller:  # async: no threadpool hop per request
-    return request.app.state.controller
+    ctl: Controller = request.app.state.controller
+    return ctl
 
 
 async def documented_auth(_cred: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:

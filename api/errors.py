@@ -1,13 +1,13 @@
 """Error mapping: every failure the user can cause becomes a 4xx with a body naming the field and the reason.
 
 Body of every error: ``{"detail": [{"field": "key_groups[3].load", "reason": "..."}]}`` for 422, and
-``{"detail": "<message>"}`` for 401/404/409/413/429/501.
+``{"detail": "<message>"}`` for 401/404/409/413/415/429/501.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -40,9 +40,9 @@ def _is_union_tag(part: Any) -> bool:
     return isinstance(part, str) and (part[:1].isupper() or part in ("str", "int", "float", "bool"))
 
 
-def pydantic_errors(errors: Iterable[dict]) -> list[dict[str, str]]:
+def pydantic_errors(errors: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
     out = []
-    seen = set()
+    seen: set[tuple[str, str]] = set()
     for e in errors:
         loc = [p for p in e.get("loc", ()) if not _is_union_tag(p) and not str(p).startswith("function-")]
         if e.get("type") == "json_invalid":
@@ -61,6 +61,26 @@ def pydantic_errors(errors: Iterable[dict]) -> list[dict[str, str]]:
     return out
 
 
+class UnsupportedMediaType(Exception):
+    """A request body that is not JSON (415)."""
+
+
+def is_json(content_type: str) -> bool:
+    """``application/json`` or ``application/<x>+json``, with any parameters (``; charset=utf-8``)."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    kind, _, sub = media.partition("/")
+    return kind == "application" and (sub == "json" or sub.endswith("+json"))
+
+
+async def require_json(request: Request) -> None:
+    """Route dependency: a request with a body must declare it as JSON (a missing Content-Type is read as JSON, as
+    FastAPI does); anything else is a 415 naming the type, before the body is parsed."""
+    content_type = request.headers.get("content-type")
+    if content_type is not None and not is_json(content_type):
+        raise UnsupportedMediaType(f"unsupported media type {content_type[:100]!r}: send the body as "
+                                   "application/json")
+
+
 def invalid(items: list[dict[str, str]]) -> JSONResponse:
     return JSONResponse({"detail": items}, status_code=422)
 
@@ -77,6 +97,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(InvalidInput)
     async def _invalid(_req: Request, exc: InvalidInput) -> JSONResponse:
         return invalid([{"field": exc.field or "body", "reason": exc.reason}])
+
+    @app.exception_handler(UnsupportedMediaType)
+    async def _media(_req: Request, exc: UnsupportedMediaType) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=415)
 
     @app.exception_handler(NotFound)
     async def _nf(_req: Request, exc: NotFound) -> JSONResponse:

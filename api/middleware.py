@@ -16,7 +16,9 @@ from starlette.exceptions import HTTPException
 
 from controller.telemetry import Telemetry
 
-OPEN_PATHS = {"/healthz"}
+#: probes and the API documentation never need a token (the schema holds no secret; Swagger UI must load it)
+OPEN_PATHS = {"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/openapi.json"}
+OPEN_PREFIXES = ("/docs-assets/",)
 _METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}
 
 
@@ -58,7 +60,8 @@ class AuthMiddleware:
         self.tokens = [t.encode() for t in tokens]
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or not self.tokens or scope["path"] in OPEN_PATHS:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not self.tokens or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             return await self.app(scope, receive, send)
         auth = b""
         for k, v in scope.get("headers", ()):

@@ -2,22 +2,32 @@
 
 The problem and plan documents follow DESIGN.md ("The problem and plan contract") field for field; the job,
 statistics, proposal and execution documents are the controller's own (issue 7). Request models forbid unknown
-fields so that a typo is a 422 naming the field, never silently ignored. Semantic checks (unknown node of a key
-group, duplicate ids, every node removing…) are done by ``solvers.model.Problem.from_dict`` and come back as 422
-with the same field paths.
+fields so that a typo is a 422 naming the field, never silently ignored, and are strict: a boolean is not a number,
+a string of digits is not a number, ids are at most ``MAX_ID_LENGTH`` characters.
+
+One validator per document: the problem and plan documents inside a request (``problem``, ``plan``) are validated
+only by :mod:`solvers.documents` (the same code as the CLI); their models here (``ProblemDoc``, ``PlanInput``) are
+``SkipValidation`` and describe them in OpenAPI. ``tests/api/test_api_documents.py`` checks that the two agree.
+The statistics body is parsed by :mod:`api.stats_parser`; ``StatsRequest`` describes it and is its slow path.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, SkipValidation
 
-NonNeg = Field(ge=0, allow_inf_nan=False)
+from solvers.documents import MAX_ID_LENGTH, MAX_INT64
+
+Id = Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)]
+Ref = Annotated[str, Field(max_length=MAX_ID_LENGTH)]
+Name = Annotated[str, Field(min_length=1, max_length=100)]  # planner names
+Amounts = dict[Annotated[str, Field(min_length=1, max_length=MAX_ID_LENGTH)],
+               Annotated[NonNegativeFloat, Field(allow_inf_nan=False)]]
 
 
 class _Req(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class _Resp(BaseModel):
@@ -26,34 +36,35 @@ class _Resp(BaseModel):
 
 # ---------------------------------------------------------------- problem document (DESIGN.md)
 class NodeDoc(_Req):
-    id: str = Field(min_length=1)
+    id: Id
     capacity: float = Field(1.0, gt=0, allow_inf_nan=False)
     removing: bool = False
-    limits: dict[str, float] | None = None
+    limits: Amounts | None = Field(None, description="per-resource limits (multi-dimensional load, ALBIC §4.3.1)")
 
 
 class KeyGroupDoc(_Req):
-    id: str = Field(min_length=1)
-    operator: str | None = ""
-    node: str
+    id: Id
+    operator: Ref | None = ""
+    node: Ref
     load: float = Field(ge=0, allow_inf_nan=False)
     state_bytes: float | None = Field(0, ge=0, allow_inf_nan=False)
-    resources: dict[str, float] | None = None
+    resources: Amounts | None = Field(None, description="per-resource loads (multi-dimensional load)")
 
 
 class EdgeDoc(_Req):
-    src: str
-    dst: str
+    src: Ref
+    dst: Ref
     rate: float = Field(ge=0, allow_inf_nan=False)
 
 
 class BudgetDoc(_Req):
-    max_migrations: int | None = Field(None, ge=0)
+    max_migrations: int | None = Field(None, ge=0, le=MAX_INT64)
     max_migration_bytes: float | None = Field(None, ge=0, allow_inf_nan=False)
 
 
 class ProblemDoc(_Req):
-    """The problem document of DESIGN.md."""
+    """The problem document of DESIGN.md (validated by ``solvers.documents.problem_from_dict``; the sums of loads,
+    rates and state bytes, and total load / capacity, must stay below 1e150)."""
 
     nodes: list[NodeDoc] = Field(min_length=1)
     key_groups: list[KeyGroupDoc] = []
@@ -67,6 +78,8 @@ class StateMetrics(_Resp):
     load_distance: float
     load_on_removing: float
     collocation_factor: float | None = None
+    total_load: float
+    max_utilisation: float
 
 
 class PlanMetrics(_Resp):
@@ -101,7 +114,8 @@ class PlanDoc(_Resp):
 
 
 class PlanInput(BaseModel):
-    """A plan document as input to ``/v1/evaluate`` (only ``assignment`` is required; ``moves`` are checked)."""
+    """A plan document as input to ``/v1/evaluate`` (only ``assignment`` is required; ``moves`` are checked;
+    validated by ``solvers.documents.plan_from_dict``)."""
 
     model_config = ConfigDict(extra="allow")
     assignment: dict[str, str]
@@ -112,15 +126,15 @@ class PlanInput(BaseModel):
 
 # ---------------------------------------------------------------- stateless endpoints
 class PlanRequest(_Req):
-    problem: ProblemDoc
-    algorithm: str | None = Field(None, description="planner name (default: the server's default planner)")
+    problem: SkipValidation[ProblemDoc]
+    algorithm: Name | None = Field(None, description="planner name (default: the server's default planner)")
     params: dict[str, Any] = {}
     time_limit_s: float = Field(1.0, gt=0, allow_inf_nan=False, description="capped by the server's maximum")
 
 
 class EvaluateRequest(_Req):
-    problem: ProblemDoc
-    plan: PlanInput
+    problem: SkipValidation[ProblemDoc]
+    plan: SkipValidation[PlanInput]
 
 
 class EvaluateResponse(_Resp):
@@ -133,12 +147,12 @@ class EvaluateResponse(_Resp):
 
 
 class ScalingChange(_Req):
-    add: list[NodeDoc | str] = []
-    remove: list[str] = []
+    add: list[NodeDoc | Id] = []
+    remove: list[Ref] = []
 
 
 class ScalingRequest(_Req):
-    problem: ProblemDoc
+    problem: SkipValidation[ProblemDoc]
     candidates: list[int | ScalingChange] = Field(min_length=1)
     target_load_distance: float | None = Field(
         None, ge=0, allow_inf_nan=False,
@@ -148,7 +162,7 @@ class ScalingRequest(_Req):
         description="the most load per unit of capacity a node of a recommended cluster may carry (default: the "
                     "hottest node's utilisation today, so a smaller cluster is only recommended if no node gets "
                     "hotter than the hottest one now)")
-    algorithm: str | None = None
+    algorithm: Name | None = None
     params: dict[str, Any] = {}
     time_limit_s: float = Field(1.0, gt=0, allow_inf_nan=False)
 
@@ -163,7 +177,8 @@ class ScalingCandidate(_Resp):
     max_utilisation: float
     migrations: int
     migration_bytes: int | float
-    rounds: int | None = Field(description="rounds needed under the problem's per-round budget (null: never, the budget is 0)")
+    rounds: int | None = Field(description="rounds needed under the problem's per-round budget (null: never, the "
+                                           "budget is 0)")
     meets_target: bool
     solver: SolverInfo
 
@@ -181,20 +196,20 @@ class ScalingResponse(_Resp):
 
 # ---------------------------------------------------------------- jobs
 class JobNode(_Req):
-    id: str = Field(min_length=1)
+    id: Id
     capacity: float = Field(1.0, gt=0, allow_inf_nan=False)
     removing: bool = False
 
 
 class JobKeyGroup(_Req):
-    id: str = Field(min_length=1)
+    id: Id
     operator: str | None = ""
-    node: str
+    node: Ref
     state_bytes: float | None = Field(0, ge=0, allow_inf_nan=False)
 
 
 class OperatorSpec(_Req):
-    id: str = Field(min_length=1)
+    id: Id
     key_groups: int = Field(ge=1, description="number of key groups, named '<id>/0' … '<id>/<n-1>'")
 
 
@@ -211,16 +226,16 @@ class JobSpec(_Req):
     """``PUT /v1/jobs/{job_id}``: either ``key_groups`` (explicit placement) or ``operators`` (contiguous ranges
     of key groups per node, as Flink assigns key groups to subtasks)."""
 
-    nodes: list[JobNode | str] = Field(min_length=1)
+    nodes: list[JobNode | Id] = Field(min_length=1)
     key_groups: list[JobKeyGroup] | None = None
     operators: list[OperatorSpec] | None = None
-    algorithm: str | None = None
+    algorithm: Name | None = None
     params: dict[str, Any] = {}
-    budget: BudgetDoc = BudgetDoc()
+    budget: BudgetDoc = Field(default_factory=lambda: BudgetDoc.model_validate({}))
     window_batches: int = Field(5, ge=1)
     communication_cost: float = Field(0.0, ge=0, allow_inf_nan=False)
     time_limit_s: float = Field(1.0, gt=0, allow_inf_nan=False, description="default time limit of proposals")
-    auto: AutoSpec = AutoSpec()
+    auto: AutoSpec = Field(default_factory=lambda: AutoSpec.model_validate({}))
 
 
 class WindowState(_Resp):
@@ -253,14 +268,19 @@ class JobState(_Resp):
 
 
 class StatKeyGroup(_Req):
-    id: str
+    id: Id
     load: float = Field(ge=0, allow_inf_nan=False)
     state_bytes: float | None = Field(None, ge=0, allow_inf_nan=False)
+    bytes: float | None = Field(None, ge=0, allow_inf_nan=False,
+                                description="bytes of the records of this key group in the batch (optional)")
 
 
 class StatsRequest(_Req):
-    batch_id: int = Field(ge=0)
-    epoch: int = Field(ge=0, description="the epoch the driver ran this batch with")
+    """One micro-batch's statistics; the loads (rates, state bytes, record bytes) of a batch must each sum to at
+    most 1e150."""
+
+    batch_id: int = Field(ge=0, le=MAX_INT64)
+    epoch: int = Field(ge=0, le=MAX_INT64, description="the epoch the driver ran this batch with")
     key_groups: list[StatKeyGroup] = []
     communication: list[EdgeDoc] = []
 
@@ -289,7 +309,7 @@ class StatsResponse(_Resp):
 
 
 class ProposalRequest(_Req):
-    algorithm: str | None = None
+    algorithm: Name | None = None
     params: dict[str, Any] | None = None
     time_limit_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     wait_s: float | None = Field(None, ge=0, allow_inf_nan=False,
@@ -325,9 +345,9 @@ class NodesRequest(_Req):
     """Scale out (``add``), mark for scale-in (``remove``: the nodes drain over the next rounds), and delete
     empty removing nodes (``delete``)."""
 
-    add: list[JobNode | str] = []
-    remove: list[str] = []
-    delete: list[str] = []
+    add: list[JobNode | Id] = []
+    remove: list[Ref] = []
+    delete: list[Ref] = []
 
 
 class HistoryEntry(_Resp):

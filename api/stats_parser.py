@@ -2,22 +2,28 @@
 
 Building 1,000 pydantic models costs ~2 ms of CPU per post; this parser does the same checks on the decoded JSON
 with a few C-level passes and numpy (~0.5 ms). Anything irregular (a missing field, a wrong type, a negative or
-non-finite number, an unknown field) falls back to the pydantic model :class:`api.schemas.StatsRequest`, which then
-produces the 422 with the field path — or accepts the body (pydantic's lax coercions), in which case its values
-are used. So the accepted bodies and the error messages are exactly those of the documented schema.
+non-finite number, an unknown field, an over-long id) falls back to the pydantic model
+:class:`api.schemas.StatsRequest`, which then produces the 422 with the field path — or accepts the body, in which
+case its values are used. So the accepted bodies and the error messages are exactly those of the documented schema
+(strict: booleans are not numbers), plus one rule a schema cannot state: the loads, rates, state bytes and record
+bytes of a batch must each sum to at most ``solvers.model.MAX_MAGNITUDE`` (else 422 naming the largest value).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from itertools import repeat
 from operator import itemgetter
+from typing import Any, TypeGuard
 
 import numpy as np
 from pydantic import ValidationError
 from pydantic_core import from_json
 
 from api.schemas import StatsRequest
+from controller.stats import ParsedStats
+from solvers.documents import MAX_ID_LENGTH, MAX_INT64
+from solvers.model import MAX_MAGNITUDE
 
 _TOP = frozenset({"batch_id", "epoch", "key_groups", "communication"})
 _NUM = frozenset({int, float})
@@ -26,45 +32,62 @@ _STR = frozenset({str})
 _MISSING = object()
 _get_id, _get_load = itemgetter("id"), itemgetter("load")
 _get_src, _get_dst, _get_rate = itemgetter("src"), itemgetter("dst"), itemgetter("rate")
-
-
-@dataclass
-class ParsedStats:
-    batch_id: int
-    epoch: int
-    ids: list[str]
-    load: np.ndarray
-    state: np.ndarray | None  # NaN where not reported
-    src: list[str]
-    dst: list[str]
-    rate: np.ndarray
+_OPTIONAL = ("state_bytes", "bytes")  # optional per key group: NaN where not reported, None when none is
 
 
 class StatsInvalid(Exception):
-    def __init__(self, errors: list[dict]):
+    def __init__(self, errors: Sequence[Mapping[str, Any]]):
         self.errors = errors
 
 
 def parse_stats(raw: bytes) -> ParsedStats:
-    """Parse and validate a statistics body; raises :class:`StatsInvalid` with pydantic's errors."""
-    fast = _fast(raw)
-    if fast is not None:
-        return fast
+    """Parse and validate a statistics body; raises :class:`StatsInvalid` with pydantic-style errors."""
+    stats = _fast(raw) or _slow(raw)
+    _check_sums(stats)
+    return stats
+
+
+def _slow(raw: bytes) -> ParsedStats:
     try:
         body = StatsRequest.model_validate_json(raw)
     except ValidationError as exc:
         raise StatsInvalid(exc.errors()) from None
     kgs, comm = body.key_groups, body.communication
-    state = None
-    if any(k.state_bytes is not None for k in kgs):
-        state = np.array([np.nan if k.state_bytes is None else k.state_bytes for k in kgs], dtype=np.float64)
     return ParsedStats(body.batch_id, body.epoch, [k.id for k in kgs],
-                       np.array([k.load for k in kgs], dtype=np.float64), state,
-                       [c.src for c in comm], [c.dst for c in comm], np.array([c.rate for c in comm], dtype=float))
+                       np.array([k.load for k in kgs], dtype=np.float64), _optional([k.state_bytes for k in kgs]),
+                       [c.src for c in comm], [c.dst for c in comm], np.array([c.rate for c in comm], dtype=float),
+                       _optional([k.bytes for k in kgs]))
 
 
-def _nonneg_int(v: object) -> bool:
-    return type(v) is int and v >= 0
+def _optional(values: list[float | None]) -> np.ndarray | None:
+    """An optional per-key-group number: NaN where absent, ``None`` when no key group reported it."""
+    if all(v is None for v in values):
+        return None
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _check_sums(stats: ParsedStats) -> None:
+    """Issue 12.4: every sum the controller forms from a batch must stay finite with room for the solvers."""
+    for name, values in (("load", stats.load), ("state_bytes", stats.state), ("bytes", stats.bytes),
+                         ("rate", stats.rate)):
+        if values is None or not values.size:
+            continue
+        with np.errstate(over="ignore"):
+            total = float(np.nansum(values))
+        if total > MAX_MAGNITUDE:
+            k = int(np.nanargmax(values))
+            where = ("communication", k, "rate") if name == "rate" else ("key_groups", k, name)
+            raise StatsInvalid([{"loc": where, "type": "value_error",
+                                 "msg": f"the {name} values of this batch sum to {total:.4g}, more than "
+                                        f"{MAX_MAGNITUDE:g}: scale them down"}])
+
+
+def _id_lengths_ok(ids: list[str], minimum: int) -> bool:
+    return not ids or (min(map(len, ids)) >= minimum and max(map(len, ids)) <= MAX_ID_LENGTH)
+
+
+def _bounded_int(v: object) -> TypeGuard[int]:
+    return type(v) is int and 0 <= v <= MAX_INT64
 
 
 def _fast(raw: bytes) -> ParsedStats | None:
@@ -75,7 +98,7 @@ def _fast(raw: bytes) -> ParsedStats | None:
     if type(doc) is not dict or not _TOP.issuperset(doc):
         return None
     b, e = doc.get("batch_id"), doc.get("epoch")
-    if not (_nonneg_int(b) and _nonneg_int(e)):
+    if not (_bounded_int(b) and _bounded_int(e)):
         return None
     kgs = doc.get("key_groups", [])
     comm = doc.get("communication", [])
@@ -84,13 +107,17 @@ def _fast(raw: bytes) -> ParsedStats | None:
     try:
         ids = list(map(_get_id, kgs))  # KeyError / TypeError when an item is not an object with an id
         loads = list(map(_get_load, kgs))
-        sbs = list(map(dict.get, kgs, repeat("state_bytes", len(kgs)), repeat(_MISSING, len(kgs))))
-        missing = sbs.count(_MISSING)
-        # every item has id and load; any key besides state_bytes makes the total length larger
-        if sum(map(len, kgs)) != 3 * len(kgs) - missing:
+        optional = []
+        present = 0
+        for name in _OPTIONAL:
+            values = list(map(dict.get, kgs, repeat(name, len(kgs)), repeat(_MISSING, len(kgs))))
+            missing = values.count(_MISSING)
+            present += len(kgs) - missing
+            optional.append([None if v is _MISSING else v for v in values] if missing else values)
+        sbs, bys = optional
+        # every item has id and load; any key besides the optional ones makes the total length larger
+        if sum(map(len, kgs)) != 2 * len(kgs) + present:
             return None
-        if missing:
-            sbs = [None if v is _MISSING else v for v in sbs]
         if comm:
             src = list(map(_get_src, comm))
             dst = list(map(_get_dst, comm))
@@ -102,24 +129,31 @@ def _fast(raw: bytes) -> ParsedStats | None:
     except (KeyError, TypeError, AttributeError):
         return None
     if kgs and (set(map(type, ids)) != _STR or not _NUM.issuperset(map(type, loads))
-                or not _OPT_NUM.issuperset(map(type, sbs))):
+                or not _OPT_NUM.issuperset(map(type, sbs)) or not _OPT_NUM.issuperset(map(type, bys))
+                or not _id_lengths_ok(ids, 1)):
         return None
     if comm and (not _STR.issuperset(map(type, src)) or not _STR.issuperset(map(type, dst))
-                 or not _NUM.issuperset(map(type, rates))):
+                 or not _NUM.issuperset(map(type, rates)) or not _id_lengths_ok(src, 0)
+                 or not _id_lengths_ok(dst, 0)):
         return None
     try:
         load = np.array(loads, dtype=np.float64)
         rate = np.array(rates, dtype=np.float64)
-        reported = len(sbs) - sbs.count(None)
-        state = np.array(sbs, dtype=np.float64) if reported else None  # None -> NaN
+        state, record_bytes = np.array(sbs, dtype=np.float64), np.array(bys, dtype=np.float64)  # None -> NaN
     except (OverflowError, ValueError, TypeError):
         return None
-    if load.size and not (np.isfinite(load).all() and load.min() >= 0):
+    if not (_nonnegative(load, load.size) and _nonnegative(rate, rate.size)
+            and _nonnegative(state, len(sbs) - sbs.count(None))
+            and _nonnegative(record_bytes, len(bys) - bys.count(None))):
         return None
-    if rate.size and not (np.isfinite(rate).all() and rate.min() >= 0):
-        return None
-    if state is not None:
-        known = state[~np.isnan(state)]
-        if known.size != reported or not (np.isfinite(known).all() and (known.size == 0 or known.min() >= 0)):
-            return None
-    return ParsedStats(b, e, ids, load, state, src, dst, rate)
+    return ParsedStats(b, e, ids, load, _reported(state), src, dst, rate, _reported(record_bytes))
+
+
+def _nonnegative(values: np.ndarray, reported: int) -> bool:
+    """Finite and ≥ 0 where reported; NaN only where a value was absent (a literal NaN in the body is not)."""
+    known = values[~np.isnan(values)]
+    return known.size == reported and bool(np.isfinite(known).all() and (known.size == 0 or known.min() >= 0))
+
+
+def _reported(values: np.ndarray) -> np.ndarray | None:
+    return None if values.size == 0 or np.isnan(values).all() else values

@@ -24,7 +24,8 @@ def read_json(path: str, what: str = "input") -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CLIError(f"{what} file {path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise CLIError(f"{what} file {path} is not valid JSON: {exc.msg} at line {exc.lineno} "
+                       f"column {exc.colno}") from None
 
 
 def write_json(doc: Any, output: str | None = None) -> None:

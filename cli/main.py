@@ -2,8 +2,8 @@
 
 Every subcommand lives in its own module of this package and exposes ``register(subparsers)``, which adds its
 parser and sets ``func`` (a callable taking the parsed ``argparse.Namespace`` and returning an exit status).
-Modules are imported only when listed here, so a broken optional dependency of one command (pyspark, say) never
-breaks the others.
+Each command module imports its heavy dependencies (pyspark, OR-tools, the server) inside its ``func``, so listing
+the commands stays cheap; an import error of a command module itself is a broken installation and surfaces.
 
 Conventions: documents go to stdout and nothing else does; logs and progress go to stderr. Invalid input raises
 :class:`cli.common.CLIError` or :class:`solvers.errors.InvalidInput` and ends with one line on stderr, exit 2.
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import sys
+from typing import Any
 
 from cli.common import CLIError
 from solvers.errors import InvalidInput
@@ -28,21 +30,44 @@ COMMAND_MODULES = [
 ]
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help states its default once: appended as ``(default: X)`` unless the help already says it
+    (or there is none: ``None``, a flag's ``False``)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default is None or action.default is False or action.default is argparse.SUPPRESS \
+                or "default" in text.lower():
+            return text
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of the command and of every subcommand (``add_subparsers`` reuses the parser's class)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def version() -> str:
+    """The installed distribution's version (``pip install -e .`` / ``make`` install it)."""
+    try:
+        return importlib.metadata.version("rebalancer")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (the rebalancer distribution is not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="rebalancer",
         description="Rebalancing controller for stateful stream and micro-batch processing.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:  # the command is not built yet
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(name).register(sub)
     return parser
 
 

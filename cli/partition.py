@@ -126,7 +126,7 @@ def run_track(args: argparse.Namespace) -> int:
                 pos = np.searchsorted(u, unknown)
                 ok = (pos < len(u))
                 ok[ok] = u[pos[ok]] == unknown[ok]
-                for hv, i in zip(unknown[ok].tolist(), first[pos[ok]].tolist()):
+                for hv, i in zip(unknown[ok].tolist(), first[pos[ok]].tolist(), strict=True):
                     names[hv] = block[starts[i]: starts[i] + lengths[i]].decode("utf-8", "replace")
             if len(names) > 4 * max(len(held), 1) + 1024:  # forget names of evicted keys
                 keep = set(held.tolist())

@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from cli.common import parse_params, positive_float, read_json, write_json
+from cli.common import CLIError, parse_params, positive_float, read_json, write_json
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("plan", help="compute a migration plan for a problem document")
     p.add_argument("--algorithm", default="albic-milp", help="planner name (see `rebalancer algorithms`)")
     p.add_argument("--input", required=True, help="problem document (JSON; - for stdin)")
-    p.add_argument("--time-limit", type=positive_float, default=1.0, help="seconds for the whole call (default 1)")
-    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="planner parameter (repeatable)")
+    p.add_argument("--time-limit", type=positive_float, default=None,
+                   help="seconds for the whole call (default: 1; also --param time_limit=SECONDS)")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="planner parameter (repeatable; `rebalancer algorithms` lists them)")
     p.add_argument("--output", help="write the plan here instead of stdout")
     p.set_defaults(func=run_plan)
 
@@ -30,78 +32,93 @@ def register(sub: argparse._SubParsersAction) -> None:
     gsub = g.add_subparsers(dest="generator", metavar="GENERATOR")
     gsub.required = True
     s = gsub.add_parser("albic-synthetic", help="the ALBIC paper's §5.1 instance")
-    s.add_argument("--nodes", type=int, required=True)
-    s.add_argument("--key-groups-per-node", type=int, default=20)
-    s.add_argument("--varies", type=float, default=0.5)
-    s.add_argument("--operators", type=int, default=1)
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--max-migrations", type=int, default=None)
+    s.add_argument("--nodes", type=int, required=True, help="number of nodes")
+    s.add_argument("--key-groups-per-node", type=int, default=20, help="key groups placed on each node")
+    s.add_argument("--varies", type=float, default=0.5,
+                   help="load shift of 20%% of the nodes: half get −varies/2, half +varies/2 (§5.1)")
+    s.add_argument("--operators", type=int, default=1, help="operators the key groups are spread over")
+    s.add_argument("--seed", type=int, default=0, help="random seed")
+    s.add_argument("--max-migrations", type=int, default=None, help="migration budget (default: unlimited)")
     s.add_argument("--output", help="write here instead of stdout")
     s.set_defaults(func=run_generate)
     z = gsub.add_parser("skewed", help="Zipf-skewed loads, mixed capacities, nodes marked for removal")
-    z.add_argument("--nodes", type=int, required=True)
-    z.add_argument("--key-groups", type=int, required=True)
-    z.add_argument("--zipf", type=float, default=1.0)
-    z.add_argument("--heterogeneous", action="store_true")
-    z.add_argument("--removing", type=int, default=0)
-    z.add_argument("--seed", type=int, default=0)
-    z.add_argument("--max-migrations", type=int, default=None)
+    z.add_argument("--nodes", type=int, required=True, help="number of nodes")
+    z.add_argument("--key-groups", type=int, required=True, help="number of key groups")
+    z.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent z of the loads (∝ 1/rank^z)")
+    z.add_argument("--heterogeneous", action="store_true", help="capacities drawn from {0.5, 1, 2} (default: all 1)")
+    z.add_argument("--removing", type=int, default=0, help="the first N nodes are marked for removal")
+    z.add_argument("--seed", type=int, default=0, help="random seed")
+    z.add_argument("--max-migrations", type=int, default=None, help="migration budget (default: unlimited)")
     z.add_argument("--output", help="write here instead of stdout")
     z.set_defaults(func=run_generate)
     c = gsub.add_parser("collocation", help="the ALBIC paper's §5.3 instance with communication between operators")
-    c.add_argument("--nodes", type=int, default=40)
-    c.add_argument("--key-groups-per-node", type=int, default=20)
-    c.add_argument("--operators", type=int, default=20)
+    c.add_argument("--nodes", type=int, default=40, help="number of nodes")
+    c.add_argument("--key-groups-per-node", type=int, default=20, help="key groups placed on each node")
+    c.add_argument("--operators", type=int, default=20, help="operators of the topology")
     c.add_argument("--one-to-one", type=float, default=0.5, help="share of key groups with 1-1 communication")
-    c.add_argument("--topology", choices=("chain", "pairs"), default="chain")
-    c.add_argument("--max-migrations", type=int, default=20)
-    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--topology", choices=("chain", "pairs"), default="chain",
+                   help="operators in one chain, or in independent pairs")
+    c.add_argument("--max-migrations", type=int, default=20, help="migration budget")
+    c.add_argument("--seed", type=int, default=0, help="random seed")
     c.add_argument("--output", help="write here instead of stdout")
     c.set_defaults(func=run_generate)
     r = gsub.add_parser("real-job-2", help="the ALBIC paper's §5.4 Real Job 2-like job: two operators keyed alike")
-    r.add_argument("--nodes", type=int, default=20)
-    r.add_argument("--key-groups-per-operator-per-node", type=int, default=5)
-    r.add_argument("--max-migrations", type=int, default=10)
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--nodes", type=int, default=20, help="number of nodes")
+    r.add_argument("--key-groups-per-operator-per-node", type=int, default=5,
+                   help="key groups of each of the two operators on each node")
+    r.add_argument("--max-migrations", type=int, default=10, help="migration budget")
+    r.add_argument("--seed", type=int, default=0, help="random seed")
     r.add_argument("--output", help="write here instead of stdout")
     r.set_defaults(func=run_generate)
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    from solvers import registry
-    from solvers.model import Problem, plan_to_dict
+    from solvers import documents, registry
 
     params = parse_params(args.param)
-    problem = Problem.from_dict(read_json(args.input, "problem"))
-    algo = registry.get(args.algorithm)  # unknown algorithm -> clear error before any work
-    algo.validate(params)
-    plan = registry.solve(args.algorithm, problem, time_limit=args.time_limit, **params)
-    write_json(plan_to_dict(problem, plan), args.output)
+    time_limit = _time_limit(args.time_limit, params.pop("time_limit", None))
+    problem = documents.problem_from_dict(read_json(args.input, "problem"))
+    registry.get(args.algorithm).validate(params)  # unknown algorithm or parameter -> clear error before any work
+    plan = registry.solve(args.algorithm, problem, time_limit=time_limit, **params)
+    write_json(documents.plan_to_dict(problem, plan), args.output)
     return 0
 
 
-def run_evaluate(args: argparse.Namespace) -> int:
-    from solvers import metrics
-    from solvers.model import Problem, plan_from_dict
+def _time_limit(option: float | None, param: str | None) -> float:
+    """The time limit from ``--time-limit`` or ``--param time_limit=…`` (both listed by ``rebalancer algorithms``)."""
+    from solvers import registry
 
-    problem = Problem.from_dict(read_json(args.input, "problem"))
-    plan = plan_from_dict(problem, read_json(args.plan, "plan"))
-    doc = metrics.plan_metrics(problem, plan.assignment)
-    doc["within_budget"] = metrics.within_budget(problem, plan.assignment)
-    write_json(doc)
+    if param is None:
+        return registry.DEFAULT_TIME_LIMIT if option is None else option
+    try:
+        value = positive_float(param)
+    except argparse.ArgumentTypeError as exc:
+        raise CLIError(f"--param time_limit: {exc}") from None
+    if option is not None and option != value:
+        raise CLIError(f"--time-limit {option:g} and --param time_limit={param} disagree: give one")
+    return value
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    from solvers import documents
+
+    problem = documents.problem_from_dict(read_json(args.input, "problem"))
+    plan = documents.plan_from_dict(problem, read_json(args.plan, "plan"))
+    write_json(documents.evaluation(problem, plan))
     return 0
 
 
 def run_algorithms(args: argparse.Namespace) -> int:
     from solvers import registry
 
-    algos = [registry.get(n).describe() for n in registry.available_names()]
+    algos = [registry.get(n).describe() for n in registry.names()]
     if args.json:
         write_json(algos)
         return 0
     for a in algos:
         print(f"{a['name']}: {a['summary']}")
-        print("    time_limit (float, default 1.0): seconds for the whole call")
+        print(f"    time_limit (float > 0, default {registry.DEFAULT_TIME_LIMIT}): seconds for the whole call "
+              "(--time-limit SECONDS or --param time_limit=SECONDS; API: time_limit_s)")
         for p in a["params"]:
             extra = f", one of {p['choices']}" if "choices" in p else ""
             print(f"    {p['name']} ({p['type']}, default {json.dumps(p['default'])}{extra}): {p['help']}")
@@ -110,6 +127,7 @@ def run_algorithms(args: argparse.Namespace) -> int:
 
 def run_generate(args: argparse.Namespace) -> int:
     from evaluation import collocation_scenarios, generators
+    from solvers import documents
 
     if args.generator == "albic-synthetic":
         problem = generators.albic_synthetic(args.nodes, args.key_groups_per_node, args.varies, args.seed,
@@ -124,5 +142,5 @@ def run_generate(args: argparse.Namespace) -> int:
     else:
         problem = generators.skewed(args.nodes, args.key_groups, args.zipf, args.heterogeneous, args.removing,
                                     args.seed, args.max_migrations)
-    write_json(problem.to_dict(), args.output)
+    write_json(documents.problem_to_dict(problem), args.output)
     return 0

@@ -1,13 +1,18 @@
 """``rebalancer serve``: start the controller with uvicorn.
 
 ``rebalancer serve [--host H] [--port P] [--database URL]``; without ``--database`` the URL comes from
-``REBALANCER_DATABASE_URL``, else SQLite at ``./data/rebalancer.db`` (WAL). Other settings come from the
-environment (``REBALANCER_*``, see controller/settings.py).
+``REBALANCER_DATABASE_URL``, else SQLite at ``./data/rebalancer.db`` (WAL) under the current directory. A relative
+SQLite path is resolved to an absolute one and logged at startup. Other settings come from the environment
+(``REBALANCER_*``, see controller/settings.py; an unknown one is an error).
+
+Before anything is loaded: the port must be free, the database must open, and no other server may hold the
+database (one server per database, :mod:`controller.lease`); each failure is one line and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from cli.common import CLIError
 
@@ -41,30 +46,68 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from api.app import create_app
+    from controller.lease import LeaseHeld, lease_for
 
     settings = load_settings(args.database)
+    check_port(args.host, args.port)
     check_database(settings)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
-                access_log=args.access_log, http="auto", loop="auto", timeout_keep_alive=30)  # httptools/uvloop when installed
+    lease = lease_for(settings)
+    try:
+        lease.acquire()
+    except LeaseHeld as exc:
+        raise CLIError(f"--database: {exc}") from None
+    try:
+        uvicorn.run(create_app(settings, lease=lease), host=args.host, port=args.port, log_level=args.log_level,
+                    access_log=args.access_log, http="auto", loop="auto",  # httptools/uvloop when installed
+                    timeout_keep_alive=30)
+    finally:
+        lease.release()
     return 0
 
 
-def load_settings(database: str | None):
+def check_port(host: str, port: int) -> None:
+    """Fail before loading anything when ``host:port`` cannot be bound (another server, a typo in --host)."""
+    import errno
+    import socket
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise CLIError(f"--host: cannot resolve {host!r}: {exc.strerror}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise CLIError(f"--port: {host}:{port} is already in use; pick another port "
+                               f"(--port N, or make run PORT=N)") from None
+            raise CLIError(f"--host/--port: cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def load_settings(database: str | None) -> Any:
     """Settings from the environment (and ``--database``); a CLIError naming the bad variable otherwise."""
     import pydantic
 
     from controller.settings import Settings
 
     try:
-        return Settings(database_url=database) if database else Settings()
+        settings = Settings(database_url=database) if database else Settings()
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if not err["loc"]:  # a check across settings, or an unknown variable: the message names it
+            raise CLIError(f"settings: {msg}") from None
         name = "REBALANCER_" + ".".join(str(p) for p in err["loc"]).upper()
-        raise CLIError(f"setting {name}: {err['msg']}") from None
+        raise CLIError(f"setting {name}: {msg}") from None
+    return settings.resolved()
 
 
-def check_database(settings) -> None:
+def check_database(settings: Any) -> None:
     """Open the database once before serving, so a bad URL or an unreachable server is one clear line."""
     import sqlalchemy.exc
     from sqlalchemy import text

@@ -21,3 +21,7 @@ class Unavailable(Exception):
 
 class Busy(Exception):
     """Too many solves in flight (429)."""
+
+
+class QuotaExceeded(Busy):
+    """A server-wide quota is used up (jobs, bytes of statistics windows): 429 until something is freed."""

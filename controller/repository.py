@@ -1,14 +1,9 @@
 """Persistence behind one small module (SQLAlchemy 2 Core): jobs, versioned assignments (epochs), statistics
-windows, proposals.
+windows, proposals — the tables, their row and JSON formats, and the operations the writer commits.
 
-Durability: every write the API acknowledges has been committed first. SQLite runs in WAL mode (``synchronous``
-NORMAL by default: a committed transaction survives a kill -9 of the server; FULL also survives power loss);
-PostgreSQL is used by URL through psycopg 3.
-
-Writes go through one writer thread (:class:`Writer`) that drains a queue and commits many queued operations in
-one transaction (group commit): 50 drivers posting statistics cost one commit per burst, not 50. An operation is a
-function ``op(conn) -> result``; should one raise, the burst is rolled back and its operations are replayed one
-transaction each, so a failing operation never takes others down with it.
+Durability: every write the API acknowledges has been committed first (:mod:`controller.writer`). SQLite runs in
+WAL mode (``synchronous`` NORMAL by default: a committed transaction survives a kill -9 of the server; FULL also
+survives power loss); PostgreSQL is used by URL through psycopg 3.
 
 The epoch compare-and-set of an execute is one ``UPDATE jobs SET epoch = :new WHERE job_id = :id AND epoch =
 :base`` in the same transaction as the new assignment and the history row: of two executes from one epoch exactly
@@ -17,409 +12,203 @@ one updates a row, whatever the number of processes.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
-import os
-import queue
-import threading
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import (
-    Column,
-    Float,
-    Integer,
-    LargeBinary,
-    MetaData,
-    String,
-    Table,
-    Text,
-    bindparam,
-    create_engine,
-    delete,
-    event,
-    insert,
-    select,
-    update,
-)
+import numpy as np
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
-log = logging.getLogger("rebalancer.repository")
-
-metadata = MetaData()
-
-jobs = Table(
-    "jobs", metadata,
-    Column("job_id", String(200), primary_key=True),
-    Column("spec", Text, nullable=False),          # JSON: algorithm, params, budget, window_batches, auto, …
-    Column("registration", Text, nullable=False),  # JSON: the topology as registered (for idempotent PUT)
-    Column("kgs", Text, nullable=False),           # JSON: {"ids": [...], "operators": [...], "state_bytes": [...]}
-    Column("nodes", Text, nullable=False),         # JSON: [{"id", "capacity", "removing"}]
-    Column("assignment", Text, nullable=False),    # JSON: [node id per key group, in kgs order]
-    Column("epoch", Integer, nullable=False),
-    Column("last_round_batch", Integer, nullable=True),  # batch id of the last auto round (cooldown)
-    Column("created_at", Float, nullable=False),
-    Column("updated_at", Float, nullable=False),
+from controller.database import (  # re-exported: the repository is the persistence API
+    create_schema as create_schema,
 )
-
-epochs = Table(
-    "epochs", metadata,
-    Column("job_id", String(200), primary_key=True),
-    Column("epoch", Integer, primary_key=True),
-    Column("kind", String(20), nullable=False),    # register | execute | auto | nodes
-    Column("proposal_id", String(64), nullable=True),
-    Column("nodes", Text, nullable=False),
-    Column("assignment", Text, nullable=False),
-    Column("plan", Text, nullable=True),           # JSON: moves, metrics, solver, algorithm
-    Column("created_at", Float, nullable=False),
+from controller.database import (
+    database_kind as database_kind,
 )
-
-stats = Table(
-    "stats_batches", metadata,
-    Column("job_id", String(200), primary_key=True),
-    Column("batch_id", Integer, primary_key=True),
-    Column("epoch", Integer, nullable=False),
-    Column("kg_index", LargeBinary, nullable=False),   # int32 array: key group indices
-    Column("load", LargeBinary, nullable=False),       # float64 array
-    Column("state_bytes", LargeBinary, nullable=True),  # float64 array (NaN = not reported)
-    Column("comm", LargeBinary, nullable=True),        # int32 src, int32 dst, float64 rate (concatenated)
-    Column("received_at", Float, nullable=False),
+from controller.database import (
+    epochs as epochs,
 )
-
-proposals = Table(
-    "proposals", metadata,
-    Column("id", String(64), primary_key=True),
-    Column("job_id", String(200), nullable=False, index=True),
-    Column("base_epoch", Integer, nullable=False),
-    Column("status", String(20), nullable=False),  # pending | ready | failed | executed
-    Column("algorithm", String(100), nullable=False),
-    Column("params", Text, nullable=False),
-    Column("time_limit_s", Float, nullable=False),
-    Column("window", Text, nullable=True),
-    Column("plan", Text, nullable=True),
-    Column("error", Text, nullable=True),
-    Column("executed_epoch", Integer, nullable=True),
-    Column("created_at", Float, nullable=False),
+from controller.database import (
+    jobs as jobs,
 )
+from controller.database import (
+    make_engine as make_engine,
+)
+from controller.database import (
+    metadata as metadata,
+)
+from controller.database import (
+    proposals as proposals,
+)
+from controller.database import (
+    sqlite_path as sqlite_path,
+)
+from controller.database import (
+    stats as stats,
+)
+from controller.jobs import Job, JobConfig, Node
+from controller.windows import Batch, Window
+from solvers.model import _int_if_whole
+
+if TYPE_CHECKING:
+    from controller.proposals import Proposal
+
+Op = Callable[[Connection], Any]
 
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
-def loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+def loads(text_: str | None) -> Any:
+    return None if text_ is None else json.loads(text_)
 
 
-def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:
-    """An engine for ``url``; SQLite gets WAL, the chosen ``synchronous`` level and its directory created."""
-    if url.startswith("sqlite"):
-        path = url.split("///", 1)[1] if "///" in url else ""
-        if path and path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-        sync = sqlite_synchronous.upper()
-        if sync not in ("OFF", "NORMAL", "FULL", "EXTRA"):
-            sync = "NORMAL"
-
-        @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record):  # noqa: ANN001
-            cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute(f"PRAGMA synchronous={sync}")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.close()
-    else:
-        engine = create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
-    return engine
+# ---------------------------------------------------------------------- row formats
+def batch_row(job_id: str, b: Batch, now: float) -> dict[str, Any]:
+    comm = None
+    if b.src is not None and b.dst is not None and b.rate is not None and b.src.size:
+        comm = (b.src.astype(np.int32).tobytes() + b.dst.astype(np.int32).tobytes()
+                + b.rate.astype(np.float64).tobytes())
+    full = bool(b.idx.size) and b.idx[0] == 0 and b.idx[-1] == b.idx.size - 1 and bool((np.diff(b.idx) == 1).all())
+    return {"job_id": job_id, "batch_id": b.batch_id, "epoch": b.epoch,
+            # b"" = key groups 0..n-1 in order (what a driver sending every key group posts)
+            "kg_index": b"" if full else b.idx.astype(np.int32).tobytes(),
+            "load": b.load.astype(np.float64).tobytes(),
+            "state_bytes": None if b.state is None else b.state.astype(np.float64).tobytes(),
+            "comm": comm, "received_at": now}
 
 
-def create_schema(engine: Engine) -> None:
-    metadata.create_all(engine)
+def batch_from_row(row: Mapping[str, Any]) -> Batch:
+    load = np.frombuffer(row["load"], dtype=np.float64).copy()
+    idx = (np.frombuffer(row["kg_index"], dtype=np.int32).copy() if row["kg_index"]
+           else np.arange(load.size, dtype=np.int32))
+    state = None if row["state_bytes"] is None else np.frombuffer(row["state_bytes"], dtype=np.float64).copy()
+    src = dst = rate = None
+    if row["comm"]:
+        raw = row["comm"]
+        e = len(raw) // 16
+        src = np.frombuffer(raw[: 4 * e], dtype=np.int32).copy()
+        dst = np.frombuffer(raw[4 * e: 8 * e], dtype=np.int32).copy()
+        rate = np.frombuffer(raw[8 * e:], dtype=np.float64).copy()
+    return Batch(int(row["batch_id"]), int(row["epoch"]), idx, load, state, src, dst, rate)
 
 
-# ---------------------------------------------------------------------- group-commit writer
-class Writer:
-    """One thread that commits queued write operations in batches (group commit).
-
-    ``await writer.run(op)`` returns ``op(conn)``'s result once the transaction containing it has committed.
-    """
-
-    def __init__(self, engine: Engine, batch: int = 256):
-        self.engine = engine
-        self.batch = batch
-        self._q: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="rebalancer-writer", daemon=True)
-        self._stopped = False
-        self.commits = 0
-        self.ops = 0
-        self._last_group = 0
-        self.cpu_seconds = 0.0
-        self._thread.start()
-
-    async def run(self, op: Callable[[Connection], Any]) -> Any:
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self._q.put((op, fut, loop))
-        return await fut
-
-    def run_sync(self, op: Callable[[Connection], Any]) -> Any:
-        """Run ``op`` in its own transaction in the calling thread (startup, tests)."""
-        with self.engine.begin() as conn:
-            return op(conn)
-
-    def close(self) -> None:
-        if not self._stopped:
-            self._stopped = True
-            self._q.put(None)
-            self._thread.join(timeout=10)
-
-    # -------------------------------------------------------------- internals
-    def _loop(self) -> None:
-        while True:
-            item = self._q.get()
-            if item is None:
-                return
-            items = [item]
-            stop = False
-            if self._last_group > 1 and self._q.empty():
-                # concurrent writers were seen: wait a moment so one commit carries many of them (group commit)
-                time.sleep(0.0005)
-            while len(items) < self.batch:
-                try:
-                    nxt = self._q.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    stop = True
-                    break
-                items.append(nxt)
-            self._last_group = len(items)
-            t0 = time.thread_time()
-            self._commit(items)
-            self.cpu_seconds += time.thread_time() - t0
-            if stop:
-                return
-
-    def _commit(self, items: list) -> None:
-        try:
-            with self.engine.begin() as conn:
-                results = _execute_group(conn, [op for op, _f, _l in items])
-            self.commits += 1
-        except Exception as exc:  # replay one by one so one bad op does not fail the others
-            if len(items) == 1:
-                _op, fut, loop = items[0]
-                log.exception("write failed")
-                loop.call_soon_threadsafe(_set_exc, fut, exc)
-                return
-            for it in items:
-                self._commit([it])
-            return
-        self.ops += len(items)
-        for res, (_op, fut, loop) in zip(results, items):
-            loop.call_soon_threadsafe(_set_result, fut, res)
+def nodes_json(nodes: list[Node]) -> str:
+    return dumps([nd.as_dict() for nd in nodes])
 
 
-def _execute_group(conn: Connection, ops: list) -> list:
-    """Run ``ops`` in order on ``conn`` (one transaction); consecutive statistics batches go in two executemany."""
-    results: list[Any] = []
-    run: list[BatchOp] = []
-    for op in ops:
-        if type(op) is BatchOp:
-            run.append(op)
-            results.append(None)
-            continue
-        if run:
-            _write_batches(conn, run)
-            run = []
-        results.append(op(conn))
-    if run:
-        _write_batches(conn, run)
-    return results
+def assignment_json(job: Job, assignment: np.ndarray | None = None) -> str:
+    ids = job.node_ids
+    a = job.assignment if assignment is None else assignment
+    return dumps([ids[i] for i in a.tolist()])
 
 
-class InlineWriter:
-    """Group commit on the event-loop thread, for SQLite in WAL mode with ``synchronous`` NORMAL or OFF.
-
-    There a commit is a ``write()`` to the WAL file — no fsync — so it is cheaper to do it in place than to hand it
-    to a thread (two thread switches and GIL hand-offs per request). Every operation queued during one turn of the
-    event loop is committed in one transaction by a callback scheduled with ``call_soon``; the awaiting requests
-    resume only after that commit. Automatic checkpoints (which fsync) are disabled on this connection and done by
-    a background thread instead (``PRAGMA wal_checkpoint(PASSIVE)`` every second, never blocking the writer).
-    """
-
-    def __init__(self, engine: Engine, batch: int = 256, checkpoint_every: float = 1.0):
-        self.engine = engine
-        self.batch = batch
-        self._pending: list[tuple[Any, asyncio.Future]] = []
-        self._scheduled = False
-        self.commits = 0
-        self.ops = 0
-        self.cpu_seconds = 0.0
-        self._conn = engine.connect()
-        self._conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
-        self._conn.commit()
-        self._stop = threading.Event()
-        self._every = checkpoint_every
-        self._ckpt = threading.Thread(target=self._checkpoints, name="rebalancer-checkpoint", daemon=True)
-        self._ckpt.start()
-
-    async def run(self, op: Callable[[Connection], Any]) -> Any:
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
-        self._pending.append((op, fut))
-        if not self._scheduled:
-            self._scheduled = True
-            loop.call_soon(self._flush)
-        return await fut
-
-    def run_sync(self, op: Callable[[Connection], Any]) -> Any:
-        with self.engine.begin() as conn:
-            return op(conn)
-
-    def _flush(self) -> None:
-        self._scheduled = False
-        items, self._pending = self._pending, []
-        t0 = time.thread_time()
-        for i in range(0, len(items), self.batch):
-            self._commit(items[i: i + self.batch])
-        self.cpu_seconds += time.thread_time() - t0
-
-    def _commit(self, items: list) -> None:
-        conn = self._conn
-        try:
-            trans = conn.begin()
-            try:
-                results = _execute_group(conn, [op for op, _f in items])
-                trans.commit()
-            except BaseException:
-                trans.rollback()
-                raise
-            self.commits += 1
-        except Exception as exc:
-            if len(items) == 1:
-                log.exception("write failed")
-                _set_exc(items[0][1], exc)
-                return
-            for it in items:
-                self._commit([it])
-            return
-        self.ops += len(items)
-        for res, (_op, fut) in zip(results, items):
-            _set_result(fut, res)
-
-    def _checkpoints(self) -> None:
-        while not self._stop.wait(self._every):
-            try:
-                with self.engine.connect() as c:
-                    c.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
-            except Exception:  # pragma: no cover - best effort; the next one retries
-                log.debug("checkpoint failed", exc_info=True)
-
-    def close(self) -> None:
-        if self._pending:
-            self._flush()
-        self._stop.set()
-        self._ckpt.join(timeout=10)
-        try:
-            self._conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
-            self._conn.commit()
-        except Exception:
-            pass
-        self._conn.close()
+def job_row(job: Job) -> dict[str, Any]:
+    return {"job_id": job.job_id, "generation": job.generation, "spec": dumps(job.config.as_dict()),
+            "registration": dumps(job.registration),
+            "kgs": dumps({"ids": job.kg_ids, "operators": job.operators,
+                          "state_bytes": [_int_if_whole(x) for x in job.reg_state.tolist()]}),
+            "nodes": nodes_json(job.nodes), "assignment": assignment_json(job), "epoch": job.epoch,
+            "last_round_batch": job.last_round_batch, "created_at": job.created_at, "updated_at": job.updated_at}
 
 
-def make_writer(engine: Engine, url: str, sqlite_synchronous: str, batch: int) -> Writer | InlineWriter:
-    """The inline writer for SQLite WAL without fsync per commit, the writer thread otherwise."""
-    if url.startswith("sqlite") and sqlite_synchronous.upper() in ("NORMAL", "OFF") and sqlite_path(url):
-        return InlineWriter(engine, batch)
-    return Writer(engine, batch)
+def job_from_row(row: Mapping[str, Any], batches: Sequence[Mapping[str, Any]],
+                 assignment_ids: list[str] | None = None) -> Job:
+    """A job from its row, the statistics rows of its window (in the order received) and its current assignment
+    (rebuilt from the epoch history; the row's own is the one of the latest snapshot)."""
+    kgs = loads(row["kgs"])
+    nodes = [Node.parse(nd) for nd in loads(row["nodes"])]
+    config = JobConfig.from_dict(loads(row["spec"]))
+    node_index = {nd.id: i for i, nd in enumerate(nodes)}
+    ids = loads(row["assignment"]) if assignment_ids is None else assignment_ids
+    assignment = np.array([node_index[n] for n in ids], dtype=np.int64)
+    window = Window(size=config.window_batches, m=len(kgs["ids"]))
+    for brow in batches:
+        b = batch_from_row(brow)
+        counted, _dup, evict = window.classify(b.batch_id)
+        if counted:
+            window.add(b, evict)
+    return Job(job_id=row["job_id"], generation=row.get("generation") or "", config=config,
+               registration=loads(row["registration"]), kg_ids=kgs["ids"], operators=kgs["operators"],
+               reg_state=np.array(kgs["state_bytes"], dtype=float), nodes=nodes, assignment=assignment,
+               epoch=int(row["epoch"]), window=window, created_at=row["created_at"], updated_at=row["updated_at"],
+               last_round_batch=row["last_round_batch"])
 
 
-def _set_result(fut: asyncio.Future, res: Any) -> None:
-    if not fut.done():
-        fut.set_result(res)
+def proposal_row(p: Proposal) -> dict[str, Any]:
+    return {"id": p.id, "job_id": p.job_id, "generation": p.generation, "base_epoch": p.base_epoch,
+            "status": p.status, "algorithm": p.algorithm, "params": dumps(p.params), "time_limit_s": p.time_limit_s,
+            "window": dumps(p.window), "plan": None if p.plan is None else dumps(p.plan), "error": p.error,
+            "executed_epoch": p.executed_epoch, "created_at": p.created_at}
 
 
-def _set_exc(fut: asyncio.Future, exc: BaseException) -> None:
-    if not fut.done():
-        fut.set_exception(exc)
+def proposal_from_row(row: Mapping[str, Any]) -> Proposal:
+    from controller.proposals import Proposal
+
+    return Proposal(id=row["id"], job_id=row["job_id"], generation=row.get("generation") or "",
+                    base_epoch=int(row["base_epoch"]), status=row["status"], algorithm=row["algorithm"],
+                    params=loads(row["params"]), time_limit_s=float(row["time_limit_s"]),
+                    window=loads(row["window"]), plan=loads(row["plan"]), error=row["error"],
+                    executed_epoch=row["executed_epoch"], created_at=float(row["created_at"]))
 
 
 # ---------------------------------------------------------------------- operations
-def insert_job(row: dict[str, Any], epoch_row: dict[str, Any]) -> Callable[[Connection], None]:
+def insert_job(row: dict[str, Any], epoch_row_: dict[str, Any]) -> Op:
     def op(conn: Connection) -> None:
         conn.execute(insert(jobs).values(**row))
-        conn.execute(insert(epochs).values(**epoch_row))
+        conn.execute(insert(epochs).values(**epoch_row_))
     return op
 
 
-def update_job_config(job_id: str, spec: str, now: float) -> Callable[[Connection], None]:
+def update_job_config(job_id: str, config: JobConfig, now: float, drop_batches: list[int] | None = None) -> Op:
+    """New configuration; ``drop_batches``: statistics a smaller window no longer holds (deleted in the same
+    transaction, so the database holds the same window as memory)."""
     def op(conn: Connection) -> None:
-        conn.execute(update(jobs).where(jobs.c.job_id == job_id).values(spec=spec, updated_at=now))
+        conn.execute(update(jobs).where(jobs.c.job_id == job_id)
+                     .values(spec=dumps(config.as_dict()), updated_at=now))
+        if drop_batches:
+            conn.execute(STATS_DELETE, [{"j_id": job_id, "b_id": b} for b in drop_batches])
     return op
 
 
-def delete_job(job_id: str) -> Callable[[Connection], int]:
+def delete_job(job_id: str) -> Op:
     def op(conn: Connection) -> int:
         conn.execute(delete(stats).where(stats.c.job_id == job_id))
         conn.execute(delete(proposals).where(proposals.c.job_id == job_id))
         conn.execute(delete(epochs).where(epochs.c.job_id == job_id))
-        return conn.execute(delete(jobs).where(jobs.c.job_id == job_id)).rowcount
+        return int(conn.execute(delete(jobs).where(jobs.c.job_id == job_id)).rowcount)
     return op
 
 
-STATS_INSERT = insert(stats)
 STATS_DELETE = delete(stats).where(stats.c.job_id == bindparam("j_id"), stats.c.batch_id == bindparam("b_id"))
 
 
-class BatchOp:
-    """A statistics batch to insert (and the evicted one to delete): queued ones are written with two
-    ``executemany`` calls per group commit instead of two statements each."""
-
-    __slots__ = ("row", "evict")
-
-    def __init__(self, row: dict[str, Any], evict: int | None):
-        self.row, self.evict = row, evict
-
-    def __call__(self, conn: Connection) -> None:
-        _write_batches(conn, [self])
-
-
-def _write_batches(conn: Connection, ops: list[BatchOp]) -> None:
-    conn.execute(STATS_INSERT, [o.row for o in ops])
-    dels = [{"j_id": o.row["job_id"], "b_id": o.evict} for o in ops if o.evict is not None]
-    if dels:
-        conn.execute(STATS_DELETE, dels)
-
-
-def add_batch(row: dict[str, Any], evict: int | None) -> BatchOp:
-    return BatchOp(row, evict)
-
-
-def insert_proposal(row: dict[str, Any]) -> Callable[[Connection], None]:
+def insert_proposal(p: Proposal) -> Op:
     def op(conn: Connection) -> None:
-        conn.execute(insert(proposals).values(**row))
+        conn.execute(insert(proposals).values(**proposal_row(p)))
     return op
 
 
-def finish_proposal(pid: str, status: str, plan: str | None, error: str | None) -> Callable[[Connection], None]:
+def finish_proposal(pid: str, status: str, plan: Mapping[str, Any] | None, error: str | None) -> Op:
+    plan_json = None if plan is None else dumps(plan)
+
     def op(conn: Connection) -> None:
         conn.execute(update(proposals).where(proposals.c.id == pid, proposals.c.status == "pending")
-                     .values(status=status, plan=plan, error=error))
+                     .values(status=status, plan=plan_json, error=error))
     return op
 
 
-def advance_epoch(job_id: str, base_epoch: int, new_values: dict[str, Any], epoch_row: dict[str, Any],
-                  proposal_id: str | None = None, proposal_row: dict[str, Any] | None = None,
-                  last_round_batch: int | None = None) -> Callable[[Connection], bool]:
+def advance_epoch(job_id: str, base_epoch: int, new_values: dict[str, Any], epoch_row_: dict[str, Any],
+                  proposal_id: str | None = None, proposal: Proposal | None = None,
+                  last_round_batch: int | None = None, then: Op | None = None) -> Callable[[Connection], bool]:
     """The atomic epoch compare-and-set: new assignment/nodes + history row + proposal marked executed, or nothing.
 
-    Returns False (and changes nothing) when the job's epoch is no longer ``base_epoch``.
+    Returns False (and changes nothing) when the job's epoch is no longer ``base_epoch``; ``then`` runs in the
+    same transaction after a successful one (history compaction).
     """
+    proposal_values = None if proposal is None else proposal_row(proposal)
 
     def op(conn: Connection) -> bool:
         new_epoch = base_epoch + 1
@@ -429,64 +218,80 @@ def advance_epoch(job_id: str, base_epoch: int, new_values: dict[str, Any], epoc
         res = conn.execute(update(jobs).where(jobs.c.job_id == job_id, jobs.c.epoch == base_epoch).values(**values))
         if res.rowcount != 1:
             return False
-        conn.execute(insert(epochs).values(**epoch_row))
-        if proposal_row is not None:
-            conn.execute(insert(proposals).values(**proposal_row))
+        conn.execute(insert(epochs).values(**epoch_row_))
+        if proposal_values is not None:
+            conn.execute(insert(proposals).values(**proposal_values))
         elif proposal_id is not None:
             conn.execute(update(proposals).where(proposals.c.id == proposal_id)
                          .values(status="executed", executed_epoch=new_epoch))
+        if then is not None:
+            then(conn)
         return True
 
     return op
 
 
-def set_last_round(job_id: str, batch_id: int) -> Callable[[Connection], None]:
+def set_last_round(job_id: str, batch_id: int) -> Op:
     def op(conn: Connection) -> None:
         conn.execute(update(jobs).where(jobs.c.job_id == job_id).values(last_round_batch=batch_id))
     return op
 
 
 # ---------------------------------------------------------------------- reads (any thread)
-def load_all(engine: Engine) -> tuple[list[dict], dict[str, list[dict]]]:
-    """Every job and the statistics rows of its window (used at startup)."""
+def load_all(engine: Engine) -> list[Job]:
+    """Every job with the statistics of its window, replayed in the order received (startup). Rows a window does
+    not hold (left by a version that did not delete them on a resize) are deleted, so disk and memory agree."""
     with engine.connect() as conn:
         job_rows = [dict(r._mapping) for r in conn.execute(select(jobs))]
-        by_job: dict[str, list[dict]] = {}
-        for r in conn.execute(select(stats).order_by(stats.c.job_id, stats.c.batch_id)):
+        by_job: dict[str, list[dict[str, Any]]] = {}
+        for r in conn.execute(select(stats).order_by(stats.c.job_id, stats.c.received_at, stats.c.batch_id)):
             by_job.setdefault(r.job_id, []).append(dict(r._mapping))
-    return job_rows, by_job
+        current = {row["job_id"]: current_assignment(conn, row["job_id"], len(loads(row["kgs"])["ids"]))
+                   for row in job_rows}
+    out = [job_from_row(row, by_job.get(row["job_id"], []), current[row["job_id"]]) for row in job_rows]
+    stale = [{"j_id": j.job_id, "b_id": r["batch_id"]} for j in out for r in by_job.get(j.job_id, [])
+             if r["batch_id"] not in j.window.batches]
+    if stale:
+        with engine.begin() as conn:
+            conn.execute(STATS_DELETE, stale)
+    return out
 
 
 def fail_pending_proposals(engine: Engine) -> int:
     """Solves in flight when the server stopped are lost: mark their proposals failed (startup)."""
     with engine.begin() as conn:
-        return conn.execute(update(proposals).where(proposals.c.status == "pending")
-                            .values(status="failed", error="interrupted: the server restarted during the solve")
-                            ).rowcount
+        return int(conn.execute(update(proposals).where(proposals.c.status == "pending")
+                                .values(status="failed", error="interrupted: the server restarted during the solve")
+                                ).rowcount)
 
 
-def get_proposal(engine: Engine, job_id: str, pid: str) -> dict | None:
+def get_proposal(engine: Engine, job_id: str, pid: str) -> Proposal | None:
     with engine.connect() as conn:
         r = conn.execute(select(proposals).where(proposals.c.id == pid, proposals.c.job_id == job_id)).first()
-    return None if r is None else dict(r._mapping)
+    return None if r is None else proposal_from_row(dict(r._mapping))
 
 
-def get_history(engine: Engine, job_id: str, limit: int | None = None) -> list[dict]:
-    q = select(epochs).where(epochs.c.job_id == job_id).order_by(epochs.c.epoch.desc())
-    if limit:
-        q = q.limit(limit)
-    with engine.connect() as conn:
-        rows = [dict(r._mapping) for r in conn.execute(q)]
-    rows.reverse()
-    return rows
+def replay(kg_count: int, rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Node id of each key group after ``rows`` (a snapshot, then deltas, in epoch order)."""
+    current: list[str] = []
+    for r in rows:
+        doc = loads(r["assignment"])
+        if isinstance(doc, list):
+            current = list(doc)
+        else:
+            for k, node in doc["moves"]:
+                current[k] = node
+    if len(current) != kg_count:
+        raise ValueError(f"epoch history does not rebuild the assignment ({len(current)} of {kg_count} key groups)")
+    return current
 
 
-def database_kind(url: str) -> str:
-    return "sqlite" if url.startswith("sqlite") else url.split(":", 1)[0]
-
-
-def sqlite_path(url: str) -> str | None:
-    if not url.startswith("sqlite") or "///" not in url:
+def current_assignment(conn: Connection, job_id: str, kg_count: int) -> list[str] | None:
+    """The job's assignment from its latest snapshot and the deltas after it (None without history)."""
+    snap = conn.execute(select(func.max(epochs.c.epoch)).where(
+        epochs.c.job_id == job_id, epochs.c.assignment.like("[%"))).scalar()
+    if snap is None:
         return None
-    p = url.split("///", 1)[1]
-    return None if p in ("", ":memory:") else os.path.abspath(p)
+    rows = conn.execute(select(epochs.c.assignment).where(epochs.c.job_id == job_id, epochs.c.epoch >= snap)
+                        .order_by(epochs.c.epoch)).mappings().all()
+    return replay(kg_count, [dict(r) for r in rows])

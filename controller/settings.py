@@ -2,21 +2,35 @@
 
 Every limit of the service lives here so that an operator can tune it without code changes:
 ``REBALANCER_DATABASE_URL=postgresql+psycopg://user@host/db``, ``REBALANCER_API_TOKENS=tok1,tok2``,
-``REBALANCER_MAX_TIME_LIMIT_S=30`` …
+``REBALANCER_MAX_TIME_LIMIT_S=30`` … An environment variable ``REBALANCER_<NAME>`` that is not a setting (a typo
+such as ``REBALANCER_MAX_TIME_LIMIT=30``) is an error, not silently ignored; the client-side names
+:data:`CLIENT_VARIABLES` are allowed.
 """
 
 from __future__ import annotations
 
-from pydantic import Field
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+#: SQLite next to the current directory unless told otherwise; ``rebalancer serve`` resolves it to an absolute path
+#: and logs it (and the Docker image sets ``/data/rebalancer.db`` explicitly).
 DEFAULT_DATABASE_URL = "sqlite:///./data/rebalancer.db"
+PREFIX = "REBALANCER_"
+#: variables with the prefix that the clients read (``clients/``), not the server
+CLIENT_VARIABLES = frozenset({"REBALANCER_URL", "REBALANCER_TOKEN"})
 
 
 class Settings(BaseSettings):
     """Configuration of one controller process."""
 
-    model_config = SettingsConfigDict(env_prefix="REBALANCER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore")
+
+    _default_database: bool = PrivateAttr(False)
 
     #: SQLAlchemy URL. SQLite (default, WAL) or PostgreSQL (``postgresql+psycopg://…``; ``postgresql://`` is
     #: rewritten to use psycopg 3).
@@ -28,26 +42,95 @@ class Settings(BaseSettings):
 
     #: planner used by jobs and requests that do not name one ("" = first available of albic-milp, albic, flux).
     default_algorithm: str = ""
-    default_time_limit_s: float = Field(1.0, gt=0)
+    default_time_limit_s: float = Field(default=1.0, gt=0)
     #: every solve's time limit is capped at this many seconds.
-    max_time_limit_s: float = Field(10.0, gt=0)
+    max_time_limit_s: float = Field(default=10.0, gt=0)
     #: how long ``POST …/proposals`` waits for its solve before answering 202 with a task to poll.
-    request_wait_s: float = Field(5.0, ge=0)
+    request_wait_s: float = Field(default=5.0, ge=0)
     #: solver worker processes (the process pool off the event loop).
-    solver_workers: int = Field(2, ge=1)
-    #: solves admitted at once (running + queued for a worker); more answer 429.
-    max_concurrent_solves: int = Field(8, ge=1)
+    solver_workers: int = Field(default=2, ge=1)
+    #: niceness added to the solver workers (0-19): on a busy machine the event loop (health checks, statistics
+    #: posts) gets the CPU before a background solve.
+    solver_nice: int = Field(default=5, ge=0, le=19)
+    #: solve slots: solves running or queued for a worker (a what-if holds one per candidate); beyond, 429.
+    max_concurrent_solves: int = Field(default=40, ge=2)
+    #: slots only automatic rounds of registered jobs may use (and they are dequeued first): ad-hoc plans,
+    #: what-ifs and proposals can use ``max_concurrent_solves - reserved_auto_solves`` at most.
+    reserved_auto_solves: int = Field(default=8, ge=1)
+    #: a solve still running after ``solve_kill_factor`` × its time limit + ``solve_kill_grace_s`` has its worker
+    #: killed and replaced; the request gets an error, the other solves are unaffected.
+    solve_kill_factor: float = Field(default=2.0, ge=1.0)
+    solve_kill_grace_s: float = Field(default=5.0, ge=0.0)
 
     #: request size caps (413 beyond them).
-    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)
-    max_key_groups: int = Field(200_000, ge=1)
-    max_edges: int = Field(1_000_000, ge=0)
-    max_nodes: int = Field(10_000, ge=1)
-    max_window_batches: int = Field(1000, ge=1)
-    max_candidates: int = Field(32, ge=1)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    max_key_groups: int = Field(default=200_000, ge=1)
+    max_edges: int = Field(default=1_000_000, ge=0)
+    max_nodes: int = Field(default=10_000, ge=1)
+    max_window_batches: int = Field(default=1000, ge=1)
+    max_candidates: int = Field(default=32, ge=1)
+    #: registered jobs (429 beyond), (key group, batch) cells held by one job's window, and bytes of statistics
+    #: held by all windows together.
+    max_jobs: int = Field(default=1000, ge=1)
+    max_window_cells: int = Field(default=20_000_000, ge=1)
+    max_total_window_bytes: int = Field(default=2 * 1024**3, ge=1)
+
+    #: ``POST /v1/plans`` bodies at least this large are parsed, validated, solved and serialised in a solver
+    #: worker (the event loop only moves bytes); the worker may take ``offload_seconds_per_mb`` per MB of body on
+    #: top of the time limit before it is stopped.
+    offload_min_bytes: int = Field(default=1024 * 1024, ge=0)
+    offload_seconds_per_mb: float = Field(default=2.0, ge=0)
 
     #: commit at most this many queued writes in one transaction (group commit).
-    commit_batch: int = Field(256, ge=1)
+    commit_batch: int = Field(default=256, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_variables(cls, data: Any) -> Any:
+        known = {PREFIX + name.upper() for name in cls.model_fields} | CLIENT_VARIABLES
+        unknown = sorted(k for k in os.environ if k.upper().startswith(PREFIX) and k.upper() not in known)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0].upper(), sorted(known - CLIENT_VARIABLES), n=1)
+            hint = f"did you mean {close[0]}?" if close else "see controller/settings.py for the settings"
+            raise ValueError(f"unknown setting {unknown[0]} ({hint})")
+        return data
+
+    @model_validator(mode="after")
+    def _shares(self) -> Settings:
+        if self.reserved_auto_solves >= self.max_concurrent_solves:
+            raise ValueError(f"reserved_auto_solves ({self.reserved_auto_solves}) must be below "
+                             f"max_concurrent_solves ({self.max_concurrent_solves})")
+        if self.max_candidates > self.max_concurrent_solves - self.reserved_auto_solves:
+            raise ValueError(f"max_candidates ({self.max_candidates}) must fit in the ad-hoc solve slots "
+                             f"(max_concurrent_solves - reserved_auto_solves = "
+                             f"{self.max_concurrent_solves - self.reserved_auto_solves}): a what-if holds one per "
+                             f"candidate")
+        return self
+
+    def sqlite_path(self) -> Path | None:
+        """The SQLite file as an absolute path (None for PostgreSQL and ``:memory:``)."""
+        url = self.sqlalchemy_url()
+        if not url.startswith("sqlite:///"):
+            return None
+        path = url[len("sqlite:///"):].split("?", 1)[0]
+        if not path or path == ":memory:":
+            return None
+        return Path(path).resolve()
+
+    def is_default_database(self) -> bool:
+        """True when the database is the default (also after :meth:`resolved` made its path absolute)."""
+        return self.database_url == DEFAULT_DATABASE_URL or self._default_database
+
+    def resolved(self) -> Settings:
+        """These settings with a relative SQLite path made absolute (the server logs the result)."""
+        path = self.sqlite_path()
+        if path is None:
+            return self
+        query = self.database_url.split("?", 1)[1] if "?" in self.database_url else ""
+        url = f"sqlite:///{path}" + (f"?{query}" if query else "")
+        out = self.model_copy(update={"database_url": url})
+        out._default_database = self.is_default_database()
+        return out
 
     def tokens(self) -> set[str]:
         return {t.strip() for t in self.api_tokens.split(",") if t.strip()}

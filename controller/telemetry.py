@@ -1,111 +1,187 @@
-"""Prometheus text exposition without a dependency: counters and histograms with labels.
+"""Prometheus metrics with ``prometheus_client`` (one registry per controller, so that tests can run several).
 
-Exposed at ``GET /metrics``: ``rebalancer_requests_total{method,route,status}``,
-``rebalancer_request_seconds{route}`` (histogram), ``rebalancer_solve_seconds{algorithm}`` (histogram),
-``rebalancer_plans_total{algorithm,status}``, ``rebalancer_epochs_total{kind}``,
-``rebalancer_stats_batches_total{result}``, ``rebalancer_jobs``, ``rebalancer_solves_in_flight``.
+Exposed at ``GET /metrics`` (text format 0.0.4):
+
+* counters: ``rebalancer_requests_total{method,route,status}``, ``rebalancer_plans_total{algorithm,status}``,
+  ``rebalancer_epochs_total{kind}``, ``rebalancer_stats_batches_total{result}``, ``rebalancer_db_commits_total``,
+  ``rebalancer_db_writes_total``, ``rebalancer_db_writer_cpu_seconds_total``;
+* histograms: ``rebalancer_request_seconds{route}``, ``rebalancer_solve_seconds{algorithm}``;
+* gauges: ``rebalancer_jobs``, ``rebalancer_solves_in_flight`` and, per job, ``rebalancer_job_epoch{job}``,
+  ``rebalancer_job_load_distance{job}`` (windowed, current assignment), ``rebalancer_job_key_groups{job}``,
+  ``rebalancer_job_window_batches{job}``, and the counter ``rebalancer_job_migrations_total{job}``;
+* the process collector (``process_cpu_seconds_total``, ``process_resident_memory_bytes``, open fds …) and the
+  Python GC / platform collectors.
 """
 
 from __future__ import annotations
 
-import bisect
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client import Counter as _PCounter
+from prometheus_client import Histogram as _PHistogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+disable_created_metrics()  # type: ignore[no-untyped-call]  # no ``*_created`` series: the classic text format, as Prometheus scrapes it
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SOLVE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
-
-
-def _labels(names: tuple[str, ...], values: tuple[str, ...]) -> str:
-    if not names:
-        return ""
-    inner = ",".join(f'{n}="{_esc(v)}"' for n, v in zip(names, values))
-    return "{" + inner + "}"
-
-
-def _esc(v: str) -> str:
-    return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+#: function-backed metrics registered through :meth:`Telemetry.gauge` that only ever grow: exposed as counters
+CUMULATIVE = {"rebalancer_db_commits", "rebalancer_db_writes", "rebalancer_db_writer_cpu_seconds"}
 
 
 class Counter:
-    def __init__(self, name: str, help: str, labels: tuple[str, ...] = ()):
-        self.name, self.help, self.labels = name, help, labels
-        self.values: dict[tuple[str, ...], float] = {}
-        self._lock = threading.Lock()
+    """A labelled counter with the call shape the controller uses: ``inc(*label_values, by=1)``."""
+
+    def __init__(self, registry: CollectorRegistry, name: str, help: str, labels: tuple[str, ...] = ()):
+        self.labels = labels
+        self._m = _PCounter(name.removesuffix("_total"), help, labels, registry=registry)
 
     def inc(self, *labels: str, by: float = 1.0) -> None:
-        with self._lock:
-            self.values[labels] = self.values.get(labels, 0.0) + by
+        (self._m.labels(*labels) if self.labels else self._m).inc(by)
 
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} counter"
-        for lv, v in sorted(self.values.items()):
-            yield f"{self.name}{_labels(self.labels, lv)} {v:g}"
+    def value(self, *labels: str) -> float:
+        return float((self._m.labels(*labels) if self.labels else self._m)._value.get())
 
 
 class Histogram:
-    def __init__(self, name: str, help: str, labels: tuple[str, ...] = (), buckets: tuple[float, ...] = LATENCY_BUCKETS):
-        self.name, self.help, self.labels, self.buckets = name, help, labels, buckets
-        self.series: dict[tuple[str, ...], list] = {}  # labels -> [bucket counts..., sum, count]
-        self._lock = threading.Lock()
+    """A labelled histogram: ``observe(value, *label_values)``."""
+
+    def __init__(self, registry: CollectorRegistry, name: str, help: str, labels: tuple[str, ...] = (),
+                 buckets: tuple[float, ...] = LATENCY_BUCKETS):
+        self.labels = labels
+        self._m = _PHistogram(name, help, labels, registry=registry, buckets=buckets)
 
     def observe(self, value: float, *labels: str) -> None:
-        i = bisect.bisect_left(self.buckets, value)
-        with self._lock:
-            s = self.series.get(labels)
-            if s is None:
-                s = self.series[labels] = [0] * len(self.buckets) + [0.0, 0]
-            if i < len(self.buckets):
-                s[i] += 1
-            s[-2] += value
-            s[-1] += 1
-
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} histogram"
-        for lv, s in sorted(self.series.items()):
-            acc = 0
-            for b, c in zip(self.buckets, s):
-                acc += c
-                yield f"{self.name}_bucket{_labels(self.labels + ('le',), lv + (f'{b:g}',))} {acc}"
-            yield f"{self.name}_bucket{_labels(self.labels + ('le',), lv + ('+Inf',))} {s[-1]}"
-            yield f"{self.name}_sum{_labels(self.labels, lv)} {s[-2]:.6f}"
-            yield f"{self.name}_count{_labels(self.labels, lv)} {s[-1]}"
+        (self._m.labels(*labels) if self.labels else self._m).observe(value)
 
 
-class Gauge:
-    def __init__(self, name: str, help: str, fn: Callable[[], float]):
-        self.name, self.help, self.fn = name, help, fn
+@dataclass
+class JobSample:
+    """What ``/metrics`` reports about one registered job."""
 
-    def render(self) -> Iterable[str]:
-        yield f"# HELP {self.name} {self.help}"
-        yield f"# TYPE {self.name} gauge"
-        try:
-            yield f"{self.name} {float(self.fn()):g}"
-        except Exception:
-            yield f"{self.name} NaN"
+    job_id: str
+    epoch: int
+    key_groups: int
+    window_batches: int
+    load_distance: float | None
+
+
+class _Functions(Collector):
+    """Function-backed gauges and counters, and the per-job families."""
+
+    def __init__(self, telemetry: Telemetry):
+        self.t = telemetry
+
+    def collect(self) -> Iterator[Metric]:
+        for name, help, fn, cumulative in list(self.t.functions):
+            try:
+                value = float(fn())
+            except (AttributeError, TypeError, ValueError, RuntimeError):
+                value = float("nan")
+            if cumulative:
+                yield CounterMetricFamily(name, help, value=value)
+            else:
+                yield GaugeMetricFamily(name, help, value=value)
+        samples = list(self.t.job_samples()) if self.t.job_samples is not None else []
+        fams = {
+            "epoch": GaugeMetricFamily("rebalancer_job_epoch", "assignment version of the job", labels=["job"]),
+            "load_distance": GaugeMetricFamily("rebalancer_job_load_distance",
+                                               "windowed load distance of the current assignment", labels=["job"]),
+            "key_groups": GaugeMetricFamily("rebalancer_job_key_groups", "key groups of the job", labels=["job"]),
+            "window_batches": GaugeMetricFamily("rebalancer_job_window_batches", "batches in the job's window",
+                                                labels=["job"]),
+        }
+        migrations = CounterMetricFamily("rebalancer_job_migrations", "key groups moved by executed epochs",
+                                         labels=["job"])
+        for s in samples:
+            fams["epoch"].add_metric([s.job_id], s.epoch)
+            fams["key_groups"].add_metric([s.job_id], s.key_groups)
+            fams["window_batches"].add_metric([s.job_id], s.window_batches)
+            if s.load_distance is not None:
+                fams["load_distance"].add_metric([s.job_id], s.load_distance)
+            migrations.add_metric([s.job_id], self.t.migrations.get(s.job_id, 0))
+        yield from fams.values()
+        yield migrations
 
 
 class Telemetry:
     """All metrics of one controller process."""
 
-    def __init__(self) -> None:
-        self.requests = Counter("rebalancer_requests_total", "HTTP requests", ("method", "route", "status"))
-        self.latency = Histogram("rebalancer_request_seconds", "HTTP request latency", ("route",))
-        self.solve_seconds = Histogram("rebalancer_solve_seconds", "planner wall time (including the pool hop)",
+    def __init__(self, process: bool = True) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(r, "rebalancer_requests_total", "HTTP requests", ("method", "route", "status"))
+        self.latency = Histogram(r, "rebalancer_request_seconds", "HTTP request latency", ("route",))
+        self.solve_seconds = Histogram(r, "rebalancer_solve_seconds", "planner wall time (including the pool hop)",
                                        ("algorithm",), SOLVE_BUCKETS)
-        self.plans = Counter("rebalancer_plans_total", "plans computed", ("algorithm", "status"))
-        self.epochs = Counter("rebalancer_epochs_total", "epochs created (assignment versions)", ("kind",))
-        self.batches = Counter("rebalancer_stats_batches_total", "statistics batches posted", ("result",))
-        self.gauges: list[Gauge] = []
+        self.plans = Counter(r, "rebalancer_plans_total", "plans computed", ("algorithm", "status"))
+        self.epochs = Counter(r, "rebalancer_epochs_total", "epochs created (assignment versions)", ("kind",))
+        self.batches = Counter(r, "rebalancer_stats_batches_total", "statistics batches posted", ("result",))
+        self.functions: list[tuple[str, str, Callable[[], float], bool]] = []
+        self.job_samples: Callable[[], Iterable[JobSample]] | None = None
+        self.migrations: dict[str, int] = {}
+        self._lock = threading.Lock()
+        r.register(_Functions(self))
+        if process:
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+            GCCollector(registry=r)
 
-    def gauge(self, name: str, help: str, fn: Callable[[], float]) -> None:
-        self.gauges.append(Gauge(name, help, fn))
+    def gauge(self, name: str, help: str, fn: Callable[[], float], cumulative: bool | None = None) -> None:
+        """A value read at scrape time; ``cumulative`` (default: the names in :data:`CUMULATIVE`) exposes it as a
+        counter ``<name>_total``."""
+        cum = name in CUMULATIVE if cumulative is None else cumulative
+        self.functions.append((name.removesuffix("_total"), help, fn, cum))
+
+    def record_epoch(self, job_id: str, kind: str, moves: int) -> None:
+        """An epoch was committed for ``job_id`` with ``moves`` key groups migrated."""
+        self.epochs.inc(kind)
+        with self._lock:
+            self.migrations[job_id] = self.migrations.get(job_id, 0) + int(moves)
+
+    def forget_job(self, job_id: str) -> None:
+        with self._lock:
+            self.migrations.pop(job_id, None)
 
     def render(self) -> str:
-        lines: list[str] = []
-        for m in (self.requests, self.latency, self.solve_seconds, self.plans, self.epochs, self.batches,
-                  *self.gauges):
-            lines.extend(m.render())
-        return "\n".join(lines) + "\n"
+        return generate_latest(self.registry).decode()
+
+
+def job_sampler(jobs: Callable[[], dict[str, Any]]) -> Callable[[], Iterator[JobSample]]:
+    """Per-job samples read from the controller's jobs; the load distance is recomputed only when the job's epoch
+    or window changed (a scrape stays cheap with many large jobs)."""
+    from solvers import metrics
+
+    cache: dict[str, tuple[tuple[Any, ...], float | None]] = {}
+
+    def sample() -> Iterator[JobSample]:
+        live = dict(jobs())
+        for jid in list(cache):
+            if jid not in live:
+                del cache[jid]
+        for jid, job in live.items():
+            batches = job.window.batches
+            key = (job.epoch, len(batches), next(reversed(batches), None), len(job.nodes))
+            hit = cache.get(jid)
+            if hit is None or hit[0] != key:
+                ld: float | None = None
+                if batches:
+                    problem = job.problem()
+                    ld = metrics.load_distance(problem, problem.current)
+                hit = cache[jid] = (key, ld)
+            yield JobSample(jid, int(job.epoch), len(job.kg_ids), len(batches), hit[1])
+
+    return sample

@@ -1,6 +1,6 @@
 """Statistics windows: the last ``window_batches`` micro-batches of a job (the ALBIC paper's statistics period, SPL).
 
-A window keeps the ``size`` highest batch ids it has seen, with running sums, so that adding a batch of m key
+A window keeps the ``size`` batches received most recently, with running sums, so that adding a batch of m key
 groups costs O(m) numpy work and nothing else:
 
 - the load of a key group is its mean load per batch over the window (a key group absent from a batch counted 0
@@ -8,13 +8,19 @@ groups costs O(m) numpy work and nothing else:
 - its state size is the latest reported value (or the registered one);
 - a communication edge's rate is likewise its mean per batch.
 
-A batch id seen before is counted once (``duplicate``); once the window is full, a batch older than every batch in
-it is not counted (it would be evicted at once) — this also covers re-posts of batches evicted long ago.
+Ordering rule (issue 12 item 3): the window holds the ``size`` most recently *received* distinct batch ids.
+A batch id already in the window is not counted again (``duplicate``); once the window is full, an id at most
+``size`` below the lowest id in it is a late re-post of a batch evicted recently and is not counted either. Any
+other id counts, and evicts the batch received earliest: batch ids identify batches without ordering them, so
+neither a batch id far in the future nor a driver whose query restarts from a new checkpoint (Spark numbers its
+batches from 0 again) can freeze the window — the batches received after it still count and push it out after
+``size`` more. Ids are signed 64-bit integers (the controller answers 422 beyond).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -30,34 +36,11 @@ class Batch:
     dst: np.ndarray | None = None        # int32
     rate: np.ndarray | None = None       # float64
 
-    # ---- (de)serialisation for the repository
-    def to_row(self, job_id: str, now: float) -> dict:
-        comm = None
-        if self.src is not None and self.src.size:
-            comm = (self.src.astype(np.int32).tobytes() + self.dst.astype(np.int32).tobytes()
-                    + self.rate.astype(np.float64).tobytes())
-        full = self.idx.size and self.idx[0] == 0 and self.idx[-1] == self.idx.size - 1 and \
-            bool((np.diff(self.idx) == 1).all())
-        return {"job_id": job_id, "batch_id": self.batch_id, "epoch": self.epoch,
-                # b"" = key groups 0..n-1 in order (what a driver sending every key group posts)
-                "kg_index": b"" if full else self.idx.astype(np.int32).tobytes(), "load": self.load.astype(np.float64).tobytes(),
-                "state_bytes": None if self.state is None else self.state.astype(np.float64).tobytes(),
-                "comm": comm, "received_at": now}
-
-    @classmethod
-    def from_row(cls, row: dict) -> Batch:
-        load = np.frombuffer(row["load"], dtype=np.float64).copy()
-        idx = (np.frombuffer(row["kg_index"], dtype=np.int32).copy() if row["kg_index"]
-               else np.arange(load.size, dtype=np.int32))
-        state = None if row["state_bytes"] is None else np.frombuffer(row["state_bytes"], dtype=np.float64).copy()
-        src = dst = rate = None
-        if row["comm"]:
-            raw = row["comm"]
-            e = len(raw) // 16
-            src = np.frombuffer(raw[: 4 * e], dtype=np.int32).copy()
-            dst = np.frombuffer(raw[4 * e: 8 * e], dtype=np.int32).copy()
-            rate = np.frombuffer(raw[8 * e:], dtype=np.float64).copy()
-        return cls(int(row["batch_id"]), int(row["epoch"]), idx, load, state, src, dst, rate)
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the batch's arrays (issue 12 item 10: the total over every window is capped)."""
+        arrays = (self.idx, self.load, self.state, self.src, self.dst, self.rate)
+        return sum(int(a.nbytes) for a in arrays if a is not None)
 
 
 @dataclass
@@ -67,15 +50,12 @@ class Window:
     size: int
     m: int
     batches: dict[int, Batch] = field(default_factory=dict)
-    load_sum: np.ndarray = None  # type: ignore[assignment]
-    seen: np.ndarray = None  # type: ignore[assignment]  # number of batches in the window reporting each kg
     comm_sum: dict[tuple[int, int], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.load_sum is None:
-            self.load_sum = np.zeros(self.m)
-        if self.seen is None:
-            self.seen = np.zeros(self.m, dtype=np.int64)
+        self.load_sum = np.zeros(self.m)
+        self.seen = np.zeros(self.m, dtype=np.int64)  # number of batches in the window reporting each kg
+        self.nbytes = 0  # memory held by the batches' arrays
 
     # ---- decisions (no side effects)
     def classify(self, batch_id: int) -> tuple[bool, bool, int | None]:
@@ -84,31 +64,45 @@ class Window:
             return False, True, None
         if len(self.batches) < self.size:
             return True, False, None
-        oldest = min(self.batches)
-        if batch_id < oldest:
+        low = min(self.batches)
+        if low - self.size <= batch_id < low:  # a late re-post of a batch evicted recently
             return False, False, None
-        return True, False, oldest
+        return True, False, next(iter(self.batches))  # the earliest received (dicts keep insertion order)
 
     # ---- mutation
     def add(self, batch: Batch, evict: int | None) -> None:
         if evict is not None:
             self._remove(self.batches.pop(evict))
         self.batches[batch.batch_id] = batch
+        self.nbytes += batch.nbytes
         self.load_sum[batch.idx] += batch.load  # ids are unique within a batch (checked by the controller)
         self.seen[batch.idx] += 1
-        if batch.src is not None:
-            for s, d, r in zip(batch.src.tolist(), batch.dst.tolist(), batch.rate.tolist()):
+        if batch.src is not None and batch.dst is not None and batch.rate is not None:
+            for s, d, r in zip(batch.src.tolist(), batch.dst.tolist(), batch.rate.tolist(), strict=True):
                 key = (s, d)
                 self.comm_sum[key] = self.comm_sum.get(key, 0.0) + r
 
+    def dropped_by(self, size: int) -> list[int]:
+        """The batches a window of ``size`` would no longer hold (the earliest received)."""
+        return list(self.batches)[: max(0, len(self.batches) - size)]
+
+    def resize(self, size: int) -> list[int]:
+        """Hold at most ``size`` batches from now on; returns the ids of the batches dropped (the earliest received)."""
+        drop = self.dropped_by(size)
+        for bid in drop:
+            self._remove(self.batches.pop(bid))
+        self.size = size
+        return drop
+
     def _remove(self, batch: Batch) -> None:
+        self.nbytes -= batch.nbytes
         self.load_sum[batch.idx] -= batch.load
         self.seen[batch.idx] -= 1
         # numerical hygiene: a key group no batch reports any more has exactly 0 load
         self.load_sum[self.seen == 0] = 0.0
         np.maximum(self.load_sum, 0.0, out=self.load_sum)
-        if batch.src is not None:
-            for s, d, r in zip(batch.src.tolist(), batch.dst.tolist(), batch.rate.tolist()):
+        if batch.src is not None and batch.dst is not None and batch.rate is not None:
+            for s, d, r in zip(batch.src.tolist(), batch.dst.tolist(), batch.rate.tolist(), strict=True):
                 key = (s, d)
                 v = self.comm_sum.get(key, 0.0) - r
                 if v <= 1e-12:
@@ -123,8 +117,7 @@ class Window:
 
     def latest_state(self, registered: np.ndarray) -> np.ndarray:
         out = registered.copy()
-        for bid in sorted(self.batches):
-            b = self.batches[bid]
+        for b in self.batches.values():  # in the order received: the latest report wins
             if b.state is not None:
                 ok = ~np.isnan(b.state)
                 out[b.idx[ok]] = b.state[ok]
@@ -139,8 +132,8 @@ class Window:
         rates = np.fromiter(self.comm_sum.values(), dtype=np.float64, count=len(self.comm_sum)) / n
         return keys[:, 0], keys[:, 1], rates
 
-    def state(self) -> dict:
-        ids = sorted(self.batches)
+    def state(self) -> dict[str, Any]:
+        ids = list(self.batches)  # oldest received first
         covered = len(ids)
         return {
             "size": self.size,

@@ -15,5 +15,5 @@ class InvalidInput(ValueError):
         self.reason = reason
         super().__init__(f"{field}: {reason}" if field else reason)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, str]:
         return {"field": self.field, "reason": self.reason}

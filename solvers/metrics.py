@@ -36,7 +36,8 @@ def node_loads(problem: Problem, assignment: np.ndarray) -> np.ndarray:
 
 def utilisation(problem: Problem, loads: np.ndarray) -> np.ndarray:
     """(n,) u_i = load_i / capacity_i."""
-    return loads / problem.capacity
+    u: np.ndarray = loads / problem.capacity
+    return u
 
 
 def target(problem: Problem, loads: np.ndarray) -> float:
@@ -88,7 +89,8 @@ def within_budget(problem: Problem, assignment: np.ndarray) -> bool:
     """Whether ``assignment`` respects the problem's migration budget (count and bytes)."""
     if problem.max_migrations is not None and migrations(problem, assignment) > problem.max_migrations:
         return False
-    if problem.max_migration_bytes is not None and migration_bytes(problem, assignment) > problem.max_migration_bytes * (1 + 1e-12):
+    mb = problem.max_migration_bytes
+    if mb is not None and migration_bytes(problem, assignment) > mb * (1 + 1e-12):
         return False
     return True
 
@@ -139,8 +141,8 @@ class LoadTracker:
         if problem.communication_cost > 0 and problem.comm.nnz:
             src, dst, rate = problem.edges()
             m = problem.n_key_groups
-            sym = sp.csr_matrix((np.concatenate([rate, rate]), (np.concatenate([src, dst]), np.concatenate([dst, src]))),
-                                shape=(m, m))
+            both = (np.concatenate([src, dst]), np.concatenate([dst, src]))
+            sym = sp.csr_matrix((np.concatenate([rate, rate]), both), shape=(m, m))
             sym.sum_duplicates()
             self._adj = sym
         self._active_cap = problem.capacity[problem.active]
@@ -190,7 +192,8 @@ class LoadTracker:
         self.assignment[k] = j
 
     def utilisation(self) -> np.ndarray:
-        return self.loads / self.problem.capacity
+        u: np.ndarray = self.loads / self.problem.capacity
+        return u
 
     def target(self) -> float:
         return float(self.loads.sum() / self._active_cap.sum())

@@ -1,18 +1,22 @@
 """The numeric problem and plan of DESIGN.md ("The problem and plan contract").
 
-A :class:`Problem` is built once from the JSON problem document (:meth:`Problem.from_dict`), validated there, and
-then handed to every planner as numpy arrays, so that 100,000 key groups stay cheap. A planner returns a
-:class:`Plan`: the new node index of every key group plus the solver's status and bound. Turning a plan back into
-the plan document (with before/after metrics) is :func:`plan_to_dict`; reading a plan document that claims to
-belong to a problem is :func:`plan_from_dict`.
+A :class:`Problem` is what every planner takes: numpy arrays, so that 100,000 key groups stay cheap. A planner
+returns a :class:`Plan`: the new node index of every key group plus the solver's status and bound.
+:meth:`Problem.check` is the one numeric validation (ranges, finiteness, sums that must fit a float), shared by the
+document reader and by :meth:`Problem.from_arrays`.
+
+Documents (JSON) are not this module's business: :mod:`solvers.documents` reads and writes the problem, plan and
+evaluation documents. ``Problem.from_dict``, ``Problem.to_dict``, ``plan_to_dict`` and ``plan_from_dict`` below are
+thin delegates kept for callers not yet moved to :mod:`solvers.documents`.
 
 Indices, not ids, are used inside: ``node_ids[i]`` is node ``i``, ``kg_ids[k]`` is key group ``k``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +27,11 @@ from solvers.errors import InvalidInput
 
 #: plan statuses of DESIGN.md
 STATUSES = ("optimal", "feasible", "heuristic")
+
+#: Every sum the metrics and planners form (total load, load / capacity, state bytes moved) must stay below this.
+#: The square root of a 64-bit float's range (≈ 1.3e154), with margin: the planners' searches compare sums of
+#: squared deviations (capacity × (u − t)², at most total load × utilisation), which must not overflow into inf or NaN.
+MAX_MAGNITUDE = 1e150
 
 
 @dataclass(eq=False)
@@ -85,15 +94,70 @@ class Problem:
 
     def with_budget(self, max_migrations: int | None, max_migration_bytes: float | None) -> Problem:
         """A copy of this problem with another budget (arrays are shared, not copied)."""
-        import dataclasses
-
         return dataclasses.replace(self, max_migrations=max_migrations, max_migration_bytes=max_migration_bytes)
 
     def with_current(self, current: np.ndarray) -> Problem:
         """A copy of this problem whose current assignment is ``current`` (used for multi-round simulations)."""
-        import dataclasses
-
         return dataclasses.replace(self, current=np.asarray(current, dtype=np.int64))
+
+    # ------------------------------------------------------------------ validation
+    def check(self) -> Problem:
+        """Check the numbers of this problem and return it; vectorised, O(m + n + E).
+
+        The field paths are those of the problem document (``key_groups[3].load``), each reason names the
+        offending id. Checked: capacity finite and > 0; load, state bytes, rates, communication cost, budget bytes
+        and extra resources finite and ≥ 0; a whole, non-negative migration budget; at least one node not
+        removing; and sums that stay below :data:`MAX_MAGNITUDE` (total load including the communication cost,
+        total load / smallest capacity, total state bytes, each resource's total), so that no metric or solver
+        overflows into inf or NaN.
+
+        Raises:
+            InvalidInput: the first violation.
+        """
+        check_range(self.capacity, "nodes", "capacity", self.node_ids, "node", positive=True)
+        if self.removing.all():
+            raise InvalidInput("nodes", "every node is marked removing; at least one node must stay")
+        check_range(self.load, "key_groups", "load", self.kg_ids, "key group")
+        check_range(self.state_bytes, "key_groups", "state_bytes", self.kg_ids, "key group")
+        coo = self.comm.tocoo()
+        src, dst, rate = coo.row, coo.col, coo.data
+        if rate.size and not (np.isfinite(rate).all() and rate.min() >= 0):
+            e = int(np.flatnonzero(~(np.isfinite(rate) & (rate >= 0)))[0])
+            raise InvalidInput("communication", f"rate must be finite and ≥ 0, got {rate[e]} "
+                               f"({self.kg_ids[int(src[e])]!r} -> {self.kg_ids[int(dst[e])]!r})")
+        _check_scalar(self.communication_cost, "communication_cost")
+        if self.max_migrations is not None and (isinstance(self.max_migrations, bool) or self.max_migrations < 0
+                                                or int(self.max_migrations) != self.max_migrations):
+            raise InvalidInput("budget.max_migrations", f"must be a whole number ≥ 0, got {self.max_migrations}")
+        if self.max_migration_bytes is not None:
+            _check_scalar(self.max_migration_bytes, "budget.max_migration_bytes")
+        for j, name in enumerate(self.resource_names):
+            assert self.resource_load is not None and self.resource_limit is not None
+            check_range(self.resource_load[:, j], "key_groups", f"resources.{name}", self.kg_ids, "key group")
+            lim = self.resource_limit[:, j]
+            bad = np.isnan(lim) | (lim < 0)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise InvalidInput(f"nodes[{i}].limits.{name}",
+                                   f"must be ≥ 0, got {lim[i]} (node {self.node_ids[i]!r})")
+            _check_sum(self.resource_load[:, j], f"resources.{name}", f"the {name!r} loads", self.kg_ids)
+        # sums: every metric divides Σ node load by a capacity; the communication term counts a rate twice
+        total_load = _check_sum(self.load, "load", "the loads", self.kg_ids)
+        total_rate = _check_sum(rate, "", "the rates")
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = total_load + 2.0 * self.communication_cost * total_rate
+        if not total <= MAX_MAGNITUDE:
+            raise InvalidInput("communication_cost", f"the loads plus communication_cost × rates sum to {total:.4g}, "
+                               f"more than {MAX_MAGNITUDE:g}: scale the loads or rates down")
+        cmin = float(self.capacity.min())
+        with np.errstate(over="ignore"):
+            util = total / cmin
+        if not util <= MAX_MAGNITUDE:
+            i = int(np.argmin(self.capacity))
+            raise InvalidInput(f"nodes[{i}].capacity", f"total load / capacity = {util:.4g} exceeds {MAX_MAGNITUDE:g} "
+                               f"(node {self.node_ids[i]!r}): scale the loads down or the capacities up")
+        _check_sum(self.state_bytes, "state_bytes", "the state bytes", self.kg_ids)
+        return self
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -113,203 +177,48 @@ class Problem:
         node_ids: Sequence[str] | None = None,
         kg_ids: Sequence[str] | None = None,
     ) -> Problem:
-        """Build a problem directly from arrays (for generators and tests); validated like a document."""
-        load = np.asarray(load, dtype=np.float64)
-        capacity = np.asarray(capacity, dtype=np.float64)
-        m, n = load.shape[0], capacity.shape[0]
-        doc: dict[str, Any] = {
-            "nodes": [
-                {"id": (node_ids[i] if node_ids is not None else f"w{i}"), "capacity": float(capacity[i]),
-                 "removing": bool(removing[i]) if removing is not None else False}
-                for i in range(n)
-            ],
-            "communication_cost": communication_cost,
-            "budget": {"max_migrations": max_migrations, "max_migration_bytes": max_migration_bytes},
-        }
-        node_names = [nd["id"] for nd in doc["nodes"]]
-        names = list(kg_ids) if kg_ids is not None else [f"kg{k}" for k in range(m)]
-        cur = np.asarray(current, dtype=np.int64)
-        doc["key_groups"] = [
-            {"id": names[k], "operator": (operator[k] if operator is not None else ""),
-             "node": node_names[int(cur[k])], "load": float(load[k]),
-             "state_bytes": float(state_bytes[k]) if state_bytes is not None else 0.0}
-            for k in range(m)
-        ]
-        if comm is not None:
-            coo = sp.coo_matrix(comm)
-            doc["communication"] = [
-                {"src": names[int(r)], "dst": names[int(c)], "rate": float(v)}
-                for r, c, v in zip(coo.row, coo.col, coo.data)
-            ]
-        return cls.from_dict(doc)
+        """Build a problem directly from arrays (for generators and tests), checked by :meth:`check`."""
+        load_a = np.array(load, dtype=np.float64).reshape(-1)
+        cap = np.array(capacity, dtype=np.float64).reshape(-1)
+        m, n = load_a.shape[0], cap.shape[0]
+        cur = np.array(current, dtype=np.int64).reshape(-1)
+        if cur.shape != (m,) or (m and (cur.min() < 0 or cur.max() >= n)):
+            raise InvalidInput("key_groups", f"current must be {m} node indices in [0, {n})")
+        nids = list(node_ids) if node_ids is not None else [f"w{i}" for i in range(n)]
+        kids = list(kg_ids) if kg_ids is not None else [f"kg{k}" for k in range(m)]
+        for ids, what, size in ((nids, "nodes", n), (kids, "key_groups", m)):
+            if len(ids) != size or len(set(ids)) != size:
+                raise InvalidInput(what, f"{size} distinct ids expected")
+        if comm is None:
+            matrix = sp.csr_matrix((m, m))
+        else:
+            matrix = sp.csr_matrix(comm, dtype=np.float64)
+            if matrix.shape != (m, m):
+                raise InvalidInput("communication", f"matrix of shape {matrix.shape}, expected ({m}, {m})")
+            matrix.sum_duplicates()
+        problem = cls(
+            node_ids=nids, capacity=cap,
+            removing=np.zeros(n, dtype=bool) if removing is None else np.array(removing, dtype=bool).reshape(-1),
+            kg_ids=kids, operator=list(operator) if operator is not None else [""] * m, load=load_a,
+            state_bytes=np.zeros(m) if state_bytes is None else np.array(state_bytes, dtype=np.float64).reshape(-1),
+            current=cur, comm=matrix, communication_cost=float(communication_cost),
+            max_migrations=None if max_migrations is None else int(max_migrations),
+            max_migration_bytes=None if max_migration_bytes is None else float(max_migration_bytes),
+        )
+        return problem.check()
 
     @classmethod
     def from_dict(cls, doc: Any) -> Problem:
-        """Validate a problem document (DESIGN.md) and build the numeric problem.
+        """Delegate of :func:`solvers.documents.problem_from_dict` (kept for callers not yet moved)."""
+        from solvers import documents
 
-        Raises:
-            InvalidInput: with the path of the offending field and the offending id, for: a document that is not
-                an object; missing or malformed fields; duplicate node or key group ids; a key group on an unknown
-                node; a load, rate, state size or capacity that is negative, NaN or infinite (capacity must be
-                > 0); no node left that is not removing; negative budgets; edges naming unknown key groups.
-        """
-        if not isinstance(doc, Mapping):
-            raise InvalidInput("", "the problem must be a JSON object")
-        known = {"nodes", "key_groups", "communication", "communication_cost", "budget"}
-        for key in doc:
-            if key not in known:
-                raise InvalidInput(str(key), f"unknown field; expected one of {sorted(known)}")
-
-        # ---- nodes
-        nodes = doc.get("nodes")
-        if not isinstance(nodes, list) or not nodes:
-            raise InvalidInput("nodes", "must be a non-empty list of nodes")
-        node_ids: list[str] = []
-        node_index: dict[str, int] = {}
-        capacity = np.empty(len(nodes))
-        removing = np.zeros(len(nodes), dtype=bool)
-        limits: list[dict[str, float]] = []
-        for i, nd in enumerate(nodes):
-            where = f"nodes[{i}]"
-            _check_object(nd, where, {"id", "capacity", "removing", "limits"})
-            nid = _check_id(nd.get("id"), f"{where}.id")
-            if nid in node_index:
-                raise InvalidInput(f"{where}.id", f"duplicate node id {nid!r}")
-            node_index[nid] = i
-            node_ids.append(nid)
-            cap = _number(nd.get("capacity", 1.0), f"{where}.capacity", f"node {nid!r}")
-            if cap <= 0:
-                raise InvalidInput(f"{where}.capacity", f"must be > 0 (node {nid!r}), got {cap}")
-            capacity[i] = cap
-            rem = nd.get("removing", False)
-            if not isinstance(rem, bool):
-                raise InvalidInput(f"{where}.removing", f"must be true or false (node {nid!r})")
-            removing[i] = rem
-            limits.append(_resource_map(nd.get("limits"), f"{where}.limits", f"node {nid!r}"))
-        if removing.all():
-            raise InvalidInput("nodes", "every node is marked removing; at least one node must stay")
-
-        # ---- key groups
-        kgs = doc.get("key_groups", [])
-        if not isinstance(kgs, list):
-            raise InvalidInput("key_groups", "must be a list of key groups")
-        m = len(kgs)
-        kg_ids: list[str] = []
-        kg_index: dict[str, int] = {}
-        operator: list[str] = []
-        load = np.empty(m)
-        state = np.empty(m)
-        current = np.empty(m, dtype=np.int64)
-        res_rows: list[dict[str, float]] = []
-        for k, kg in enumerate(kgs):
-            where = f"key_groups[{k}]"
-            _check_object(kg, where, {"id", "operator", "node", "load", "state_bytes", "resources"})
-            kid = _check_id(kg.get("id"), f"{where}.id")
-            if kid in kg_index:
-                raise InvalidInput(f"{where}.id", f"duplicate key group id {kid!r}")
-            kg_index[kid] = k
-            kg_ids.append(kid)
-            op = kg.get("operator", "")
-            if op is None:
-                op = ""
-            if not isinstance(op, str):
-                raise InvalidInput(f"{where}.operator", f"must be a string (key group {kid!r})")
-            operator.append(op)
-            node = kg.get("node")
-            if not isinstance(node, str):
-                raise InvalidInput(f"{where}.node", f"must be a node id (key group {kid!r})")
-            if node not in node_index:
-                raise InvalidInput(f"{where}.node", f"unknown node {node!r} (key group {kid!r})")
-            current[k] = node_index[node]
-            if "load" not in kg:
-                raise InvalidInput(f"{where}.load", f"is required (key group {kid!r})")
-            who = f"key group {kid!r}"
-            load[k] = _nonnegative(kg.get("load"), f"{where}.load", who)
-            state[k] = _nonnegative(kg.get("state_bytes", 0) or 0, f"{where}.state_bytes", who)
-            res_rows.append(_resource_map(kg.get("resources"), f"{where}.resources", who))
-
-        # ---- communication
-        edges = doc.get("communication", []) or []
-        if not isinstance(edges, list):
-            raise InvalidInput("communication", "must be a list of {src, dst, rate}")
-        src = np.empty(len(edges), dtype=np.int64)
-        dst = np.empty(len(edges), dtype=np.int64)
-        rate = np.empty(len(edges))
-        for e, edge in enumerate(edges):
-            where = f"communication[{e}]"
-            _check_object(edge, where, {"src", "dst", "rate"})
-            for end, arr in (("src", src), ("dst", dst)):
-                name = edge.get(end)
-                if not isinstance(name, str):
-                    raise InvalidInput(f"{where}.{end}", "must be a key group id")
-                if name not in kg_index:
-                    raise InvalidInput(f"{where}.{end}", f"unknown key group {name!r}")
-                arr[e] = kg_index[name]
-            rate[e] = _nonnegative(edge.get("rate"), f"{where}.rate")
-        comm = sp.csr_matrix((rate, (src, dst)), shape=(m, m))
-        comm.sum_duplicates()
-
-        ccost = _nonnegative(doc.get("communication_cost", 0.0) or 0.0, "communication_cost")
-
-        # ---- budget
-        budget = doc.get("budget") or {}
-        if not isinstance(budget, Mapping):
-            raise InvalidInput("budget", "must be an object")
-        for key in budget:
-            if key not in ("max_migrations", "max_migration_bytes"):
-                raise InvalidInput(f"budget.{key}", "unknown field; expected max_migrations, max_migration_bytes")
-        mm = budget.get("max_migrations")
-        if mm is not None:
-            if isinstance(mm, bool) or not isinstance(mm, (int, float)) or not float(mm).is_integer():
-                raise InvalidInput("budget.max_migrations", f"must be a whole number or null, got {mm!r}")
-            if mm < 0:
-                raise InvalidInput("budget.max_migrations", f"must be ≥ 0, got {mm}")
-            mm = int(mm)
-        mb = budget.get("max_migration_bytes")
-        if mb is not None:
-            mb = _nonnegative(mb, "budget.max_migration_bytes")
-
-        # ---- extra resources (multi-dimensional load)
-        names = sorted({r for row in res_rows for r in row} | {r for lim in limits for r in lim})
-        r_load = r_limit = None
-        if names:
-            r_load = np.array([[row.get(r, 0.0) for r in names] for row in res_rows], dtype=np.float64).reshape(m, len(names))
-            r_limit = np.array([[lim.get(r, math.inf) for r in names] for lim in limits], dtype=np.float64)
-
-        return cls(
-            node_ids=node_ids, capacity=capacity, removing=removing, kg_ids=kg_ids, operator=operator,
-            load=load, state_bytes=state, current=current, comm=comm, communication_cost=ccost,
-            max_migrations=mm, max_migration_bytes=mb,
-            resource_names=names, resource_load=r_load, resource_limit=r_limit,
-        )
+        return documents.problem_from_dict(doc)
 
     def to_dict(self) -> dict[str, Any]:
-        """The problem document of this problem (inverse of :meth:`from_dict`)."""
-        nodes = []
-        for i, nid in enumerate(self.node_ids):
-            nd: dict[str, Any] = {"id": nid, "capacity": float(self.capacity[i]), "removing": bool(self.removing[i])}
-            if self.resource_names:
-                lim = {r: float(self.resource_limit[i, j]) for j, r in enumerate(self.resource_names)
-                       if math.isfinite(self.resource_limit[i, j])}
-                if lim:
-                    nd["limits"] = lim
-            nodes.append(nd)
-        kgs = []
-        for k, kid in enumerate(self.kg_ids):
-            kg: dict[str, Any] = {"id": kid, "operator": self.operator[k], "node": self.node_ids[int(self.current[k])],
-                                  "load": float(self.load[k]), "state_bytes": _int_if_whole(self.state_bytes[k])}
-            if self.resource_names:
-                kg["resources"] = {r: float(self.resource_load[k, j]) for j, r in enumerate(self.resource_names)}
-            kgs.append(kg)
-        src, dst, rate = self.edges()
-        return {
-            "nodes": nodes,
-            "key_groups": kgs,
-            "communication": [{"src": self.kg_ids[int(s)], "dst": self.kg_ids[int(d)], "rate": float(r)}
-                              for s, d, r in zip(src, dst, rate)],
-            "communication_cost": self.communication_cost,
-            "budget": {"max_migrations": self.max_migrations, "max_migration_bytes": self.max_migration_bytes},
-        }
+        """Delegate of :func:`solvers.documents.problem_to_dict` (kept for callers not yet moved)."""
+        from solvers import documents
+
+        return documents.problem_to_dict(self)
 
 
 @dataclass(eq=False)
@@ -339,134 +248,55 @@ class Plan:
 
 
 def plan_to_dict(problem: Problem, plan: Plan) -> dict[str, Any]:
-    """The plan document of DESIGN.md, with before/after metrics computed by :mod:`solvers.metrics`."""
-    from solvers import metrics
+    """Delegate of :func:`solvers.documents.plan_to_dict` (kept for callers not yet moved)."""
+    from solvers import documents
 
-    a = plan.assignment
-    moved = np.flatnonzero(a != problem.current)
-    doc: dict[str, Any] = {
-        "algorithm": plan.algorithm,
-        "assignment": {kid: problem.node_ids[int(a[k])] for k, kid in enumerate(problem.kg_ids)},
-        "moves": [
-            {"key_group": problem.kg_ids[int(k)], "from": problem.node_ids[int(problem.current[k])],
-             "to": problem.node_ids[int(a[k])], "state_bytes": _int_if_whole(problem.state_bytes[k])}
-            for k in moved
-        ],
-        "metrics": metrics.plan_metrics(problem, a),
-        "solver": {
-            "status": plan.status,
-            "lower_bound": None if plan.lower_bound is None else _round(plan.lower_bound),
-            "seconds": round(float(plan.seconds), 4),
-        },
-    }
-    if plan.details:
-        doc["details"] = plan.details
-    return doc
+    return documents.plan_to_dict(problem, plan)
 
 
 def plan_from_dict(problem: Problem, doc: Any) -> Plan:
-    """Read a plan document and check that it belongs to ``problem``.
+    """Delegate of :func:`solvers.documents.plan_from_dict` (kept for callers not yet moved)."""
+    from solvers import documents
 
-    The plan's ``assignment`` must name every key group of the problem and nothing else, each on a node of the
-    problem; its ``moves``, when present, must list exactly the key groups whose node changed.
-
-    Raises:
-        InvalidInput: naming the first mismatch.
-    """
-    if not isinstance(doc, Mapping):
-        raise InvalidInput("plan", "must be a JSON object")
-    assignment = doc.get("assignment")
-    if not isinstance(assignment, Mapping):
-        raise InvalidInput("plan.assignment", "must be an object mapping key group id -> node id")
-    node_index = {nid: i for i, nid in enumerate(problem.node_ids)}
-    kg_index = {kid: k for k, kid in enumerate(problem.kg_ids)}
-    for kid in assignment:
-        if kid not in kg_index:
-            raise InvalidInput(f"plan.assignment.{kid}", "key group is not in the problem")
-    a = np.empty(problem.n_key_groups, dtype=np.int64)
-    for k, kid in enumerate(problem.kg_ids):
-        if kid not in assignment:
-            raise InvalidInput(f"plan.assignment.{kid}", "key group of the problem is missing from the plan")
-        node = assignment[kid]
-        if not isinstance(node, str) or node not in node_index:
-            raise InvalidInput(f"plan.assignment.{kid}", f"unknown node {node!r}")
-        a[k] = node_index[node]
-    moves = doc.get("moves")
-    if moves is not None:
-        if not isinstance(moves, list):
-            raise InvalidInput("plan.moves", "must be a list")
-        listed = set()
-        for j, mv in enumerate(moves):
-            if not isinstance(mv, Mapping) or mv.get("key_group") not in kg_index:
-                raise InvalidInput(f"plan.moves[{j}].key_group", "must name a key group of the problem")
-            k = kg_index[mv["key_group"]]
-            if mv.get("from") != problem.node_ids[int(problem.current[k])]:
-                raise InvalidInput(f"plan.moves[{j}].from",
-                                   f"key group {mv['key_group']!r} is on {problem.node_ids[int(problem.current[k])]!r}, "
-                                   f"not {mv.get('from')!r}: the plan was computed for another assignment")
-            if mv.get("to") != problem.node_ids[int(a[k])]:
-                raise InvalidInput(f"plan.moves[{j}].to", f"disagrees with the assignment of {mv['key_group']!r}")
-            listed.add(k)
-        changed = set(np.flatnonzero(a != problem.current).tolist())
-        if listed != changed:
-            missing = sorted(changed - listed)
-            what = problem.kg_ids[missing[0]] if missing else problem.kg_ids[sorted(listed - changed)[0]]
-            raise InvalidInput("plan.moves", f"moves do not match the assignment (key group {what!r})")
-    solver = doc.get("solver") or {}
-    status = solver.get("status", "heuristic") if isinstance(solver, Mapping) else "heuristic"
-    if status not in STATUSES:
-        status = "heuristic"
-    lb = solver.get("lower_bound") if isinstance(solver, Mapping) else None
-    return Plan(algorithm=str(doc.get("algorithm", "unknown")), assignment=a, status=status,
-                lower_bound=lb if isinstance(lb, (int, float)) else None)
+    return documents.plan_from_dict(problem, doc)
 
 
 # ---------------------------------------------------------------------- helpers
-def _check_object(obj: Any, where: str, allowed: set[str]) -> None:
-    if not isinstance(obj, Mapping):
-        raise InvalidInput(where, "must be a JSON object")
-    for key in obj:
-        if key not in allowed:
-            raise InvalidInput(f"{where}.{key}", f"unknown field; expected one of {sorted(allowed)}")
-
-
-def _check_id(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(where, "must be a non-empty string")
-    return value
-
-
-def _number(value: Any, field: str, who: str = "") -> float:
-    """A finite number, else InvalidInput naming ``field`` and, in the reason, ``who`` (the offending id)."""
-    of = f" ({who})" if who else ""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInput(field, f"must be a number, got {value!r}{of}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise InvalidInput(field, f"must be finite, got {value!r}{of}")
-    return v
-
-
-def _nonnegative(value: Any, field: str, who: str = "") -> float:
-    v = _number(value, field, who)
-    if v < 0:
-        raise InvalidInput(field, f"must be ≥ 0, got {v}" + (f" ({who})" if who else ""))
-    return v
-
-
-def _resource_map(obj: Any, field: str, who: str) -> dict[str, float]:
-    """``{"resource": amount ≥ 0}`` of a node's limits or a key group's extra resource loads."""
-    if obj is None:
-        return {}
-    if not isinstance(obj, Mapping):
-        raise InvalidInput(field, f"must be an object of resource name -> amount ({who})")
-    return {str(r): _nonnegative(v, f"{field}.{r}", who) for r, v in obj.items()}
-
-
-def _int_if_whole(x: float) -> int | float:
+def int_if_whole(x: float) -> int | float:
+    """``3.0`` -> ``3`` (bytes read as integers in JSON), other values unchanged."""
     x = float(x)
     return int(x) if x.is_integer() and abs(x) < 2**53 else x
 
 
-def _round(x: float) -> float:
-    return float(f"{float(x):.6g}")
+_int_if_whole = int_if_whole  # the name the controller imports
+
+
+def check_range(values: np.ndarray, where: str, name: str, ids: list[str], what: str, positive: bool = False) -> None:
+    """Every value finite and ≥ 0 (> 0 with ``positive``), else InvalidInput naming the first offender."""
+    if not values.size:
+        return
+    ok = np.isfinite(values) & ((values > 0) if positive else (values >= 0))
+    if ok.all():
+        return
+    k = int(np.flatnonzero(~ok)[0])
+    v = float(values[k])
+    reason = f"must be finite, got {v}" if not math.isfinite(v) else f"must be {'>' if positive else '≥'} 0, got {v}"
+    raise InvalidInput(f"{where}[{k}].{name}", f"{reason} ({what} {ids[k]!r})")
+
+
+def _check_scalar(value: float, where: str) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise InvalidInput(where, f"must be finite and ≥ 0, got {value}")
+
+
+def _check_sum(values: np.ndarray, name: str, what: str, ids: list[str] | None = None) -> float:
+    """Σ values (≥ 0, finite); InvalidInput naming the largest one when the sum exceeds :data:`MAX_MAGNITUDE`."""
+    with np.errstate(over="ignore"):
+        total = float(values.sum())
+    if total <= MAX_MAGNITUDE:
+        return total
+    k = int(np.argmax(values))
+    if ids is None:
+        raise InvalidInput("communication", f"{what} sum to {total:.4g}, more than {MAX_MAGNITUDE:g}: scale them down")
+    raise InvalidInput(f"key_groups[{k}].{name}", f"{what} sum to {total:.4g}, more than {MAX_MAGNITUDE:g} (the "
+                       f"largest: {float(values[k]):.4g}, key group {ids[k]!r}): scale them down")

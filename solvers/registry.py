@@ -44,7 +44,7 @@ class Param:
     type: type
     default: Any
     help: str = ""
-    choices: tuple | None = None
+    choices: tuple[Any, ...] | None = None
     minimum: float | None = None
     maximum: float | None = None
     nullable: bool = False
@@ -83,9 +83,9 @@ class Param:
                 if not isinstance(value, str):
                     raise ValueError
         except (TypeError, ValueError):
-            raise InvalidInput(where, f"expected {t.__name__}, got {value!r}") from None
+            raise InvalidInput(where, f"expected {t.__name__}, got {repr(value)[:100]}") from None
         if self.choices is not None and value not in self.choices:
-            raise InvalidInput(where, f"must be one of {list(self.choices)}, got {value!r}")
+            raise InvalidInput(where, f"must be one of {list(self.choices)}, got {repr(value)[:100]}")
         if self.minimum is not None and value < self.minimum:
             raise InvalidInput(where, f"must be ≥ {self.minimum}, got {value}")
         if self.maximum is not None and value > self.maximum:
@@ -116,10 +116,13 @@ class Algorithm:
         """Coerce and range-check ``params``; unknown names are rejected; defaults fill the rest."""
         params = dict(params or {})
         out: dict[str, Any] = {}
+        if "time_limit" in params:
+            raise InvalidInput("params.time_limit", "the time limit is not a planner parameter: give it as "
+                               "time_limit_s (API) or --time-limit (CLI)")
         for key in params:
             if key not in self.params:
                 known = ", ".join(sorted(self.params)) or "none"
-                raise InvalidInput(f"params.{key}", f"unknown parameter for {self.name!r} (known: {known})")
+                raise InvalidInput(f"params.{str(key)[:100]}", f"unknown parameter for {self.name!r} (known: {known})")
         for name, spec in self.params.items():
             out[name] = spec.coerce(params[name]) if name in params else spec.default
         return out
@@ -131,7 +134,8 @@ class Algorithm:
 _REGISTRY: dict[str, Algorithm] = {}
 
 
-def register(name: str, summary: str, params: list[Param] | tuple[Param, ...] = ()) -> Callable:
+def register(name: str, summary: str, params: list[Param] | tuple[Param, ...] = ()
+             ) -> Callable[[Callable[..., Plan]], Callable[..., Plan]]:
     """Decorator: register ``func(problem, *, time_limit, **params) -> Plan`` under ``name``."""
 
     def deco(func: Callable[..., Plan]) -> Callable[..., Plan]:
@@ -142,35 +146,27 @@ def register(name: str, summary: str, params: list[Param] | tuple[Param, ...] = 
 
 
 def names() -> list[str]:
-    """Registry names of every planner (importable or not)."""
+    """Registry names of every planner."""
     return sorted(set(PLANNER_MODULES) | set(_REGISTRY))
 
 
 def get(name: str) -> Algorithm:
-    """The planner registered as ``name``; InvalidInput for unknown names."""
+    """The planner registered as ``name`` (its module imported on first use); InvalidInput for unknown names.
+
+    A planner module that fails to import raises its error: a broken installation is never a missing planner.
+    """
     if name not in _REGISTRY and name in PLANNER_MODULES:
-        try:
-            importlib.import_module(PLANNER_MODULES[name])
-        except ModuleNotFoundError as exc:
-            if exc.name != PLANNER_MODULES[name]:
-                raise
+        importlib.import_module(PLANNER_MODULES[name])
     if name not in _REGISTRY:
-        available = ", ".join(available_names())
-        raise InvalidInput("algorithm", f"unknown algorithm {name!r} (available: {available})")
+        raise InvalidInput("algorithm", f"unknown algorithm {str(name)[:100]!r} (available: {', '.join(names())})")
     return _REGISTRY[name]
 
 
 def available_names() -> list[str]:
-    """Names of the planners whose modules exist and import."""
-    out = []
+    """Names of every planner, each imported (kept for callers; same as :func:`names`)."""
     for n in names():
-        try:
-            get_quiet = _REGISTRY.get(n) or (importlib.import_module(PLANNER_MODULES[n]) and _REGISTRY.get(n))
-        except ModuleNotFoundError:
-            get_quiet = None
-        if get_quiet is not None:
-            out.append(n)
-    return out
+        get(n)
+    return names()
 
 
 def check_time_limit(time_limit: Any) -> float:

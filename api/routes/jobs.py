@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from api.deps import get_controller
-from api.errors import invalid, pydantic_errors
+from api.errors import invalid, pydantic_errors, require_json
 from api.schemas import (
     ErrorDoc,
     ExecuteResponse,
@@ -24,16 +24,19 @@ from api.stats_parser import StatsInvalid, parse_stats
 from controller.service import Controller
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+JSON_BODY = [Depends(require_json)]
 
 JobId = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$",
                             description="job id (letters, digits, . _ : -)")]
 ProposalId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9]+$")]
 
-E404 = {404: {"model": ErrorDoc, "description": "unknown job or proposal"}}
-E409 = {409: {"model": ErrorDoc, "description": "epoch conflict"}}
-E413 = {413: {"model": ErrorDoc, "description": "request too large"}}
-E422 = {422: {"model": ErrorDoc, "description": "invalid input: field path and reason"}}
-E429 = {429: {"model": ErrorDoc, "description": "too many solves in flight"}}
+Responses = dict[int | str, dict[str, Any]]
+E404: Responses = {404: {"model": ErrorDoc, "description": "unknown job or proposal"}}
+E409: Responses = {409: {"model": ErrorDoc, "description": "epoch conflict"}}
+E413: Responses = {413: {"model": ErrorDoc, "description": "request too large"}}
+E415: Responses = {415: {"model": ErrorDoc, "description": "the body is not application/json"}}
+E422: Responses = {422: {"model": ErrorDoc, "description": "invalid input: field path and reason"}}
+E429: Responses = {429: {"model": ErrorDoc, "description": "too many solves in flight"}}
 
 
 @router.get("", response_model=list[dict[str, Any]])
@@ -43,9 +46,10 @@ async def list_jobs(ctl: Controller = Depends(get_controller)) -> Any:
             for j in ctl.jobs.values()]
 
 
-@router.put("/{job_id}", response_model=JobState, status_code=201,
+@router.put("/{job_id}", response_model=JobState, status_code=201, dependencies=JSON_BODY,
             responses={200: {"model": JobState, "description": "the job existed with this topology: its "
-                                                               "configuration was updated"}, **E409, **E413, **E422})
+                                                               "configuration was updated"},
+                       **E409, **E413, **E415, **E422})
 async def put_job(job_id: JobId, body: JobSpec, response: Response, ctl: Controller = Depends(get_controller)) -> Any:
     """Register a job (201) with ``epoch`` 0 and its assignment: the given placement of ``key_groups``, or
     ``operators`` whose key groups ``<op>/<k>`` are spread in contiguous ranges over the active nodes, as Flink
@@ -71,8 +75,8 @@ async def delete_job(job_id: JobId, ctl: Controller = Depends(get_controller)) -
 
 
 @router.post(
-    "/{job_id}/stats", response_model=StatsResponse, status_code=202,
-    responses={**E404, **E409, **E413, **E422},
+    "/{job_id}/stats", response_model=StatsResponse, status_code=202, dependencies=JSON_BODY,
+    responses={**E404, **E409, **E413, **E415, **E422},
     openapi_extra={"requestBody": {"required": True, "content": {
         "application/json": {"schema": {"$ref": "#/components/schemas/StatsRequest"}}}}},
 )
@@ -100,15 +104,15 @@ async def post_stats(job_id: JobId, request: Request, ctl: Controller = Depends(
     return JSONResponse(out, status_code=202)
 
 
-@router.post("/{job_id}/proposals", response_model=ProposalDoc, status_code=201,
+@router.post("/{job_id}/proposals", response_model=ProposalDoc, status_code=201, dependencies=JSON_BODY,
              responses={202: {"model": ProposalDoc, "description": "still solving: poll the Location"},
-                        **E404, **E409, **E422, **E429})
+                        **E404, **E409, **E415, **E422, **E429})
 async def create_proposal(job_id: JobId, response: Response, body: ProposalRequest | None = None,
                           ctl: Controller = Depends(get_controller)) -> Any:
     """A dry-run plan computed from the current window (nothing changes): 201 with ``id``, ``base_epoch`` and the
     ``plan``. A solve that outlasts the wait (``wait_s``, capped by ``REBALANCER_REQUEST_WAIT_S``) answers 202 with
     ``status: pending``; poll ``GET /v1/jobs/{job_id}/proposals/{id}``. 409 when the window is still empty."""
-    body = body or ProposalRequest()
+    body = body or ProposalRequest.model_validate({})
     done, prop = await ctl.propose(job_id, body.algorithm, body.params, body.time_limit_s, body.wait_s)
     if not done:
         response.status_code = 202
@@ -131,7 +135,8 @@ async def execute_proposal(job_id: JobId, proposal_id: ProposalId, ctl: Controll
     return await ctl.execute(job_id, proposal_id)
 
 
-@router.post("/{job_id}/nodes", response_model=JobState, responses={**E404, **E409, **E413, **E422})
+@router.post("/{job_id}/nodes", response_model=JobState, dependencies=JSON_BODY,
+             responses={**E404, **E409, **E413, **E415, **E422})
 async def change_nodes(job_id: JobId, body: NodesRequest, ctl: Controller = Depends(get_controller)) -> Any:
     """Scale out (``add``), mark nodes for scale-in (``remove``: they drain over the next rounds, within the
     budget), and delete empty removing nodes (``delete``; 409 while they hold key groups). A change is a new

@@ -1,24 +1,64 @@
-"""Operations: liveness and Prometheus metrics."""
+"""Operations: liveness, readiness and Prometheus metrics."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from fastapi import APIRouter, Depends
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy import text
 
 from api.deps import get_controller
 from api.schemas import HealthDoc
 from controller.service import Controller
+from controller.telemetry import CONTENT_TYPE
 
 router = APIRouter(tags=["operations"])
 
+READY_TIMEOUT_S = 2.0
+
 
 @router.get("/healthz", response_model=HealthDoc)
-async def healthz() -> dict:
-    """Liveness (never needs a token)."""
+async def healthz() -> dict[str, str]:
+    """Liveness (never needs a token): the event loop answers."""
     return {"status": "ok"}
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
-async def prometheus(ctl: Controller = Depends(get_controller)) -> PlainTextResponse:
-    """Prometheus text: requests, latencies, solve times, plans, epochs, statistics batches, jobs."""
-    return PlainTextResponse(ctl.telemetry.render(), media_type="text/plain; version=0.0.4")
+def _ping(engine: Any) -> None:
+    with engine.connect() as conn:
+        conn.execute(text("SELECT 1"))
+
+
+@router.get("/readyz", responses={503: {"description": "not ready: the database or the solver pool is not usable"}})
+async def readyz(ctl: Controller = Depends(get_controller)) -> JSONResponse:
+    """Readiness (never needs a token): the database answers ``SELECT 1`` within 2 s and the solver pool has a
+    worker ready (workers start in the background at startup) and is not broken; 503 with the reason otherwise."""
+    out: dict[str, Any] = {}
+    ok = True
+    try:
+        await asyncio.wait_for(asyncio.to_thread(_ping, ctl.engine), READY_TIMEOUT_S)
+        out["database"] = "ok"
+    except TimeoutError:
+        ok, out["database"] = False, f"no answer within {READY_TIMEOUT_S:g} s"
+    except Exception as exc:  # noqa: BLE001 - any driver error means "not ready", reported with its type
+        ok, out["database"] = False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    try:
+        health = ctl.pool.health() if ctl.pool is not None else None
+    except RuntimeError:  # not started yet
+        health = None
+    if health is None:
+        ok, out["solver_pool"] = False, "not started"
+    else:
+        out["solver_pool"] = health
+        if health["broken"] or health["closed"] or health["ready_workers"] < 1:
+            ok = False
+    out["status"] = "ready" if ok else "not ready"
+    return JSONResponse(out, status_code=200 if ok else 503)
+
+
+@router.get("/metrics", response_class=Response)
+async def prometheus(ctl: Controller = Depends(get_controller)) -> Response:
+    """Prometheus text format: requests, latencies, solve times, plans, epochs, statistics batches, jobs, per-job
+    epoch / load distance / migrations, the process (CPU, memory, file descriptors)."""
+    return Response(ctl.telemetry.render(), media_type=CONTENT_TYPE)

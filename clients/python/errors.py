@@ -4,7 +4,9 @@
 :class:`APIError` subclass chosen by status code (``ConflictError`` for 409, ``NotFoundError`` for 404,
 ``ValidationError`` for 422, ...); a controller that cannot be reached after the retries becomes
 :class:`ControllerUnavailable`. Callers on the hot path of a Spark micro-batch usually catch
-``ControllerUnavailable`` and ``ServerError`` and carry on with their last routing.
+``ControllerUnavailable``, ``ServerError`` and ``MalformedResponse`` (or simply ``RebalancerError``) and carry on
+with their last routing. Nothing else escapes a client call: a malformed body, a bad ``Retry-After`` or a
+dripping server never surface as ``ValueError``/``TypeError``/``AttributeError``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,31 @@ class RebalancerError(Exception):
 
 class ControllerUnavailable(RebalancerError):
     """The controller could not be reached or did not answer in time (after the allowed retries)."""
+
+
+class DeadlineExceeded(ControllerUnavailable):
+    """The call's total deadline passed (a slow or dripping server, or retries that would outlast it)."""
+
+
+class InvalidArgument(RebalancerError, ValueError):
+    """An argument the client refuses before sending anything (e.g. a job id that is not one path segment)."""
+
+
+class MalformedResponse(RebalancerError):
+    """The controller answered 2xx with a body that is not the documented document (not JSON, a list where an
+    object belongs, a null or missing field, a wrong type). ``status_code`` is the HTTP status, ``url`` the request."""
+
+    def __init__(self, reason: str, *, status_code: int = 0, method: str = "", url: str = ""):
+        self.reason = reason
+        self.status_code = status_code
+        self.method = method
+        self.url = url
+        where = f"{method} {url} -> HTTP {status_code}: " if url else ""
+        super().__init__(f"{where}malformed response: {reason}")
+
+
+class ResponseTooLarge(MalformedResponse):
+    """The response is larger than the client's ``max_response_bytes``; it was not read to the end."""
 
 
 class APIError(RebalancerError):

@@ -9,7 +9,11 @@ Modules (import them directly; nothing here imports pyspark, so the package stay
 * :mod:`clients.spark.state` — keyed state partitioned by the routing table, migrations of moved key groups only;
 * :mod:`clients.spark.driver` — :class:`~clients.spark.driver.RebalancingDriver`, the ``foreachBatch`` function
   that talks to the controller and applies plans at batch boundaries;
+* :mod:`clients.spark.control` — the driver's conversation with the controller (registration, statistics,
+  proposals, validation of assignments, back-off);
+* :mod:`clients.spark.store` — durable, versioned state (Parquet deltas and snapshots, commit records);
+* :mod:`clients.spark.sink` — :class:`~clients.spark.sink.BatchIdSink`, exactly-once output by batch id;
 * :mod:`clients.spark.gedik` — adapter for Gedik's partitioning functions;
-* :mod:`benchmarks.bench_spark_routing`, :mod:`benchmarks.spark_demo`, :mod:`clients.spark.example` — measurements, ``make demo``
-  and the README example.
+* :mod:`benchmarks.bench_spark_routing`, :mod:`benchmarks.spark_demo`, :mod:`clients.spark.example` —
+  measurements, ``make demo`` and the README example.
 """

@@ -241,7 +241,8 @@ class RoutingTable:
 
     def frame(self, spark):
         """The routing table as a small DataFrame ``(_rb_kg, _rb_pid, _rb_route)`` (for broadcast joins)."""
-        rows = [(k, int(p), int(v)) for k, (p, v) in enumerate(zip(self.partition_of, self.route_values()))]
+        pairs = zip(self.partition_of, self.route_values(), strict=True)
+        rows = [(k, int(p), int(v)) for k, (p, v) in enumerate(pairs)]
         return spark.createDataFrame(rows, f"{KG_COL} int, {PID_COL} int, {ROUTE_COL} int")
 
     def route(self, df, key, *, method: str = "expr", with_pid: bool = True, with_kg: bool = True):

@@ -40,6 +40,7 @@ import numpy as np
 
 from clients.spark.routing import KG_COL, ROUTE_COL, RoutingTable, key_group_column, key_group_of_route
 from clients.spark.stats import row_bytes_column
+from clients.spark.store import VERSION_COL
 
 log = logging.getLogger("rebalancer.spark")
 
@@ -70,21 +71,27 @@ class BatchPartials:
     df: object                           # DataFrame (_rb_route, _rb_kg, key..., aggregates..., _rb_n, _rb_b)
     n_partitions: int
 
+    keys: int = 0                        # distinct keys of the batch (set by :meth:`summary`)
+
     def summary(self, key_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """One Spark job: (records per partition (n,), records per key group (G,), bytes per key group (G,)),
-        the partition measured with ``spark_partition_id()``."""
+        the partition measured with ``spark_partition_id()``; also counts the batch's distinct keys."""
         from pyspark.sql import functions as F
 
         rows = (self.df.select(F.spark_partition_id().alias("p"), KG_COL, N_COL, B_COL)
-                .groupBy("p", KG_COL).agg(F.sum(N_COL).alias("n"), F.sum(B_COL).alias("b")).collect())
+                .groupBy("p", KG_COL).agg(F.sum(N_COL).alias("n"), F.sum(B_COL).alias("b"),
+                                          F.count(F.lit(1)).alias("k")).collect())
         part = np.zeros(self.n_partitions, dtype=np.int64)
         n = np.zeros(key_groups, dtype=np.int64)
         b = np.zeros(key_groups, dtype=np.int64)
+        keys = 0
         for r in rows:
             c = int(r["n"] or 0)
             part[int(r["p"])] += c
             n[int(r[KG_COL])] += c
             b[int(r[KG_COL])] += int(r["b"] or 0)
+            keys += int(r["k"])
+        self.keys = keys
         return part, n, b
 
     def partition_records(self) -> np.ndarray:
@@ -144,7 +151,11 @@ class KeyedState:
         return self.routing.n_partitions
 
     def _state_columns(self) -> list[str]:
-        return [ROUTE_COL, KG_COL, *self.keys, *self.aggregations]
+        return [ROUTE_COL, KG_COL, *self.keys, *self.aggregations, VERSION_COL]
+
+    def stored_columns(self) -> list[str]:
+        """The columns a durable store keeps (the route is derived from the key group and the routing)."""
+        return [KG_COL, *self.keys, *self.aggregations, VERSION_COL]
 
     def _placed_by_route(self, df) -> bool:
         """True when ``df``'s physical output partitioning is ``hashpartitioning(_rb_route, n)``."""
@@ -161,6 +172,17 @@ class KeyedState:
             return False
 
     # ------------------------------------------------------------------ per batch
+    def check_columns(self, batch_df) -> None:
+        """Raise ValueError naming the user's key or aggregation column missing from ``batch_df``."""
+        have = set(batch_df.columns)
+        for k in self.keys:
+            if k not in have:
+                raise ValueError(f"key column {k!r} is not in the stream (columns: {', '.join(batch_df.columns)})")
+        for out, (fn, col) in self.aggregations.items():
+            if col is not None and col not in have:
+                raise ValueError(f"aggregation {out!r}: {fn} input column {col!r} is not in the stream (columns: "
+                                 f"{', '.join(batch_df.columns)})")
+
     def partials(self, batch_df) -> BatchPartials:
         """Route, place and pre-aggregate one micro-batch (cached; release with :meth:`release`)."""
         from pyspark import StorageLevel
@@ -185,16 +207,20 @@ class KeyedState:
             part = part.persist(StorageLevel.MEMORY_AND_DISK)
         return BatchPartials(part, self.n_partitions)
 
-    def merge(self, partials: BatchPartials) -> None:
-        """Merge a batch's partials into the state (the state is not shuffled; see the module docstring)."""
+    def merge(self, partials: BatchPartials, version: int = 0) -> None:
+        """Merge a batch's partials into the state (the state is not shuffled; see the module docstring).
+
+        The rows of the batch's keys get ``_rb_v = version`` (the delta a durable store writes)."""
         from pyspark.sql import functions as F
 
         with _no_adaptive(self.session):
-            new_rows = partials.df.select(*self._state_columns())
+            new_rows = (partials.df.withColumn(VERSION_COL, F.lit(int(version)).cast("long"))
+                        .select(*self._state_columns()))
             if self.df is None:
                 merged = new_rows
             else:
                 aggs = [getattr(F, _MERGE[fn])(out).alias(out) for out, (fn, _) in self.aggregations.items()]
+                aggs.append(F.max(VERSION_COL).alias(VERSION_COL))
                 merged = self.df.unionByName(new_rows).groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*aggs)
                 if not self._placed_by_route(merged):
                     self.fallback_merges += 1
@@ -203,11 +229,24 @@ class KeyedState:
             self._replace(merged)
         self.updates += 1
 
-    def update(self, batch_df) -> BatchPartials:
+    def update(self, batch_df, version: int = 0) -> BatchPartials:
         """:meth:`partials` then :meth:`merge`; returns the (cached) partials for statistics."""
         p = self.partials(batch_df)
-        self.merge(p)
+        self.merge(p, version)
         return p
+
+    def restore(self, stored_df, routing: RoutingTable) -> None:
+        """Replace the state by ``stored_df`` (the :meth:`stored_columns` of a durable store), placed under
+        ``routing`` (one shuffle of the state; used on recovery only)."""
+        from pyspark.sql import functions as F
+
+        self.routing = routing
+        self.session = stored_df.sparkSession
+        with _no_adaptive(self.session):
+            df = (stored_df.select(*self.stored_columns())
+                  .withColumn(ROUTE_COL, routing.route_column(F.col(KG_COL)))
+                  .select(*self._state_columns()))
+            self._replace(routing.place(df))
 
     @staticmethod
     def release(partials: BatchPartials) -> None:

@@ -57,6 +57,7 @@ import scipy.sparse as sp
 
 from solvers import metrics
 from solvers.errors import InvalidInput
+from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, add_pairs_paper
 from solvers.graph_partitioning import metis_parts, symmetric_traffic
 from solvers.model import Plan, Problem
 from solvers.registry import Param, register
@@ -211,7 +212,7 @@ class CollocationUnits:
 def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.ndarray | None,
                 adj: sp.csr_matrix, pairs_per_round: int | None, pair_budget_share: float,
                 node_load: np.ndarray, seed: int = 0, pin: str = "paper",
-                max_ld_band: float | None = None) -> CollocationUnits:
+                max_ld_band: float | None = None, order: str = "paper") -> CollocationUnits:
     """Steps 2 and 3 of Algorithm 2 for one maxPL level: collocated sets → parts → units, then constrained pairs.
 
     Args:
@@ -221,14 +222,17 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         pair_budget_share: share of the migration budget the new pairs may force.
         node_load: (n,) current node loads, for "the node with the smallest load" (capacity-normalised).
         pin: ``"paper"`` pins a pair to the node the paper's case picks; ``"either"`` lets the MILP choose between
-            the two candidate nodes of cases 1 and 3 (the paper's node is the warm start and the budget estimate).
+            the two candidate nodes (the chosen node is the warm start and the budget estimate).
         max_ld_band: when set, a pair is skipped if its forced moves would push an active node's estimated
             utilisation more than ``max_ld_band`` × t away from the target t, or further away if it already is.
             If that skips every pair, the first pair that fits the budget is added anyway (one pair per round, as
             the paper), so collocation never stalls.
+        order: ``"paper"`` (highest traffic first, the paper's cases) or ``"gain"`` (collocation gained per
+            migration, balance-aware); see :mod:`solvers.albic.collocation_moves`.
     """
+    if order not in ORDERS:
+        raise InvalidInput("params.pair_order", f"must be one of {list(ORDERS)}, got {order!r}")
     m = problem.n_key_groups
-    cur = problem.current
     rng = np.random.default_rng(seed)
     unit_of = np.arange(m, dtype=np.int64)
     members: dict[int, np.ndarray] = {}
@@ -244,98 +248,26 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
                     uid = int(part[0])
                     unit_of[part] = uid
                     members[uid] = part
-    hint = cur.copy()
-    target: dict[int, int] = {}
-    choice: dict[int, list[int]] = {}
-    added: list[tuple[int, int, int, int]] = []
-    util = node_load / problem.capacity  # updated as pairs are constrained (estimated with key group loads)
     t_util = float(node_load.sum() / problem.capacity[problem.active].sum())
-    band = None if max_ld_band is None else max_ld_band * t_util
-    ccost = problem.communication_cost
-    moves = 0
-    nbytes = 0.0
     share = pair_budget_share
-    max_moves = None if problem.max_migrations is None else math.floor(problem.max_migrations * share + _EPS)
-    max_bytes = None if problem.max_migration_bytes is None else problem.max_migration_bytes * share
+    st = PairState(
+        problem=problem, adj=adj, unit_of=unit_of, members=members, hint=problem.current.copy(),
+        util=node_load / problem.capacity, t_util=t_util,
+        band=None if max_ld_band is None else max_ld_band * t_util,
+        max_moves=None if problem.max_migrations is None else math.floor(problem.max_migrations * share + _EPS),
+        max_bytes=None if problem.max_migration_bytes is None else problem.max_migration_bytes * share, pin=pin)
     limit = math.inf if pairs_per_round is None else pairs_per_round
-    if max_pl_abs > 0 and len(pairs) and limit > 0 and (max_moves is None or max_moves > 0):
+    if max_pl_abs > 0 and len(pairs) and limit > 0 and (st.max_moves is None or st.max_moves > 0):
         todo = np.flatnonzero(~pairs.collocated)
         # highest traffic first; ties broken at random ("random from uncolGrps w. max value")
         todo = todo[rng.permutation(todo.size)]
         todo = todo[np.argsort(-pairs.rate[todo], kind="stable")]
-        removing = problem.removing
-        def try_pair(p: int, use_band: bool) -> str:
-            nonlocal moves, nbytes
-            gi, gj = int(pairs.src[p]), int(pairs.dst[p])
-            ui, uj = int(unit_of[gi]), int(unit_of[gj])
-            if ui == uj:
-                return "skip"
-            mi = members.get(ui, np.array([gi]))
-            mj = members.get(uj, np.array([gj]))
-            ni = target.get(ui, int(cur[gi]))
-            nj = target.get(uj, int(cur[gj]))
-            in_i, in_j = mi.size >= 2, mj.size >= 2
-            if in_i and not in_j:
-                case, cands = 2, [ni]
-            elif in_j and not in_i:
-                case, cands = 2, [nj]
-            else:
-                case, cands = (3 if in_i else 1), [ni, nj]
-            cands = [c for c in dict.fromkeys(cands) if not removing[c]]
-            if not cands:
-                return "skip"
-            t = min(cands, key=lambda c: (util[c], c))
-            options = cands if pin == "either" else [t]
-            merged = np.concatenate([mi, mj])
-            away_new = merged[cur[merged] != t]
-            old_cost = [m_[cur[m_] != target[u]] for u, m_ in ((ui, mi), (uj, mj)) if u in target]
-            d_moves = away_new.size - sum(x.size for x in old_cost)
-            d_bytes = float(problem.state_bytes[away_new].sum()) - sum(float(problem.state_bytes[x].sum()) for x in old_cost)
-            if max_moves is not None and moves + d_moves > max_moves:
-                return "skip"
-            if max_bytes is not None and nbytes + d_bytes > max_bytes * (1 + _EPS):
-                return "skip"
-            # estimated utilisation change: moved members' loads, and the pair's edge is no longer cut
-            delta: dict[int, float] = {}
-            for k in merged:
-                src_node = int(hint[k])
-                if src_node != t:
-                    delta[src_node] = delta.get(src_node, 0.0) - problem.load[k] / problem.capacity[src_node]
-                    delta[t] = delta.get(t, 0.0) + problem.load[k] / problem.capacity[t]
-            if ccost > 0:
-                w = ccost * float(adj[gi, gj])
-                for node in {int(hint[gi]), int(hint[gj])}:
-                    delta[node] = delta.get(node, 0.0) - w / problem.capacity[node]
-            if use_band and band is not None and any(
-                    abs(util[nd] + dv - t_util) > max(band, abs(util[nd] - t_util)) + _EPS
-                    for nd, dv in delta.items() if not removing[nd]):
-                return "band"  # it would push a node out of the band, or further out: leave the pair for later
-            # commit: merge uj into ui, constrain to t
-            moves += d_moves
-            nbytes += d_bytes
-            for nd, dv in delta.items():
-                util[nd] += dv
-            hint[merged] = t
-            unit_of[mj] = ui
-            members[ui] = merged
-            members.pop(uj, None)
-            target.pop(uj, None)
-            target[ui] = t
-            choice[ui] = options
-            choice.pop(uj, None)
-            added.append((gi, gj, t, case))
-            return "added"
-
-        banded: list[int] = []
-        for p in todo:
-            if len(added) >= limit or (max_moves is not None and moves >= max_moves):
-                break
-            if try_pair(int(p), True) == "band":
-                banded.append(int(p))
-        if not added:  # every pair breaks the band: add the best one that fits anyway (the paper's one pair)
-            for p in banded:
-                if try_pair(p, False) == "added":
-                    break
+        if order == "gain":
+            add_pairs_gain(st, pairs.src[todo], pairs.dst[todo], limit)
+        else:
+            add_pairs_paper(st, todo, pairs.src, pairs.dst, limit)
+    unit_of, hint, target, choice, added = st.unit_of, st.hint, st.target, st.choice, st.added
+    moves, nbytes = st.moves, st.nbytes
     # contiguous unit ids
     uniq, inv = np.unique(unit_of, return_inverse=True)
     pos = {int(u): i for i, u in enumerate(uniq)}
@@ -369,7 +301,7 @@ def _solve_grouped():
 def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, max_pl: float = 25.0,
           step_pl: float = 5.0, score_factor: float = 1.5, pairs_per_round: int | None = None,
           pair_budget_share: float = 1.0, pin: str = "paper", pair_band: float | None = 10.0,
-          backend: str = "cpsat", seed: int = 0) -> Plan:
+          pair_order: str = "gain", backend: str = "cpsat", seed: int = 0) -> Plan:
     """One ALBIC round (Algorithm 2). See the module docstring for the steps and the units of the parameters.
 
     Returns:
@@ -411,7 +343,7 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
         units = build_units(problem, pairs, level / 100.0 * avg_node, mc=mc, adj=adj,
                             pairs_per_round=pairs_per_round, pair_budget_share=share,
                             node_load=loads, seed=seed, pin=pin,
-                            max_ld_band=None if pair_band is None else pair_band / 100.0)
+                            max_ld_band=None if pair_band is None else pair_band / 100.0, order=pair_order)
         hint = units.hint
         if prev is not None and _feasible_hint(problem, prev, units) and \
                 metrics.load_distance(problem, prev) < metrics.load_distance(problem, hint):
@@ -486,6 +418,9 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
         Param("pair_band", float, 10.0, "skip a new pair whose moves would push a node more than this far from the "
               "target (or further, if it already is), percent of the target utilisation; if that skips every pair "
               "the best one that fits is added anyway (null = no check, as the paper)", minimum=0.0, nullable=True),
+        Param("pair_order", str, "gain", "which pairs first: 'gain' = collocated traffic per migration, moves that "
+              "also balance preferred (multi-round view); 'paper' = highest traffic first, the paper's cases",
+              choices=ORDERS),
         Param("backend", str, "cpsat", "MILP backend passed to solve_grouped", choices=("cpsat", "cbc")),
         Param("seed", int, 0, "seed for METIS and random tie breaks", minimum=0),
     ],

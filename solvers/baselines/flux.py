@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from solvers.metrics import LoadTracker
+from solvers.metrics import LoadTracker, load_distance_of_loads
 from solvers.model import Plan, Problem
 from solvers.registry import register
 
@@ -38,29 +38,58 @@ def flux_moves(problem: Problem, time_limit: float = 1.0, start: np.ndarray | No
     cap = problem.capacity
     moves: list[tuple[int, int]] = []
     history: list[tuple[float, float]] = []
+    # without communication costs every move keeps (load on removing, distance) from rising (a drain move takes
+    # load off B; a balance move leaves both nodes inside the pair's old range, and t is fixed), so the best prefix
+    # is found afterwards by bisection instead of scoring every move (O(n) each)
+    monotone = not (problem.communication_cost > 0 and problem.comm.nnz)
+    loads0 = tr.loads.copy()
+
+    def score_of(loads: np.ndarray) -> tuple[float, float]:
+        on_removing = float(loads[problem.removing].sum()) if problem.removing.any() else 0.0
+        return (round(on_removing, 9), load_distance_of_loads(problem, loads))
 
     def score() -> tuple[float, float]:
-        on_removing = float(tr.loads[problem.removing].sum()) if problem.removing.any() else 0.0
-        return (round(on_removing, 9), tr.load_distance())
+        return score_of(tr.loads)
 
     best_score = score()
     active = np.flatnonzero(problem.active)
 
-    # Per-node key groups sorted by load (for "biggest that still narrows the gap" in O(log m)).
-    members: dict[int, list[tuple[float, int]]] = {int(i): [] for i in range(problem.n_nodes)}
-    order = np.argsort(problem.load, kind="stable")
-    for k in order:
-        members[int(tr.assignment[k])].append((float(problem.load[k]), int(k)))
+    # Per-node key groups sorted by load (for "biggest that still narrows the gap" in O(log m)); the moved ones
+    # also in a list of their own: once the count budget is spent only they can move again (at no cost), so the
+    # search skips the unmoved ones instead of testing each (same plan, O(log m) instead of O(m) per pair).
+    ldl = problem.load.tolist()
+    asg = tr.assignment
+    order = np.lexsort((problem.load, asg))                 # by node, then load (ties by index, as the tuples)
+    bounds = np.searchsorted(asg[order], np.arange(problem.n_nodes + 1))
+    lo_, ko_ = problem.load[order].tolist(), order.tolist()
+    members: dict[int, list[tuple[float, int]]] = {
+        i: list(zip(lo_[bounds[i]:bounds[i + 1]], ko_[bounds[i]:bounds[i + 1]], strict=True))
+        for i in range(problem.n_nodes)}
+    moved: dict[int, list[tuple[float, int]]] = {i: [] for i in range(problem.n_nodes)}
+    away = asg != problem.current
+    for k in np.flatnonzero(away)[np.argsort(problem.load[away], kind="stable")].tolist():
+        moved[int(asg[k])].append((ldl[k], k))
+    cur = problem.current.tolist()
+    count_cap = problem.max_migrations
+    moves_from: list[int] = []
 
     def do_move(k: int, j: int) -> None:
         i = int(tr.assignment[k])
+        item = (ldl[k], k)
         lst = members[i]
-        pos = bisect.bisect_left(lst, (float(problem.load[k]), k))
-        del lst[pos]
-        bisect.insort(members[j], (float(problem.load[k]), k))
-        tr.move(k, j)
+        del lst[bisect.bisect_left(lst, item)]
+        bisect.insort(members[j], item)
+        if i != cur[k]:
+            ml = moved[i]
+            del ml[bisect.bisect_left(ml, item)]
+        if j != cur[k]:
+            bisect.insort(moved[j], item)
         moves.append((k, j))
-        history.append(score())
+        if monotone:
+            moves_from.append(i)
+        tr.move(k, j)
+        if not monotone:
+            history.append(score())
 
     # 1. drain removing nodes, heaviest key groups first
     if problem.removing.any():
@@ -87,7 +116,8 @@ def flux_moves(problem: Problem, time_limit: float = 1.0, start: np.ndarray | No
             if gap <= 1e-12:
                 break
             limit = 2.0 * gap / (1.0 / cap[h] + 1.0 / cap[c])
-            lst = members[h]
+            # count budget spent: only moved key groups are affordable (see above)
+            lst = moved[h] if count_cap is not None and tr.moves >= count_cap else members[h]
             pos = bisect.bisect_left(lst, (limit, -1)) - 1  # biggest with load < limit
             while pos >= 0:
                 w, k = lst[pos]
@@ -108,6 +138,26 @@ def flux_moves(problem: Problem, time_limit: float = 1.0, start: np.ndarray | No
 
     # 3. best prefix
     best_len = 0
+    if monotone and moves:
+        mk = np.array([k for k, _ in moves], dtype=np.int64)
+        w = problem.load[mk]
+        src, dst = np.array(moves_from, dtype=np.int64), np.array([j for _, j in moves], dtype=np.int64)
+
+        def score_at(length: int) -> tuple[float, float]:
+            loads = loads0 - np.bincount(src[:length], weights=w[:length], minlength=problem.n_nodes)
+            loads += np.bincount(dst[:length], weights=w[:length], minlength=problem.n_nodes)
+            return score_of(loads)
+
+        final = score_at(len(moves))
+        if final < best_score:
+            lo, hi = 0, len(moves)  # score_at(lo) > final == score_at(hi); first index reaching final
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if score_at(mid) <= final:
+                    hi = mid
+                else:
+                    lo = mid
+            best_len = hi
     for idx, s in enumerate(history):
         if s < best_score:
             best_score, best_len = s, idx + 1

@@ -146,3 +146,88 @@ def test_evaluate_and_scaling_errors(client):
     assert _field(client.post("/v1/what-if/scaling", json={"problem": PROBLEM, "candidates": []})) == "candidates"
     assert _field(client.post("/v1/what-if/scaling", json={"problem": PROBLEM, "candidates": [2],
                                                              "target_load_distance": -1})) == "target_load_distance"
+
+
+def test_booleans_are_not_numbers_and_ids_have_a_length_limit(client):
+    # issue 12.5: "epoch": false, "wait_s": false, "max_migration_bytes": false were read as 0
+    jid = new_id()
+    register(client, jid, key_groups=4)
+    stats = {"batch_id": 1, "epoch": False, "key_groups": [{"id": "agg/0", "load": 1}]}
+    assert _field(client.post(f"/v1/jobs/{jid}/stats", json=stats)) == "epoch"
+    stats = {"batch_id": 1, "epoch": 0, "key_groups": [{"id": "agg/0", "load": 1}]}
+    assert client.post(f"/v1/jobs/{jid}/stats", json=stats).status_code == 202
+    assert _field(client.post(f"/v1/jobs/{jid}/proposals", json={"wait_s": False})) == "wait_s"
+    assert _field(client.put(f"/v1/jobs/{new_id()}", json={"nodes": ["a"], "operators": [{"id": "o", "key_groups": 1}],
+                                                         "budget": {"max_migration_bytes": False}})) \
+        == "budget.max_migration_bytes"
+    assert _field(client.post("/v1/plans", json={"problem": _with(budget={"max_migration_bytes": False})})) == \
+        "problem.budget.max_migration_bytes"
+    long_id = "n" * 300  # was accepted at any length and echoed in every response
+    assert _field(client.put(f"/v1/jobs/{new_id()}", json={"nodes": [long_id], "operators": [
+        {"id": "o", "key_groups": 1}]})) == "nodes[0]"
+    assert _field(client.post("/v1/plans", json={"problem": _with(nodes=[{"id": long_id}])})) == "problem.nodes[0].id"
+
+
+def test_wrong_content_type_is_415(client):
+    # issue 12.5: a misleading 422 for /v1/plans, and the stats route accepted text/plain
+    jid = new_id()
+    register(client, jid, key_groups=4)
+    stats = b'{"batch_id": 1, "epoch": 0, "key_groups": [{"id": "agg/0", "load": 1}]}'
+    for path, method in ((f"/v1/jobs/{jid}/stats", "POST"), ("/v1/plans", "POST"), (f"/v1/jobs/{jid}", "PUT"),
+                         (f"/v1/jobs/{jid}/proposals", "POST"), ("/v1/evaluate", "POST")):
+        r = client.request(method, path, content=stats, headers={"content-type": "text/plain"})
+        assert r.status_code == 415, (path, r.status_code, r.text)
+        assert "application/json" in r.json()["detail"]
+    assert client.get(f"/v1/jobs/{jid}").json()["window"]["covered_batches"] == 0
+    r = client.post(f"/v1/jobs/{jid}/stats", content=stats, headers={"content-type": "application/json; charset=utf-8"})
+    assert r.status_code == 202, r.text
+
+
+def test_loads_whose_sums_overflow_are_422_with_the_field(client):
+    # issue 12.4: two key groups at 1.7e308 gave 500 (NaN to integer), null metrics, or a proposal pending forever
+    huge = _with(key_groups=[{"id": "a", "node": "w0", "load": 1.7e308}, {"id": "b", "node": "w1", "load": 1.7e308}])
+    for path, extra in (("/v1/plans", {"algorithm": "albic-milp"}), ("/v1/plans", {"algorithm": "flux"}),
+                        ("/v1/evaluate", {"plan": {"assignment": {"a": "w0", "b": "w1"}}}),
+                        ("/v1/what-if/scaling", {"candidates": [1]})):
+        r = client.post(path, json={"problem": huge, **extra})
+        assert _field(r) == "problem.key_groups[0].load", (path, r.text)
+    jid = new_id()
+    register(client, jid, key_groups=4)
+    kgs = [{"id": "agg/0", "load": 1.7e308}, {"id": "agg/1", "load": 1.7e308}]
+    stats = {"batch_id": 1, "epoch": 0, "key_groups": kgs}
+    assert _field(client.post(f"/v1/jobs/{jid}/stats", json=stats)) == "key_groups[0].load"
+
+
+@pytest.mark.parametrize("spec, status, needle", [
+    # issue 12.6: a 60-byte body ran 158 s and reached 9.3 GB; 10**400 was a 500 OverflowError
+    ({"channels": 4096, "replicas": 30000, "frequencies": {"a": 0.5}}, 413, "channels"),
+    ({"channels": 1000, "replicas": 30000, "frequencies": {"a": 0.5}}, 413, "REBALANCER_MAX_PARTITION_RING"),
+    ({"algorithm": "redist", "channels": 1024, "frequencies": {f"k{i}": 1e-6 for i in range(20000)}}, 413,
+     "REBALANCER_MAX_PARTITION_WORK"),
+    ({"channels": 4, "frequencies": {"a": 0.5}, "domain_size": 10**400}, 422, "domain_size"),
+    ({"channels": 4, "frequencies": {"a": 0.5}, "domain_size": True}, 422, "domain_size"),
+    ({"channels": 4, "frequencies": {"a": 0.5},
+      "previous": {"channels": 4096, "consistent_hash": {"replicas": 1000, "seed": 0}}}, 413, "previous.channels"),
+])
+def test_partitioning_caps(client, spec, status, needle):
+    r = client.post("/v1/partitioning", json=spec, timeout=30)
+    assert r.status_code == status, r.text
+    assert needle in r.text
+
+
+def test_partitioning_within_the_caps_still_works(client):
+    r = client.post("/v1/partitioning", json={"algorithm": "readj", "channels": 8,
+                                              "frequencies": {"a": 0.3, "b": 0.2}}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["channels"] == 8
+
+
+def test_errors_do_not_echo_huge_names(client):
+    # issue 12.5: a huge id or name came back in full in the error (and in every later response)
+    huge = "p" * 100_000
+    r = client.post("/v1/plans", json={"problem": PROBLEM, "algorithm": "flux", "params": {huge: 1}})
+    assert r.status_code == 422 and len(r.text) < 2000, len(r.text)
+    r = client.post("/v1/plans", json={"problem": PROBLEM, "algorithm": huge})
+    assert _field(r) == "algorithm" and len(r.text) < 2000
+    r = client.post("/v1/plans", json={"problem": {**PROBLEM, huge: 1}})
+    assert r.status_code == 422 and len(r.text) < 2000

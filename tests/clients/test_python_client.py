@@ -87,10 +87,10 @@ def _counting_transport(statuses):
     def handler(request: httpx.Request) -> httpx.Response:
         calls.append(request.method + " " + request.url.path)
         status = statuses[min(len(calls) - 1, len(statuses) - 1)]
-        body = {"detail": "busy"} if status >= 400 else {
+        body = {"detail": "busy"} if status >= 400 else {  # a stats ack as the server sends it
             "job_id": "j", "batch_id": 1, "epoch": 0, "counted": True, "duplicate": False,
-            "window": {"ready": False}, "apply": None, "id": "p1", "proposal_id": "p1", "base_epoch": 0,
-            "assignment": {}, "moves": []}
+            "window": {"size": 2, "batches": [1], "covered_batches": 1, "coverage": 0.5, "key_groups_covered": 0,
+                       "key_groups": 0, "ready": False}, "apply": None}
         return httpx.Response(status, json=body)
 
     return httpx.MockTransport(handler), calls

@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controller import history
 from controller import repository as repo
-from controller.service import _rounds, flink_ranges
+from controller.jobs import flink_ranges
 from controller.windows import Batch, Window
+from solvers.scaling import rounds_needed as _rounds
 
 M = 6
 
@@ -33,18 +35,20 @@ batches_st = st.lists(
 @given(size=st.integers(1, 6), posts=batches_st)
 def test_window_equals_recomputation_from_scratch(size, posts):
     w = Window(size=size, m=M)
-    accepted: dict[int, dict[int, float]] = {}
+    accepted: dict[int, dict[int, float]] = {}  # insertion order = order received
     for bid, loads in posts:
         counted, dup, evict = w.classify(bid)
+        late = len(accepted) == size and min(accepted) - size <= bid < min(accepted)
+        assert dup == (bid in accepted) and counted == (not dup and not late)
         if counted:
             w.add(_batch(bid, loads), evict)
             accepted[bid] = loads
             if evict is not None:
+                assert evict == next(iter(accepted))
                 del accepted[evict]
-        else:
-            assert dup == (bid in accepted) or bid < min(accepted)
-    # the window holds the highest ids among those counted, at most `size`, each counted once
-    assert set(w.batches) == set(accepted) and len(accepted) <= size
+    # the window holds the last `size` distinct batch ids received, each counted once
+    assert list(w.batches) == list(accepted) and len(accepted) <= size
+    assert w.state()["batches"] == list(accepted)
     expect = np.zeros(M)
     for loads in accepted.values():
         for k, v in loads.items():
@@ -53,14 +57,36 @@ def test_window_equals_recomputation_from_scratch(size, posts):
     assert w.state()["key_groups_covered"] == len({k for loads in accepted.values() for k in loads})
 
 
-def test_duplicate_and_too_old_batches():
+def test_duplicates_late_reposts_and_the_received_order():
     w = Window(size=2, m=M)
     for bid in (5, 6):
         counted, dup, ev = w.classify(bid)
         w.add(_batch(bid, {0: 1.0}), ev)
     assert w.classify(5) == (False, True, None)
-    assert w.classify(3) == (False, False, None)  # older than a full window
+    assert w.classify(4) == (False, False, None)  # a late re-post of an evicted batch
+    assert w.classify(3) == (False, False, None)
+    assert w.classify(2) == (True, False, 5)  # far below: a restarted numbering counts
     assert w.classify(7) == (True, False, 5)
+
+
+def test_a_far_future_batch_id_is_pushed_out_like_any_other():
+    """Issue 12 item 3: after batch 2^63 - 1, later batches with small ids still count."""
+    w = Window(size=1, m=M)
+    for bid in (1, 2**63 - 1, 3):
+        counted, dup, ev = w.classify(bid)
+        assert counted and not dup
+        w.add(_batch(bid, {0: float(bid % 7)}), ev)
+    assert list(w.batches) == [3] and w.mean_load()[0] == 3.0
+
+
+def test_resize_drops_the_earliest_received():
+    w = Window(size=5, m=M)
+    for bid in (1, 2, 3, 4, 5):
+        w.add(_batch(bid, {0: float(bid)}), w.classify(bid)[2])
+    assert w.dropped_by(2) == [1, 2, 3]
+    assert w.resize(2) == [1, 2, 3] and list(w.batches) == [4, 5] and w.size == 2
+    assert w.mean_load()[0] == 4.5
+    assert w.resize(10) == [] and w.classify(1) == (True, False, None)
 
 
 def test_latest_state_and_serialisation_roundtrip():
@@ -70,7 +96,7 @@ def test_latest_state_and_serialisation_roundtrip():
     b2 = _batch(2, {0: 3.0}, {0: 200.0})
     b2.src, b2.dst, b2.rate = np.array([0], np.int32), np.array([1], np.int32), np.array([4.0])
     for b in (b1, b2):
-        w.add(Batch.from_row(b.to_row("j", 0.0)), None)
+        w.add(repo.batch_from_row(repo.batch_row("j", b, 0.0)), None)
     np.testing.assert_allclose(w.latest_state(reg), [200.0, 7, 7, 7, 7, 7])
     src, dst, rate = w.mean_comm()
     assert src.tolist() == [0] and dst.tolist() == [1] and rate.tolist() == [2.0]
@@ -123,8 +149,30 @@ def test_epoch_compare_and_set_exactly_one_wins(tmp_path):
     for t in threads:
         t.join()
     assert sorted(results) == [False] * (len(engines) - 1) + [True]
-    hist = repo.get_history(engines[0], "j")
+    hist = history.read(engines[0], "j")
     assert [h["epoch"] for h in hist] == [0, 1]
     with engines[0].connect() as c:
         job = c.execute(repo.jobs.select()).first()
     assert job.epoch == 1 and job.assignment == hist[1]["assignment"]
+
+
+def test_a_database_of_the_previous_version_gets_the_new_columns_and_loads(tmp_path):
+    """Startup adds the ``generation`` columns to an existing database; its jobs load as one registration."""
+    url = f"sqlite:///{tmp_path}/old.db"
+    engine = repo.make_engine(url)
+    repo.create_schema(engine)
+    with engine.begin() as c:
+        for table in ("jobs", "proposals"):
+            c.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN generation")
+        c.exec_driver_sql(
+            "INSERT INTO jobs (job_id, spec, registration, kgs, nodes, assignment, epoch, last_round_batch, "
+            "created_at, updated_at) VALUES ('j', '{\"algorithm\": \"flux\", \"params\": {}, \"budget\": {}, "
+            "\"window_batches\": 2, \"communication_cost\": 0.0, \"time_limit_s\": 1.0, \"auto\": {}}', '{}', "
+            "'{\"ids\": [\"k0\", \"k1\"], \"operators\": [\"\", \"\"], \"state_bytes\": [0, 0]}', "
+            "'[{\"id\": \"a\", \"capacity\": 1.0, \"removing\": false}, {\"id\": \"b\", \"capacity\": 1.0, "
+            "\"removing\": false}]', '[\"a\", \"b\"]', 3, NULL, 0, 0)")
+        c.exec_driver_sql("INSERT INTO epochs VALUES ('j', 3, 'execute', NULL, '[]', '[\"b\", \"a\"]', NULL, 0)")
+    repo.create_schema(engine)
+    (job,) = repo.load_all(engine)
+    assert job.generation == "" and job.epoch == 3
+    assert job.assignment_doc() == {"k0": "b", "k1": "a"}  # the latest snapshot in the history wins

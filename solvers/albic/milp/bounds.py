@@ -36,6 +36,51 @@ PATTERN_MAX = 24
 
 
 def analytic_bound(problem: Problem, steps: int = 60) -> float:
+    """The larger of :func:`band_bound` and :func:`lemma2_bound` (both valid lower bounds on the load distance)."""
+    return max(band_bound(problem, steps), lemma2_bound(problem))
+
+
+def lemma2_bound(problem: Problem) -> float:
+    """Lemma 2 of §4.3.1 under a migration budget: the load that must stay on removing nodes.
+
+    Nothing moves onto a removing node (Lemma 1) and at most ``maxMigrations`` key groups (and at most
+    ``maxBytes`` of state) can leave them, so at least ``R = load on B − (the most load that can leave within the
+    budget)`` stays on B: the ``maxMigrations`` heaviest key groups on B, and the fractional knapsack of load per
+    byte within the byte budget, bound what can leave. The active nodes then hold ``Σ load − R`` while the target
+    counts all of it, so ``Σ_{j∈A} c_j (t − u_j) = R`` and some active node is at least ``R / Σ_{j∈A} c_j`` below
+    ``t``: ``d ≥ R / Σ_{j∈A} c_j``. (No communication costs: they move the target.)
+    """
+    p = problem
+    if not p.removing.any() or (p.communication_cost > 0 and p.comm.nnz):
+        return 0.0
+    on_b = p.removing[p.current]
+    wb = p.load[on_b]
+    total = float(wb.sum())
+    if total <= 0:
+        return 0.0
+    can_leave = total
+    if p.max_migrations is not None:
+        can_leave = min(can_leave, float(np.sort(wb)[::-1][: int(p.max_migrations)].sum()))
+    if p.max_migration_bytes is not None:
+        bb = p.state_bytes[on_b]
+        free = bb <= 0
+        leave_b = float(wb[free].sum())
+        room = float(p.max_migration_bytes) * (1 + 1e-9) + 1e-9
+        wr, br = wb[~free], bb[~free]
+        order = np.argsort(-(wr / br), kind="stable")
+        cb = np.cumsum(br[order])
+        k = int(np.searchsorted(cb, room, side="right"))   # items fully inside the budget
+        leave_b += float(wr[order][:k].sum())
+        if k < order.size:
+            left = room - (float(cb[k - 1]) if k else 0.0)
+            leave_b += wr[order][k] * max(0.0, left) / br[order][k]
+        can_leave = min(can_leave, leave_b)
+    rest = max(0.0, total - can_leave)
+    return rest / float(p.capacity[p.active].sum()) * (1 - 1e-9)
+
+
+def band_bound(problem: Problem, steps: int = 60) -> float:
+    """The bisection on the band conditions of the module docstring."""
     p = problem
     if p.communication_cost > 0 and p.comm.nnz:
         return 0.0
@@ -64,10 +109,6 @@ def analytic_bound(problem: Problem, steps: int = 60) -> float:
     order = np.lexsort((-w, p.current))
     starts = np.searchsorted(p.current[order], np.arange(n + 1))
     wsorted = w[order]
-    cum = np.cumsum(wsorted)
-    seg_cum = [cum[starts[i]:starts[i + 1]] - (cum[starts[i] - 1] if starts[i] > 0 else 0.0) for i in range(n)]
-    seg_w = [wsorted[starts[i]:starts[i + 1]] for i in range(n)]
-    seg_w_asc = [x[::-1] for x in seg_w]
     # global heaviest first (for inflow)
     gw = np.sort(w)[::-1]
     gcum = np.cumsum(gw)
@@ -78,8 +119,9 @@ def analytic_bound(problem: Problem, steps: int = 60) -> float:
         ratio = np.where(b > 0, w / np.where(b > 0, b, 1.0), np.inf)
         border = np.lexsort((-ratio, p.current))
         bw, bb = w[border], b[border]
-        seg_bw = [bw[starts[i]:starts[i + 1]] for i in range(n)]
-        seg_bb = [bb[starts[i]:starts[i + 1]] for i in range(n)]
+        # segment-wise fractional knapsack, vectorised over nodes: global prefix sums in (node, ratio) order
+        bw_cum = np.concatenate([[0.0], np.cumsum(bw)])
+        bb_cum = np.concatenate([[0.0], np.cumsum(bb)])
         gorder = np.argsort(-ratio, kind="stable")
         g_bw, g_bb = w[gorder], b[gorder]
 
@@ -107,13 +149,15 @@ def analytic_bound(problem: Problem, steps: int = 60) -> float:
     kk = min(A, m)
     g_large[: kk + 1] = np.concatenate([[0.0], np.cumsum(gw[:kk])])
     g_small[: kk + 1] = np.concatenate([[0.0], np.cumsum(gw_asc[:kk])])
-    own_large = np.full((n, A + 1), np.inf)
-    own_small = np.full((n, A + 1), np.inf)
-    for i in act_idx:
-        ws = seg_w[i]
-        k = min(A, ws.size)
-        own_large[i, : k + 1] = np.concatenate([[0.0], np.cumsum(ws[:k])])
-        own_small[i, : k + 1] = np.concatenate([[0.0], np.cumsum(seg_w_asc[i][:k])])
+    # own_large[i, a] / own_small[i, a]: Σ of node i's a heaviest / lightest key groups (inf: fewer than a)
+    csum = np.concatenate([[0.0], np.cumsum(wsorted)])
+    aa = np.arange(A + 1)[None, :]
+    s0, s1 = starts[:-1, None], starts[1:, None]
+    fits = aa <= (s1 - s0)
+    own_large = np.where(fits, csum[np.minimum(s0 + aa, m)] - csum[s0], np.inf)
+    own_small = np.where(fits, csum[s1] - csum[np.maximum(s1 - aa, 0)], np.inf)
+    own_large[~act] = np.inf
+    own_small[~act] = np.inf
     ab_a = np.arange(A + 1)[:, None] + np.zeros(A + 1, dtype=np.int64)[None, :]
     ab_b = ab_a.T
     ab_touch = ab_a + ab_b
@@ -125,32 +169,41 @@ def analytic_bound(problem: Problem, steps: int = 60) -> float:
     net_lo = np.where(impossible, np.inf, net_lo)
     net_hi = np.where(impossible, -np.inf, net_hi)
 
+    def frac_bytes_nodes(nodes: np.ndarray, need: np.ndarray) -> float:
+        """Σ over ``nodes`` of the least bytes carrying ≥ need out of the node (fractional, ratio order)."""
+        s0 = starts[nodes]
+        s1 = starts[nodes + 1]
+        goal = bw_cum[s0] + need - tol
+        k = np.searchsorted(bw_cum, goal, side="left") - 1       # last prefix below the goal: item k completes it
+        k = np.maximum(k, s0)
+        if np.any(k >= s1):
+            return math.inf
+        before_l = bw_cum[k] - bw_cum[s0]
+        before_b = bb_cum[k] - bb_cum[s0]
+        wk, bk = bw[k], bb[k]
+        part = np.where(wk > 0, (need - before_l) / np.where(wk > 0, wk, 1.0) * bk, 0.0)
+        return float(np.sum(before_b + np.maximum(part, 0.0)))
+
+    big = 10 ** 9
+
     def feasible(d: float) -> bool:
         hi = cap * (t + d)
         lo = cap * (t - d)
         e = L - hi          # net loss needed at least (negative: may gain up to −e)
         f = L - lo          # net loss allowed at most
-        out_sum = in_sum = touch_sum = 0
-        need_in = 0.0
-        bytes_out = 0.0
-        for i in act_idx:
-            if e[i] <= tol and f[i] >= -tol:
-                continue  # inside the band already
-            ok = (net_hi[i] >= e[i] - tol) & (net_lo[i] <= f[i] + tol)
-            if not ok.any():
-                if A >= Mc:
-                    return False  # needs more than the whole budget in or out of one node
-                touch_sum += A + 1  # every feasible pattern has more than A moves out or in
-            else:
-                out_sum += int(ab_a[ok].min())
-                in_sum += int(ab_b[ok].min())
-                touch_sum += int(ab_touch[ok].min())
-            if out_sum > Mc or in_sum > Mc or (touch_sum + 1) // 2 > Mc:
-                return False
-            if e[i] > tol and use_bytes:
-                bytes_out += frac_bytes(seg_bw[i], seg_bb[i], e[i])
-            if f[i] < -tol:
-                need_in += -f[i]
+        sel = act_idx[~((e[act_idx] <= tol) & (f[act_idx] >= -tol))]   # active nodes outside their band
+        if sel.size == 0:
+            return True
+        ok = (net_hi[sel] >= (e[sel] - tol)[:, None, None]) & (net_lo[sel] <= (f[sel] + tol)[:, None, None])
+        any_ok = ok.any(axis=(1, 2))
+        if not any_ok.all() and A >= Mc:
+            return False  # some node needs more than the whole budget in or out of it
+        out_sum = int(np.where(ok, ab_a, big).min(axis=(1, 2))[any_ok].sum())
+        in_sum = int(np.where(ok, ab_b, big).min(axis=(1, 2))[any_ok].sum())
+        # every feasible pattern of a node without an ok pattern has more than A moves out or in
+        touch_sum = int(np.where(ok, ab_touch, big).min(axis=(1, 2))[any_ok].sum()) + (A + 1) * int((~any_ok).sum())
+        fs = f[sel]
+        need_in = float(-fs[fs < -tol].sum())
         K = max(out_sum, in_sum, (touch_sum + 1) // 2)
         if need_in > tol:
             kf = int(np.searchsorted(gcum, need_in - tol)) + 1
@@ -160,6 +213,8 @@ def analytic_bound(problem: Problem, steps: int = 60) -> float:
         if K > Mc:
             return False
         if use_bytes:
+            over = sel[e[sel] > tol]
+            bytes_out = frac_bytes_nodes(over, e[over]) if over.size else 0.0
             if bytes_out > Mb * (1 + 1e-9) + 1e-6:
                 return False
             if need_in > tol and frac_bytes(g_bw, g_bb, need_in) > Mb * (1 + 1e-9) + 1e-6:

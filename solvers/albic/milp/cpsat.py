@@ -16,12 +16,20 @@ Removing nodes have no lower band (constraint (4) is "effectively disabled for n
 are never a destination (Lemma 1) unless the unit already sits there entirely. Optional per-node limits of
 other resources (§4.3.1 "Extending to Multi-Dimensional Load") become knapsack rows.
 
-Scaled integers (CP-SAT needs them): utilisations are multiplied by ``S = 10^6 / t`` and rounded, every
-coefficient ``round(S·load_u / c_j)`` on its own. A node's scaled utilisation is off by at most
-``(1 + k_j)/2`` units (k_j = units that may end on it), so the model's distance differs from the true one by at
-most ``tol = max_j (1 + k_j) / (2S)`` — a relative ``(1 + k_j)·5·10^-7`` of the mean. Every plan is re-evaluated
-exactly afterwards, and a bound from the model is reported as ``bound − tol``. State bytes are rounded up and the
-byte budget down, so a model-feasible plan is always within the real budget.
+Scaled integers (CP-SAT needs them): utilisations are multiplied by ``S ≈ (2 + k)·4·10^6 / t`` (k = the most units
+that may end on one node; capped so that the objective stays inside int64) and rounded, every coefficient
+``round(S·load_u / c_j)`` on its own, and the target ``T = round(S·t)``. A node's scaled distance ``|U_j − T|`` is
+off by at most ``(2 + k_j)/2`` units, so the model's distance differs from the true one by at most
+``tol = (2 + k)/(2S)`` (≈ 1.3·10^-7 of the mean). Every plan is re-evaluated exactly afterwards, and a bound from the
+model is reported as ``bound − tol``.
+
+Budgets and resource limits (issue 16, items 1 and 5): bytes and resource loads are modelled *exactly* when one
+scale (1, 2, 4, 8, 10, 16, 100, …, 10^6) makes them integers — integral bytes, halves, quarters, decimals; otherwise
+they are rounded in the direction the model is used for: conservatively for plans (costs up, rooms down — LNS
+sub-models), as a relaxation for proofs (costs down, rooms up — the full model, whose plans are then checked
+against the real budget). A proof therefore never rests on a model that is tighter than the problem as given.
+Resource limits are those of :class:`~solvers.albic.milp.units.Units`: ``max(limit, usage now)`` per node, i.e. a
+node already above a limit may not get further above its current usage (the current assignment is always a plan).
 """
 
 from __future__ import annotations
@@ -29,13 +37,15 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from ortools.sat.python import cp_model
 
 from solvers.albic.milp.search import State
+from solvers.albic.milp.units import Units
 
-SCALE_MEAN = 1e6
+SCALE_MEAN = 4e6
 
 
 @dataclass
@@ -57,25 +67,127 @@ class SubModel:
     res_coef: np.ndarray | None  # (len(cand), R) scaled
     res_room: np.ndarray | None  # (len(nodes), R)
     tol: float
+    # exact communication costs (full model only, ``build(exact_comm=True)``): unit edges as positions in cand,
+    # the scaled cost each cut edge adds to a node's utilisation and to the target
+    edges: np.ndarray | None = None      # (E, 2)
+    comm_coef: np.ndarray | None = None  # (E, len(nodes))
+    t_coef: np.ndarray | None = None     # (E,)
 
 
-def build(state: State, cand: np.ndarray, nodes: np.ndarray) -> SubModel | None:
+def exact_scale(values: np.ndarray, limit: float = 2.0 ** 50) -> float | None:
+    """The smallest ``s`` in 1, 2, 4, 8, 10, 16, 100, …, 10^6 that makes every value an integer (to float noise)
+    with ``s · Σ|values| < limit``; ``None`` if there is none (then the caller rounds, see :func:`build`)."""
+    v = np.abs(np.asarray(values, dtype=np.float64)).ravel()
+    v = v[np.isfinite(v)]
+    total = float(v.sum()) if v.size else 0.0
+    for s in (1.0, 2.0, 4.0, 8.0, 10.0, 16.0, 100.0, 1e3, 1e4, 1e5, 1e6):
+        if s * total >= limit:
+            return None
+        y = v * s
+        if np.all(np.abs(y - np.rint(y)) <= 1e-9 * np.maximum(1.0, y)):
+            return s
+    return None
+
+
+def _int_costs(vals: np.ndarray, room: float | np.ndarray, relax: bool, target_room: float = 1e6
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Integer knapsack coefficients and room for ``Σ vals ≤ room``: exact when a scale makes every value integral,
+    otherwise rounded so that the integer model is a *relaxation* (coefficients down, room up: every real plan stays
+    feasible, so the model's optimum is a valid bound) or, ``relax=False``, *conservative* (coefficients up, room
+    down: every model plan is really feasible)."""
+    room_a = np.asarray(room, dtype=np.float64)
+    fin = np.isfinite(room_a)
+    s = exact_scale(np.concatenate([np.ravel(vals), np.ravel(room_a[fin])]))
+    if s is not None:
+        coef = np.rint(vals * s).astype(np.int64)
+        r = np.floor(room_a * s * (1 + 1e-12) + 1e-9)
+        return coef, np.where(fin, r, -1).astype(np.int64)
+    top = max(float(np.max(room_a[fin], initial=0.0)), float(np.max(vals, initial=0.0)), 1e-300)
+    s = target_room / top
+    if relax:
+        coef = np.floor(vals * s).astype(np.int64)
+        r = np.ceil(room_a * s * (1 + 1e-9) + 1e-6)
+    else:
+        coef = np.ceil(vals * s).astype(np.int64)
+        r = np.floor(room_a * s)
+    return coef, np.where(fin, r, -1).astype(np.int64)
+
+
+def unit_edges(units: Units) -> tuple[np.ndarray, np.ndarray]:
+    """Communication between different units: (E, 2) unit pairs (u < v) and the summed rate of both directions."""
+    p = units.problem
+    src, dst, rate = p.edges()
+    us, ud = units.of[src], units.of[dst]
+    keep = us != ud
+    a, b = np.minimum(us[keep], ud[keep]), np.maximum(us[keep], ud[keep])
+    if a.size == 0:
+        return np.zeros((0, 2), dtype=np.int64), np.zeros(0)
+    pairs, inv = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
+    return pairs.astype(np.int64), np.bincount(inv.ravel(), weights=rate[keep], minlength=len(pairs))
+
+
+def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False,
+          exact_comm: bool = False) -> SubModel:
+    """The sub-MILP over units ``cand`` and nodes ``nodes`` (everything else fixed as in ``state``).
+
+    Budgets and resource limits are integer knapsacks: exact when the bytes (resp. resource loads) and their limits
+    scale to integers (integral, halves, decimals up to 10^-6 — the usual case), otherwise rounded
+    conservatively (``relax=False``: every model plan keeps the real limits; for plans) or as a relaxation
+    (``relax=True``: every real plan is a model plan, so the model's bound is valid for the problem as given; for
+    proofs — its plans are checked against the real limits by the caller). Utilisations are always rounded and
+    the model's distance bound is corrected by ``tol`` (see the module docstring).
+
+    ``exact_comm`` (the full model only: every unit, every node): communication costs are modelled exactly — a
+    unit's own load without its edges, and per unit edge ``(u, v)`` and node ``j`` the indicator
+    ``y = x[u, j] ∧ ¬x[v, j]`` (the standard linearisation ``y ≤ x[u,j]``, ``y ≤ 1 − x[v,j]``,
+    ``y ≥ x[u,j] − x[v,j]``) charges ``cc·rate`` to ``j`` when the edge is cut there, and ``2·cc·rate`` to the
+    target; the rounding tolerance grows by one unit per edge.
+    """
     U = state.units
     p = U.problem
     cand = np.asarray(cand, dtype=np.int64)
     nodes = np.asarray(nodes, dtype=np.int64)
     t = state.t
-    S = SCALE_MEAN / max(t, 1e-300)
     cap = state.cap
     mask = U.allowed_mask(cand, nodes)
     cur_pos = np.searchsorted(nodes, state.place[cand])
     mask[np.arange(cand.size), cur_pos] = True
-    coef = np.rint(S * U.load[cand][:, None] / cap[nodes][None, :]).astype(np.int64)
-    cc, cb = U.cost_matrix(cand, nodes)
-    cb = np.ceil(cb).astype(np.int64)
-    L_fixed = state.L[nodes] - np.bincount(cur_pos, weights=U.load[cand], minlength=nodes.size)
+    k_per_node = mask.sum(axis=0)
+    kmax = int(k_per_node.max()) if k_per_node.size else 0
+    comm = p.communication_cost > 0 and p.comm.nnz > 0
+    exact_comm = exact_comm and comm
+    load_c = U.load
+    pairs, prate = np.zeros((0, 2), dtype=np.int64), np.zeros(0)
+    if exact_comm:
+        if cand.size != U.n_units or nodes.size != p.n_nodes:
+            raise ValueError("exact communication costs need the full model")
+        load_c = np.bincount(U.of, weights=p.load, minlength=U.n_units).astype(np.float64)
+        pairs, prate = unit_edges(U)
+        kmax += 2 * len(pairs)
+    fixed_units = np.ones(U.n_units, dtype=bool)
+    fixed_units[cand] = False
+    in_sub = np.isin(state.place, nodes) & fixed_units
+    L_fixed = np.bincount(np.searchsorted(nodes, state.place[in_sub]), weights=U.load[in_sub], minlength=nodes.size)
+    # scale: the rounding error of a node's distance is ≤ (2 + k)/(2S); aim at (2 + k)/(2S) ≈ 10^-7·t, within
+    # int64 for the objective W1·d + hi − lo (W1 ≈ 2·max utilisation): keep the largest utilisation below 2^29
+    u_max = float((L_fixed.max(initial=0.0) + U.load[cand].sum()) / cap[nodes].min()) if nodes.size else 0.0
+    if exact_comm:
+        u_max = max(u_max, float((p.load.sum() + 2 * p.communication_cost * prate.sum()) / cap[p.active].sum()))
+    u_max = max(u_max, t, float(state.util()[p.active].max(initial=0.0)), 1e-300)
+    S = min((2 + kmax) * SCALE_MEAN / max(t, 1e-300), 2.0 ** 29 / u_max)
+    S = max(S, 1e3 / max(t, 1e-300))
+    coef = np.rint(S * load_c[cand][:, None] / cap[nodes][None, :]).astype(np.int64)
+    cc, cb_real = U.cost_matrix(cand, nodes)
     base = np.rint(S * L_fixed / cap[nodes]).astype(np.int64)
     T = int(round(S * t))
+    edges = comm_coef = t_coef = None
+    if exact_comm:
+        q = float(cap[p.active].sum())
+        T = int(round(S * float(p.load.sum()) / q))
+        cost = p.communication_cost * prate
+        edges = pairs
+        comm_coef = np.rint(S * cost[:, None] / cap[nodes][None, :]).astype(np.int64)
+        t_coef = np.rint(S * 2 * cost / q).astype(np.int64)
     outside = np.ones(p.n_nodes, dtype=bool)
     outside[nodes] = False
     out_act = outside & p.active
@@ -86,38 +198,73 @@ def build(state: State, cand: np.ndarray, nodes: np.ndarray) -> SubModel | None:
         lo_fixed = int(math.ceil(S * float(u_all[out_act].min())))
     else:
         d_fixed, hi_fixed, lo_fixed = 0, None, None
-    fixed_units = np.ones(U.n_units, dtype=bool)
-    fixed_units[cand] = False
     room_c = room_b = None
+    fixed_c, fixed_b = (U.placement_cost_of(np.flatnonzero(fixed_units), state.place)
+                        if fixed_units.any() else (0, 0.0))
     if p.max_migrations is not None:
-        used_fixed = state.used_c - int(U.cost_count_to(cand, state.place[cand]).sum())
-        room_c = int(p.max_migrations - used_fixed)
+        room_c = int(p.max_migrations - fixed_c)
+    cb = np.zeros(cc.shape, dtype=np.int64)
     if p.max_migration_bytes is not None:
-        used_fixed_b = state.used_b - float(U.cost_bytes_to(cand, state.place[cand]).sum())
-        room_b = int(math.floor(p.max_migration_bytes - used_fixed_b + 1e-9))
-        # the incumbent must stay feasible after rounding costs up
-        inc = int(cb[np.arange(cand.size), cur_pos].sum())
-        room_b = max(room_b, inc)
+        cb, rb = _int_costs(cb_real, float(p.max_migration_bytes) - fixed_b, relax)
+        room_b = int(rb)
+        if not relax:  # the incumbent must stay feasible after rounding costs up
+            room_b = max(room_b, int(cb[np.arange(cand.size), cur_pos].sum()))
     res_coef = res_room = None
     if state.res is not None:
-        scale_r = 1e6 / max(float(np.nanmax(np.where(np.isfinite(U.res_limit), U.res_limit, 0.0))), 1e-9)
-        res_coef = np.ceil(U.res_load[cand] * scale_r).astype(np.int64)
-        usage_fixed = state.res[nodes] - _bincount2(cur_pos, U.res_load[cand], nodes.size)
-        room = np.where(np.isfinite(U.res_limit[nodes]), np.floor((U.res_limit[nodes] - usage_fixed) * scale_r + 1e-6),
-                        -1)
-        # keep the incumbent feasible after rounding
-        inc = _bincount2(cur_pos, res_coef.astype(np.float64), nodes.size)
-        res_room = np.where(room >= 0, np.maximum(room, inc), -1).astype(np.int64)
-    k_per_node = mask.sum(axis=0)
-    tol = float((1 + k_per_node.max()) / (2 * S)) if k_per_node.size else 0.0
+        fixed_res = _bincount2(np.searchsorted(nodes, state.place[in_sub]), U.res_load[in_sub], nodes.size)
+        res_coef, res_room = _int_costs(U.res_load[cand], U.res_limit[nodes] - fixed_res, relax)
+        if not relax:
+            inc = _bincount2(cur_pos, res_coef.astype(np.float64), nodes.size)
+            res_room = np.where(res_room >= 0, np.maximum(res_room, inc), -1).astype(np.int64)
+    tol = float((2 + kmax) / (2 * S))
     return SubModel(cand, nodes, mask, coef, cc, cb, base, T, S, d_fixed, hi_fixed, lo_fixed, room_c, room_b,
-                    res_coef, res_room, tol)
+                    res_coef, res_room, tol, edges, comm_coef, t_coef)
 
 
 def _bincount2(idx: np.ndarray, vals: np.ndarray, n: int) -> np.ndarray:
     out = np.zeros((n, vals.shape[1]))
     np.add.at(out, idx, vals)
     return out
+
+
+def _cut_terms(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], single: np.ndarray,
+               cur_pos: np.ndarray, hint_vals: list[tuple[Any, int]]) -> tuple[list[list[tuple[int, Any]]], Any]:
+    """Exact communication costs (see :func:`build`): per node the (coefficient, indicator) terms of its cut
+    edges, and the target expression ``T + Σ t_coef·cut``. Without ``sm.edges``: no terms and the constant T."""
+    nn = sm.mask.shape[1]
+    comm_u: list[list[tuple[int, Any]]] = [[] for _ in range(nn)]
+    if sm.edges is None or sm.comm_coef is None or sm.t_coef is None or len(sm.edges) == 0:
+        return comm_u, sm.T
+    xvar = {(a, b): v for b in range(nn) for v, a in xs[b]}
+
+    def x_of(a: int, b: int) -> Any:
+        if single[a]:
+            return 1 if b == cur_pos[a] else 0
+        return xvar.get((a, b), 0)
+
+    t_terms = []
+    for e, (a1, a2) in enumerate(sm.edges.tolist()):
+        for b in range(nn):
+            for first, (pa, qa) in ((True, (a1, a2)), (False, (a2, a1))):
+                xp, xq = x_of(pa, b), x_of(qa, b)
+                if isinstance(xp, int) and xp == 0 or isinstance(xq, int) and xq == 1:
+                    continue  # pa is never on b, or qa always is: this side is never cut at b
+                if isinstance(xq, int):          # qa never on b: cut at b iff pa on b
+                    y = xp
+                elif isinstance(xp, int):        # pa always on b: cut iff qa is not
+                    y = 1 - xq
+                else:
+                    y = model.new_bool_var("")
+                    model.add(y <= xp)
+                    model.add(y <= 1 - xq)
+                    model.add(y >= xp - xq)
+                    hint_vals.append((y, int(cur_pos[pa] == b and cur_pos[qa] != b)))
+                if sm.comm_coef[e, b]:
+                    comm_u[b].append((int(sm.comm_coef[e, b]), y))
+                if first and sm.t_coef[e]:
+                    t_terms.append((int(sm.t_coef[e]), y))
+    T_expr: Any = sm.T + sum(c * y for c, y in t_terms) if t_terms else sm.T
+    return comm_u, T_expr
 
 
 @dataclass
@@ -135,6 +282,8 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
     nc, nn = sm.mask.shape
     act = p.active[sm.nodes]
     maxU = int(sm.base.max() + np.where(sm.mask, sm.coef, 0).sum(axis=0).max()) + 1 if nc else int(sm.base.max()) + 1
+    if sm.comm_coef is not None and sm.t_coef is not None:
+        maxU += int(sm.comm_coef.sum(axis=0).max(initial=0)) + int(sm.T + sm.t_coef.sum())
     maxU = max(maxU, sm.T, sm.hi_fixed or 0) + 1
     W1 = 2 * maxU + 1
     d = model.new_int_var(max(0, sm.d_fixed), maxU, "d")
@@ -171,24 +320,24 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         const_u[b] += sm.coef[a, b]
         const_c += int(sm.cc[a, b])
         const_b += int(sm.cb[a, b])
-    util_expr = []
+    comm_u, T_expr = _cut_terms(model, sm, xs, single, cur_pos, hint_vals)
     for b in range(nn):
         if xs[b]:
-            e = cp_model.LinearExpr.weighted_sum([v for v, _ in xs[b]], [int(sm.coef[a, b]) for _, a in xs[b]]) + int(const_u[b])
+            e = cp_model.LinearExpr.weighted_sum([v for v, _ in xs[b]], [int(sm.coef[a, b]) for _, a in xs[b]])
+            e = e + int(const_u[b])
         else:
             e = int(const_u[b])
-        util_expr.append(e)
-        if isinstance(e, int):
-            if act[b]:
-                model.add(d >= abs(e - sm.T))
-                model.add(hi >= e)
-                model.add(lo <= e)
-            continue
-        if act[b]:  # removing nodes have no band: the distance is over active nodes only (DESIGN.md)
-            model.add(e - sm.T <= d)
-            model.add(e <= hi)
-            model.add(sm.T - e <= d)
-            model.add(e >= lo)
+        if comm_u[b]:
+            e = e + sum(c * y for c, y in comm_u[b])
+        if not act[b]:
+            continue  # removing nodes have no band: the distance is over active nodes only (DESIGN.md)
+        if isinstance(e, int) and isinstance(T_expr, int):
+            model.add(d >= abs(e - T_expr))
+        else:
+            model.add(e - T_expr <= d)
+            model.add(T_expr - e <= d)
+        model.add(hi >= e)
+        model.add(lo <= e)
     if sm.room_c is not None and cost_terms_v:
         model.add(cp_model.LinearExpr.weighted_sum(cost_terms_v, cost_terms_c) <= sm.room_c - const_c)
     if sm.room_b is not None and cost_terms_v:
@@ -198,23 +347,25 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
             for r in range(sm.res_coef.shape[1]):
                 if sm.res_room[b, r] >= 0 and xs[b]:
                     const = int(sum(sm.res_coef[a, r] for a in np.flatnonzero(single) if cur_pos[a] == b))
-                    model.add(cp_model.LinearExpr.weighted_sum([v for v, _ in xs[b]], [int(sm.res_coef[a, r]) for _, a in xs[b]])
-                              <= int(sm.res_room[b, r]) - const)
+                    use = cp_model.LinearExpr.weighted_sum([v for v, _ in xs[b]],
+                                                           [int(sm.res_coef[a, r]) for _, a in xs[b]])
+                    model.add(use <= int(sm.res_room[b, r]) - const)
     model.minimize(W1 * d + hi - lo)
     # hint = incumbent
     for v, val in hint_vals:
         model.add_hint(v, val)
     inc_u = []
-    for b in range(nn):
+    for b in range(nn if sm.edges is None else 0):
         inc_u.append(int(const_u[b] + sum(int(sm.coef[a, b]) for v, a in xs[b] if cur_pos[a] == b)))
-    inc_u = np.array(inc_u)
-    act_u = inc_u[act] if act.any() else inc_u
-    hd = max([sm.d_fixed] + [abs(int(x) - sm.T) for x in act_u])
-    model.add_hint(d, min(max(hd, 0), maxU))
-    hh = max([int(act_u.max())] + ([sm.hi_fixed] if sm.hi_fixed is not None else []))
-    ll = min([int(act_u.min())] + ([sm.lo_fixed] if sm.lo_fixed is not None else []))
-    model.add_hint(hi, min(max(hh, 0), maxU))
-    model.add_hint(lo, min(max(ll, 0), maxU))
+    inc_u = np.array(inc_u, dtype=np.int64)
+    act_u = inc_u[act] if inc_u.size and act.any() else inc_u
+    if act_u.size:  # the incumbent's d, hi and lo (without exact communication costs)
+        hd = max([sm.d_fixed] + [abs(int(x) - sm.T) for x in act_u])
+        model.add_hint(d, min(max(hd, 0), maxU))
+        hh = max([int(act_u.max())] + ([sm.hi_fixed] if sm.hi_fixed is not None else []))
+        ll = min([int(act_u.min())] + ([sm.lo_fixed] if sm.lo_fixed is not None else []))
+        model.add_hint(hi, min(max(hh, 0), maxU))
+        model.add_hint(lo, min(max(ll, 0), maxU))
     solver = cp_model.CpSolver()
     remaining = time_limit - (time.perf_counter() - t0)
     if remaining <= 0.005:
@@ -233,6 +384,7 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
             if solver.boolean_value(v):
                 newp[a] = sm.nodes[b]
     bound_obj = solver.best_objective_bound
-    d_int_bound = math.floor(bound_obj / W1) if math.isfinite(bound_obj) else 0
+    # W1·d ≥ bound − (hi − lo) > bound − W1; the float of a bound near 2^59 may be off by up to 2^7 units
+    d_int_bound = math.floor((bound_obj - 256.0) / W1) if math.isfinite(bound_obj) else 0
     d_bound = max(0.0, d_int_bound / sm.S - sm.tol)
     return SubResult(newp, "optimal" if st == cp_model.OPTIMAL else "feasible", d_bound, secs)

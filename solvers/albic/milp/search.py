@@ -145,7 +145,8 @@ def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: 
                 order = flat[np.argsort(score.ravel()[flat], kind="stable")]
                 return np.unravel_index(int(order[int(rng.integers(min(topk, order.size)))]), newd.shape), True
             return np.unravel_index(int(np.argmin(score)), score.shape), True
-    improving = ok & ((newd < d - 1e-9 * scale) | ((newd <= d + 1e-12 * scale) & (dss < -1e-9 * scale * scale) & (dc <= 0)))
+    tie_better = (newd <= d + 1e-12 * scale) & (dss < -1e-9 * scale * scale) & (dc <= 0)
+    improving = ok & ((newd < d - 1e-9 * scale) | tie_better)
     if not improving.any():
         return None, False
     flat = np.flatnonzero(improving.ravel())

@@ -107,8 +107,12 @@ class Units:
         return mask
 
     def placement_cost(self, place: np.ndarray) -> tuple[int, float]:
-        us = np.arange(self.n_units)
-        return int(self.cost_count_to(us, place).sum()), float(self.cost_bytes_to(us, place).sum())
+        return self.placement_cost_of(np.arange(self.n_units), place)
+
+    def placement_cost_of(self, us: np.ndarray, place: np.ndarray) -> tuple[int, float]:
+        """Migrations and bytes of units ``us`` placed as in ``place`` (the whole placement vector)."""
+        us = np.asarray(us, dtype=np.int64)
+        return int(self.cost_count_to(us, place[us]).sum()), float(self.cost_bytes_to(us, place[us]).sum())
 
     def assignment(self, place: np.ndarray) -> np.ndarray:
         """Key group assignment of a unit placement (every member on its unit's node)."""

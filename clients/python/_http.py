@@ -1,0 +1,259 @@
+"""The transport layer of :class:`clients.python.RebalancerClient`: one call = a deadline, bounded reads, the
+retry policy and the mapping of answers to typed errors (the operations live in :mod:`clients.python.client`)."""
+
+from __future__ import annotations
+
+import email.utils
+import json as jsonlib
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+
+from clients.python._parse import kind
+from clients.python._transport import DeadlineTransport
+from clients.python.errors import (
+    APIError,
+    ControllerUnavailable,
+    DeadlineExceeded,
+    InvalidArgument,
+    MalformedResponse,
+    ResponseTooLarge,
+    error_for_status,
+)
+
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+ERROR_BODY_BYTES = 1 << 20  # error bodies are read up to 1 MiB (a detail, not a document)
+T = TypeVar("T")
+S = TypeVar("S", bound="HTTPSession")
+
+
+def segment(value: Any, what: str = "id") -> str:
+    """``value`` as one URL path segment (percent-encoded, ``/`` included); ``.``, ``..`` and ``""`` are refused."""
+    if not isinstance(value, str) or value in ("", ".", ".."):
+        raise InvalidArgument(f"{what} must be a non-empty string other than '.' and '..', got {value!r}")
+    return quote(value, safe="")
+
+
+def retry_after_seconds(value: str) -> float | None:
+    """Seconds asked by a ``Retry-After`` header (delta-seconds or HTTP-date), or None when it is neither."""
+    try:
+        secs = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when is None:
+            return None
+        secs = when.timestamp() - time.time()
+    return max(0.0, secs) if math.isfinite(secs) else None
+
+
+class HTTPSession:
+    """Deadline, bounded reads, retries and typed errors for one controller (see :class:`RebalancerClient`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        timeout: float = 5.0,
+        connect_timeout: float = 2.0,
+        retries: int = 3,
+        backoff: float = 0.1,
+        max_backoff: float = 2.0,
+        deadline: float | None = None,
+        max_response_bytes: int = 128 << 20,
+        proposal_poll_timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        verify: Any = True,
+        seed: int | None = None,
+    ):
+        if retries < 0:
+            raise InvalidArgument("retries must be >= 0")
+        if not timeout > 0 or not connect_timeout > 0 or (deadline is not None and not deadline > 0):
+            raise InvalidArgument("timeouts and the deadline must be > 0")
+        if max_response_bytes < 1:
+            raise InvalidArgument("max_response_bytes must be >= 1")
+        try:
+            scheme = httpx.URL(base_url).scheme
+        except (httpx.InvalidURL, TypeError) as exc:
+            raise InvalidArgument(f"base_url: {exc}") from None
+        if scheme not in ("http", "https"):
+            raise InvalidArgument(f"base_url must start with http:// or https://, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = float(timeout)
+        self.connect_timeout = float(connect_timeout)
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.deadline = float(deadline) if deadline is not None else timeout * (retries + 1) + max_backoff * retries
+        self.max_response_bytes = int(max_response_bytes)
+        self.proposal_poll_timeout = float(proposal_poll_timeout)
+        self._rng = random.Random(seed)
+        headers = {"Accept": "application/json", "User-Agent": "rebalancer-python-client/0.2"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._transport = transport if transport is not None else DeadlineTransport(verify=verify)
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, transport=self._transport,
+                                  timeout=httpx.Timeout(timeout, connect=connect_timeout), trust_env=False)
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self: S) -> S:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ transport with deadline and retries
+    def _sleep_for(self, attempt: int, response: httpx.Response | None) -> float:
+        ra = response.headers.get("Retry-After") if response is not None else None
+        secs = retry_after_seconds(ra) if ra else None
+        if secs is not None:
+            return min(self.max_backoff, secs)
+        return self._rng.uniform(0, min(self.max_backoff, self.backoff * (2 ** attempt)))
+
+    def _bound(self, at: float) -> Any:
+        t = self._transport
+        return t.deadline(at) if isinstance(t, DeadlineTransport) else nullcontext()
+
+    def _read(self, response: httpx.Response, at: float) -> bytes:
+        """The body, read until the deadline ``at``; a document over ``max_response_bytes`` is refused, an error
+        body is cut at 1 MiB (it only carries a detail)."""
+        document = response.is_success
+        cap = self.max_response_bytes if document else ERROR_BODY_BYTES
+        length = response.headers.get("Content-Length", "")
+        if document and length.isdigit() and int(length) > cap:
+            raise ResponseTooLarge(f"Content-Length {length} > max_response_bytes {cap}",
+                                   status_code=response.status_code, method=response.request.method,
+                                   url=str(response.request.url))
+        buf = bytearray()
+        for chunk in response.iter_bytes():
+            buf += chunk
+            if len(buf) > cap:
+                if not document:
+                    return bytes(buf[:cap])
+                raise ResponseTooLarge(f"more than max_response_bytes {cap}", status_code=response.status_code,
+                                       method=response.request.method, url=str(response.request.url))
+            if time.monotonic() > at:  # transports without socket-level deadlines (e.g. a custom one)
+                raise httpx.ReadTimeout("deadline exceeded")
+        return bytes(buf)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        idempotent: bool | None = None,
+        expect: Sequence[int] = (200, 201, 202, 204),
+        retries: int | None = None,
+        deadline: float | None = None,
+        timeout: float | None = None,
+        ok_after_retry: Sequence[int] = (),
+    ) -> httpx.Response:
+        """Send one request with the client's deadline and retry policy; return the (fully read) response or raise.
+
+        ``path`` is used as given: encode its segments with :func:`segment`. ``idempotent`` defaults to True for
+        GET/PUT/DELETE/HEAD; non-idempotent requests are retried only on connect errors (never sent).
+        ``deadline`` and ``timeout`` override the client's total seconds for this call and for one attempt.
+        ``ok_after_retry``: statuses that count as success on a retry after an attempt that may have reached the
+        server (404 for a DELETE whose first answer was lost).
+        """
+        if idempotent is None:
+            idempotent = method.upper() in ("GET", "PUT", "DELETE", "HEAD", "OPTIONS")
+        max_retries = self.retries if retries is None else retries
+        url = path if path.startswith("/") else "/" + path
+        where = f"{method} {self.base_url}{url}"
+        call_end = time.monotonic() + (self.deadline if deadline is None else deadline)
+        per_attempt = self.timeout if timeout is None else timeout
+        attempt, maybe_sent = 0, False
+        while True:
+            now = time.monotonic()
+            if now >= call_end:
+                raise DeadlineExceeded(f"{where}: no answer within the deadline")
+            end = min(call_end, now + per_attempt)
+            response: httpx.Response | None = None
+            try:
+                with self._bound(end):
+                    left = end - now
+                    req = self._http.build_request(method, url, json=json, params=params, timeout=httpx.Timeout(
+                        left, connect=min(self.connect_timeout, left)))
+                    streamed = self._http.send(req, stream=True)
+                    try:
+                        body = self._read(streamed, end)
+                    finally:
+                        streamed.close()
+                response = httpx.Response(streamed.status_code, headers=streamed.headers, content=body, request=req)
+                failure: Exception | None = None
+                never_sent = False
+            except httpx.DecodingError as exc:
+                raise MalformedResponse(f"undecodable body ({exc})", method=method, url=self.base_url + url) from exc
+            except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+                raise InvalidArgument(f"{where}: {exc}") from exc
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+                failure, never_sent = exc, True
+            except httpx.HTTPError as exc:
+                failure, never_sent = exc, False
+            if response is not None and (response.status_code in expect
+                                         or (maybe_sent and response.status_code in ok_after_retry)):
+                return response
+            retryable = never_sent or (idempotent and (response is None or response.status_code in RETRY_STATUSES))
+            delay = self._sleep_for(attempt, response)
+            if retryable and attempt < max_retries and time.monotonic() + delay < call_end:
+                maybe_sent = maybe_sent or (not never_sent and (response is None or response.status_code != 429))
+                time.sleep(delay)
+                attempt += 1
+                continue
+            if response is not None:
+                raise self._error(method, url, response)
+            if time.monotonic() >= end:
+                raise DeadlineExceeded(f"{where}: no answer within the deadline ({failure!r})") from failure
+            raise ControllerUnavailable(f"{where}: {type(failure).__name__} ({failure!r})") from failure
+
+    def _error(self, method: str, url: str, response: httpx.Response) -> APIError:
+        body: Any = None
+        detail: Any = response.text
+        try:
+            body = jsonlib.loads(response.content)
+            detail = body.get("detail", body.get("error", body)) if isinstance(body, Mapping) else body
+        except (ValueError, RecursionError):
+            pass
+        cls = error_for_status(response.status_code)
+        return cls(response.status_code, detail, body=body, method=method, url=f"{self.base_url}{url}")
+
+    def _json(self, method: str, path: str, **kw: Any) -> tuple[Any, int]:
+        """The decoded JSON body of ``method path`` and the HTTP status."""
+        r = self.request(method, path, **kw)
+        try:
+            return jsonlib.loads(r.content), r.status_code
+        except (ValueError, RecursionError) as exc:
+            raise MalformedResponse(f"not JSON: {r.content[:200]!r}", status_code=r.status_code, method=method,
+                                    url=f"{self.base_url}{path}") from exc
+
+    def _typed(self, parse: Callable[[Any], T], method: str, path: str, **kw: Any) -> T:
+        """The response of ``method path`` read by ``parse``; a malformed document names the request."""
+        doc, status = self._json(method, path, **kw)
+        try:
+            return parse(doc)
+        except MalformedResponse as exc:
+            raise MalformedResponse(exc.reason, status_code=status, method=method,
+                                    url=f"{self.base_url}{path}") from None
+
+    @staticmethod
+    def _list(parse: Callable[[Any, str], T], where: str) -> Callable[[Any], list[T]]:
+        def read(doc: Any) -> list[T]:
+            if not isinstance(doc, list):
+                raise MalformedResponse(f"{where}: expected a list, got {kind(doc)}")
+            return [parse(x, f"{where}[{i}]") for i, x in enumerate(doc)]
+        return read

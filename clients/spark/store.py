@@ -1,0 +1,251 @@
+"""Durable, versioned keyed state on any Hadoop file system (local, HDFS, S3), one version per micro-batch.
+
+The layout follows Spark's HDFS-backed state store (``HDFSBackedStateStoreProvider``: a delta file per version,
+a snapshot every ``spark.sql.streaming.stateStore.minDeltasForSnapshot`` = 10 deltas, the last
+``spark.sql.streaming.minBatchesToRetain`` = 100 versions kept), with Parquet instead of Spark's own row files::
+
+    <root>/v00000000000000000007/delta/*.parquet      the rows that changed in batch 7 (their new values)
+    <root>/v00000000000000000010/snapshot/*.parquet   the whole state after batch 10 (every ``snapshot_every``)
+    <root>/_commits/00000000000000000007.json          the commit: version, routing epoch and assignment, counts
+    <root>/_tmp/...                                    data being written (removed on open)
+
+**Commit protocol.** A version's Parquet files are written under ``_tmp`` and renamed to ``v<version>`` (an
+atomic directory rename on HDFS and local disks); then the commit record is written to a temporary name and
+renamed to ``_commits/<version>.json``. A version exists iff its commit record exists (on S3, where renames copy,
+the record — one small object written at once — is still the commit point). A crash leaves at most an
+uncommitted directory, which the next commit of that version replaces.
+
+**Rows.** Every state row carries the key group ``_rb_kg``, the key columns, the aggregates and ``_rb_v``, the
+version (batch id) that last changed it. A delta holds only the rows with ``_rb_v`` = its version. Loading
+version V reads the latest snapshot at or before V and the deltas after it, and keeps per key the row with the
+highest ``_rb_v`` (an upsert) — reading happens on recovery only.
+
+**Routing.** The commit record holds the routing epoch and the key group → partition table the batch ran under,
+so a restarted driver places the state as it was and resynchronises with the controller from that epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+log = logging.getLogger("rebalancer.spark")
+
+VERSION_COL = "_rb_v"
+_W = 20  # digits of a version in names (sorts as text)
+
+
+@dataclass
+class Commit:
+    """One committed state version (the JSON commit record)."""
+
+    version: int
+    kind: str                                  # "delta" or "snapshot" (a snapshot version also has a delta)
+    snapshot: int | None                       # the snapshot version this one builds on (itself for a snapshot)
+    epoch: int
+    partition_of: list[int]
+    keys: list[str]
+    columns: list[str]                         # the stored columns, in order
+    delta_rows: int = 0
+    written_bytes: int = 0
+    seconds: float = 0.0
+    committed_at: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Commit:
+        doc = json.loads(text)
+        return cls(**{k: doc[k] for k in cls.__dataclass_fields__ if k in doc})
+
+
+class StateStore:
+    """Versioned state under ``root`` (any Hadoop path). See the module docstring for layout and protocol.
+
+    Args:
+        spark: a SparkSession (its Hadoop configuration resolves the file system of ``root``).
+        root: the state directory, e.g. ``<checkpointLocation>/rebalancer-state``.
+        snapshot_every: write the whole state every this many versions (Spark's default 10).
+        retain_versions: keep at least this many recent versions (Spark's ``minBatchesToRetain``, 100); older
+            versions are deleted once a newer snapshot makes them unnecessary.
+        on_event: test hook ``f(point, version)`` called at ``"data-written"`` (Parquet renamed, record not yet
+            written) and ``"committed"``; a kill there must not lose or duplicate anything.
+    """
+
+    def __init__(self, spark, root: str, *, snapshot_every: int = 10, retain_versions: int = 100,
+                 on_event: Callable[[str, int], None] | None = None):
+        if snapshot_every < 1:
+            raise ValueError("snapshot_every must be >= 1")
+        if retain_versions < 1:
+            raise ValueError("retain_versions must be >= 1")
+        self.spark = spark
+        self.root = str(root).rstrip("/")
+        self.snapshot_every = int(snapshot_every)
+        self.retain_versions = int(retain_versions)
+        self.on_event = on_event
+        sc = spark.sparkContext
+        self._jvm = sc._jvm
+        self._conf = sc._jsc.hadoopConfiguration()
+        self._fs = self._path(self.root).getFileSystem(self._conf)
+        self._fs.mkdirs(self._path(self.root + "/_commits"))
+        self._fs.delete(self._path(self.root + "/_tmp"), True)  # leftovers of a crashed writer
+        self._latest: Commit | None = None
+        self._latest_read = False
+
+    # ------------------------------------------------------------------ file system
+    def _path(self, p: str):
+        return self._jvm.org.apache.hadoop.fs.Path(p)
+
+    def _dir(self, version: int) -> str:
+        return f"{self.root}/v{version:0{_W}d}"
+
+    def _record(self, version: int) -> str:
+        return f"{self.root}/_commits/{version:0{_W}d}.json"
+
+    def _exists(self, p: str) -> bool:
+        return bool(self._fs.exists(self._path(p)))
+
+    def _size(self, p: str) -> int:
+        return int(self._fs.getContentSummary(self._path(p)).getLength()) if self._exists(p) else 0
+
+    def _write_text(self, p: str, text: str) -> None:
+        tmp = f"{self.root}/_tmp/{uuid.uuid4().hex}.json"
+        out = self._fs.create(self._path(tmp), True)
+        try:
+            out.write(bytearray(text.encode()))
+        finally:
+            out.close()
+        if not self._fs.rename(self._path(tmp), self._path(p)):
+            raise OSError(f"cannot commit {p} (rename from {tmp} failed)")
+
+    def _read_text(self, p: str) -> str:
+        stream = self._fs.open(self._path(p))
+        try:
+            reader = self._jvm.java.io.BufferedReader(self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
+            lines = []
+            while True:
+                line = reader.readLine()
+                if line is None:
+                    break
+                lines.append(line)
+            return "\n".join(lines)
+        finally:
+            stream.close()
+
+    def versions(self) -> list[int]:
+        """Committed versions, ascending."""
+        out = []
+        for st in self._fs.listStatus(self._path(self.root + "/_commits")):
+            name = st.getPath().getName()
+            if name.endswith(".json") and name[:-5].isdigit():
+                out.append(int(name[:-5]))
+        return sorted(out)
+
+    def commit_record(self, version: int) -> Commit:
+        return Commit.from_json(self._read_text(self._record(version)))
+
+    def latest(self) -> Commit | None:
+        """The last committed version's record (``None`` for an empty store)."""
+        if not self._latest_read:
+            vs = self.versions()
+            self._latest = self.commit_record(vs[-1]) if vs else None
+            self._latest_read = True
+        return self._latest
+
+    def is_committed(self, version: int) -> bool:
+        last = self.latest()
+        return last is not None and version <= last.version and self._exists(self._record(version))
+
+    # ------------------------------------------------------------------ writing
+    def commit(self, version: int, state_df, *, keys: Sequence[str], columns: Sequence[str], epoch: int,
+               partition_of: Sequence[int], delta_rows: int | None = None,
+               extra: dict[str, Any] | None = None) -> Commit:
+        """Write version ``version``: the rows of ``state_df`` with ``_rb_v == version`` (and the whole state
+        when a snapshot is due), then the commit record. ``state_df`` must have ``columns`` (with ``_rb_v``)."""
+        from pyspark.sql import functions as F
+
+        t0 = time.perf_counter()
+        last = self.latest()
+        if last is not None and version <= last.version:
+            raise ValueError(f"state version {version} is already committed (latest {last.version})")
+        snapshot = last is None or last.snapshot is None or version - last.snapshot >= self.snapshot_every
+        tmp = f"{self.root}/_tmp/{uuid.uuid4().hex}"
+        cols = list(columns)
+        delta = state_df.filter(F.col(VERSION_COL) == F.lit(version)).select(*cols)
+        delta.write.mode("overwrite").parquet(tmp + "/delta")
+        if snapshot:
+            state_df.select(*cols).write.mode("overwrite").parquet(tmp + "/snapshot")
+        final = self._dir(version)
+        if self._exists(final):  # an uncommitted attempt of this version (a crash before its record)
+            self._fs.delete(self._path(final), True)
+        if not self._fs.rename(self._path(tmp), self._path(final)):
+            raise OSError(f"cannot move {tmp} to {final}")
+        if self.on_event is not None:
+            self.on_event("data-written", version)
+        rec = Commit(version=int(version), kind="snapshot" if snapshot else "delta",
+                     snapshot=int(version) if snapshot else (last.snapshot if last else None),
+                     epoch=int(epoch), partition_of=[int(p) for p in partition_of], keys=list(keys),
+                     columns=cols, delta_rows=-1 if delta_rows is None else int(delta_rows),
+                     written_bytes=self._size(final), seconds=0.0, committed_at=time.time(),
+                     extra=dict(extra or {}))
+        rec.seconds = round(time.perf_counter() - t0, 4)
+        self._write_text(self._record(version), rec.to_json())
+        self._latest, self._latest_read = rec, True
+        if self.on_event is not None:
+            self.on_event("committed", version)
+        if snapshot:
+            self._expire(version)
+        return rec
+
+    def _expire(self, version: int) -> None:
+        """Delete versions older than the newest snapshot that is at least ``retain_versions`` old."""
+        cutoff = version - self.retain_versions + 1
+        vs = self.versions()
+        bases = [v for v in vs if v <= cutoff and self._exists(self._dir(v) + "/snapshot")]
+        if not bases:
+            return
+        keep_from = bases[-1]
+        for v in vs:
+            if v >= keep_from:
+                break
+            self._fs.delete(self._path(self._record(v)), False)  # the record first: never a record without data
+            self._fs.delete(self._path(self._dir(v)), True)
+
+    # ------------------------------------------------------------------ reading (recovery only)
+    def read_delta(self, version: int):
+        """The rows changed by ``version`` (its batch's output in update mode)."""
+        return self.spark.read.parquet(self._dir(version) + "/delta")
+
+    def load(self, version: int | None = None):
+        """(state DataFrame, commit) of ``version`` (default: the latest), or ``(None, None)`` for an empty store.
+
+        Reads the snapshot the version builds on and the deltas after it, newest row per key wins.
+        """
+        from pyspark.sql import functions as F
+
+        rec = self.latest() if version is None else self.commit_record(version)
+        if rec is None:
+            return None, None
+        if rec.snapshot is None:
+            raise OSError(f"state version {rec.version} names no snapshot")
+        vs = [v for v in self.versions() if rec.snapshot < v <= rec.version]
+        parts = [self.spark.read.parquet(self._dir(rec.snapshot) + "/snapshot").select(*rec.columns)]
+        for v in vs:
+            if self._exists(self._dir(v) + "/delta"):
+                parts.append(self.spark.read.parquet(self._dir(v) + "/delta").select(*rec.columns))
+        df = parts[0]
+        for p in parts[1:]:
+            df = df.unionByName(p)
+        if len(parts) > 1:
+            others = [c for c in rec.columns if c not in rec.keys]
+            latest = F.max_by(F.struct(*[F.col(c) for c in others]), F.col(VERSION_COL)).alias("_rb_row")
+            df = df.groupBy(*rec.keys).agg(latest).select(*rec.keys, *[F.col("_rb_row." + c).alias(c)
+                                                                        for c in others]).select(*rec.columns)
+        return df, rec

@@ -1,0 +1,91 @@
+"""What the use cases of the controller share: settings, database, writer, solver pool, telemetry, the jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from controller import repository as repo
+from controller.errors import NotFound
+from controller.jobs import Job
+from controller.settings import Settings
+from controller.solving import SolverPool
+from controller.telemetry import Telemetry
+from controller.writer import InlineWriter, Writer, make_writer
+
+if TYPE_CHECKING:
+    from controller.proposals import ProposalCache
+
+
+class Context:
+    """One per server process. ``writer`` and ``pool`` exist between :meth:`open` and :meth:`close`."""
+
+    def __init__(self, settings: Settings, proposals: ProposalCache):
+        self.settings = settings
+        self.url = settings.sqlalchemy_url()
+        self.engine = repo.make_engine(self.url, settings.sqlite_synchronous)
+        self.telemetry = Telemetry()
+        self.jobs: dict[str, Job] = {}
+        self.proposals = proposals
+        self._writer: Writer | InlineWriter | None = None
+        self._pool: SolverPool | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.started_at = time.time()
+        #: bytes of statistics held by every window (issue 12 item 10: ``max_total_window_bytes``)
+        self.window_bytes = 0
+
+    @property
+    def writer(self) -> Writer | InlineWriter:
+        if self._writer is None:
+            raise RuntimeError("the controller is not started")
+        return self._writer
+
+    @property
+    def pool(self) -> SolverPool:
+        if self._pool is None:
+            raise RuntimeError("the controller is not started")
+        return self._pool
+
+    @property
+    def started(self) -> bool:
+        return self._writer is not None
+
+    def open(self) -> None:
+        s = self.settings
+        self._writer = make_writer(self.engine, self.url, s.sqlite_synchronous, s.commit_batch)
+        reserved = getattr(s, "reserved_auto_solves", None)
+        self._pool = SolverPool(s.solver_workers, s.max_concurrent_solves, s.max_time_limit_s,
+                                reserved_auto=None if reserved is None else int(reserved),
+                                kill_factor=float(getattr(s, "solve_kill_factor", 2.0)),
+                                kill_grace_s=float(getattr(s, "solve_kill_grace_s", 5.0)))
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        if isinstance(self._writer, InlineWriter):
+            self._writer.close()
+        elif self._writer is not None:
+            await asyncio.to_thread(self._writer.close)
+        if self._pool is not None:
+            self._pool.shutdown()
+        self.engine.dispose()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """A background task the controller cancels at shutdown."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def job(self, job_id: str) -> Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"unknown job {job_id!r}")
+        return job
+
+    def still_registered(self, job: Job) -> None:
+        """Under the job's lock: 404 when the job was deleted (or replaced) while the request waited for it."""
+        if self.jobs.get(job.job_id) is not job:
+            raise NotFound(f"unknown job {job.job_id!r}")

@@ -1,0 +1,85 @@
+"""Child processes die with the server: a parent-death signal (Linux ``prctl``) and a watchdog on the server's pid.
+
+Importing this module in a process started by the server (the ``forkserver`` imports it as its first preload
+module) binds that process to its parent with ``PR_SET_PDEATHSIG`` = ``SIGKILL``: when the server dies, even by
+``kill -9``, the kernel kills the forkserver; each solver worker binds itself to the forkserver the same way (and
+watches the server's pid), so the chain server -> forkserver -> workers never leaves an orphan. The resource
+tracker needs nothing: it exits when the last process holding its pipe is gone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import multiprocessing.forkserver as mpfs
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+
+
+def set_pdeathsig(sig: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent thread exits (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return int(libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - a reused pid of another user: the server is gone
+        return False
+    return True
+
+
+def watch(server_pid: int, interval: float = 0.5) -> threading.Thread:
+    """A daemon thread that ends this process (``os._exit``) as soon as the parent changes or the server is gone:
+    the portable backstop of the parent-death signal."""
+    parent = os.getppid()
+
+    def run() -> None:
+        while True:
+            if os.getppid() != parent or not _alive(server_pid):
+                os._exit(70)
+            time.sleep(interval)
+
+    t = threading.Thread(target=run, name="rebalancer-lifeline", daemon=True)
+    t.start()
+    return t
+
+
+def bind_worker(server_pid: int) -> None:
+    """Called first in every solver worker: die with the forkserver (parent-death signal) and with the server
+    (watchdog), and leave Ctrl-C to the server (the terminal sends SIGINT to the whole process group)."""
+    set_pdeathsig(signal.SIGKILL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if not _alive(server_pid):  # the server died before the signal was armed
+        os._exit(70)
+    watch(server_pid)
+
+
+def stop_forkserver() -> None:
+    """Stop this process's forkserver (there is no public API; it would outlive the server otherwise)."""
+    fs: Any = mpfs._forkserver
+    pid = getattr(fs, "_forkserver_pid", None)
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        fs._stop()  # closes our end of its "alive" pipe, reaps it and removes its socket
+    except (OSError, ChildProcessError):  # pragma: no cover - already reaped
+        fs._forkserver_pid = None

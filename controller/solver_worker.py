@@ -1,0 +1,84 @@
+"""The solver worker process: what runs on the far side of :class:`controller.solving.SolverPool`'s pipes.
+
+A worker binds its life to the server's (:mod:`controller.lifeline`), imports numpy, scipy, the registry and every
+planner once, then answers ``(fn, args)`` messages with ``fn(*args)``: a plan document or an error tuple comes back
+as plain data (``InvalidInput`` does not pickle with its two arguments).
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing.connection as mpc
+import os
+from typing import Any
+
+from controller.lifeline import bind_worker
+from solvers.errors import InvalidInput
+from solvers.model import Problem
+
+#: imported once by the forkserver (so every worker starts with them); the first binds it to the server's life
+PRELOAD = ["controller.forkserver_lifeline", "numpy", "scipy.sparse", "solvers.model", "solvers.metrics",
+           "solvers.registry"]
+
+
+def _import_planners() -> list[str]:
+    """Import every planner module; an import error is a bug of this build and propagates (issue 11, §5)."""
+    from solvers import registry
+
+    for module in registry.PLANNER_MODULES.values():
+        importlib.import_module(module)
+    return sorted(registry.PLANNER_MODULES)
+
+
+def _init_worker() -> None:
+    for m in PRELOAD[1:]:
+        importlib.import_module(m)
+    _import_planners()
+
+
+def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0) -> None:
+    """One solver process: bind to the server's life, import the planners, then answer ``(fn, args)`` messages
+    with ``fn(*args)`` until the pipe closes or ``None`` arrives."""
+    bind_worker(server_pid)
+    if nice:  # the event loop wins the CPU over a solve when the machine is busy
+        os.nice(nice)
+    try:
+        _init_worker()
+    except BaseException as exc:  # reported to the server, which refuses solves with this reason
+        conn.send(("init-error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        fn, args = msg
+        conn.send(fn(*args))
+
+
+def _solve_task(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> tuple[Any, ...]:
+    """Worker side: ``registry.solve`` then ``plan_to_dict``; errors come back as data."""
+    from solvers import registry
+    from solvers.model import plan_to_dict
+
+    try:
+        plan = registry.solve(name, problem, time_limit=time_limit, **params)
+        return ("ok", plan_to_dict(problem, plan))
+    except InvalidInput as exc:
+        return ("invalid", exc.field, exc.reason)
+    except Exception as exc:  # a planner bug: reported, never crashes the server
+        return ("error", f"{type(exc).__name__}: {exc}")
+
+
+def _call_task(module: str, func: str, arg: Any) -> tuple[Any, ...]:
+    """Worker side: call ``module.func(arg)`` (used for the Gedik partitioning document)."""
+    try:
+        mod = importlib.import_module(module)
+        return ("ok", getattr(mod, func)(arg))
+    except InvalidInput as exc:
+        return ("invalid", exc.field, exc.reason)
+    except Exception as exc:
+        return ("error", f"{type(exc).__name__}: {exc}")

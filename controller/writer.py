@@ -1,0 +1,281 @@
+"""Group commit: every write the API acknowledges has been committed first, and many queued writes share one
+transaction (50 drivers posting statistics cost one commit per burst, not 50).
+
+An operation is a function ``op(conn) -> result`` (:mod:`controller.repository` builds them; statistics batches
+are :class:`BatchOp` so that a group writes them with one ``executemany``). Should one raise,
+the group is rolled back and its operations are replayed one transaction each, so a failing operation never
+takes the others down with it. Two writers share that logic (:class:`GroupCommit`): a thread for databases whose
+commit waits for the disk, and one on the event loop for SQLite in WAL mode without an fsync per commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from sqlalchemy import insert
+from sqlalchemy.engine import Connection, Engine
+
+from controller import repository as repo
+from controller.windows import Batch
+
+log = logging.getLogger("rebalancer.repository")
+
+Op = Callable[[Connection], Any]
+Item = tuple[Op, "asyncio.Future[Any]", asyncio.AbstractEventLoop]
+
+
+# ---------------------------------------------------------------------- statistics batches, grouped
+STATS_INSERT = insert(repo.stats)
+
+
+class BatchOp:
+    """A statistics batch to insert (and the evicted one to delete): queued ones are written with two
+    ``executemany`` calls per group commit instead of two statements each."""
+
+    __slots__ = ("row", "evict")
+
+    def __init__(self, row: dict[str, Any], evict: int | None):
+        self.row, self.evict = row, evict
+
+    def __call__(self, conn: Connection) -> None:
+        _write_batches(conn, [self])
+
+
+def add_batch(job_id: str, batch: Batch, evict: int | None, now: float) -> BatchOp:
+    return BatchOp(repo.batch_row(job_id, batch, now), evict)
+
+
+def _write_batches(conn: Connection, ops: list[BatchOp]) -> None:
+    dels = [{"j_id": o.row["job_id"], "b_id": o.evict} for o in ops if o.evict is not None]
+    if len(ops) > 1 and {(d["j_id"], d["b_id"]) for d in dels} & {(o.row["job_id"], o.row["batch_id"]) for o in ops}:
+        for o in ops:  # a batch of this group evicts another one of it (or an evicted id comes back): in order
+            if o.evict is not None:
+                conn.execute(repo.STATS_DELETE, [{"j_id": o.row["job_id"], "b_id": o.evict}])
+            conn.execute(STATS_INSERT, [o.row])
+        return
+    if dels:
+        conn.execute(repo.STATS_DELETE, dels)
+    conn.execute(STATS_INSERT, [o.row for o in ops])
+
+
+def execute_group(conn: Connection, ops: list[Op]) -> list[Any]:
+    """Run ``ops`` in order on ``conn`` (one transaction); consecutive statistics batches go in two executemany."""
+    results: list[Any] = []
+    run: list[BatchOp] = []
+    for op in ops:
+        if type(op) is BatchOp:
+            run.append(op)
+            results.append(None)
+            continue
+        if run:
+            _write_batches(conn, run)
+            run = []
+        results.append(op(conn))
+    if run:
+        _write_batches(conn, run)
+    return results
+
+
+class GroupCommit:
+    """Commit a group of operations in one transaction, or each alone when the group fails."""
+
+    def __init__(self, engine: Engine, batch: int):
+        self.engine = engine
+        self.batch = batch
+        self.commits = 0
+        self.ops = 0
+        self.cpu_seconds = 0.0
+
+    def _transaction(self) -> AbstractContextManager[Connection]:
+        raise NotImplementedError
+
+    def _deliver(self, item: Item, result: Any = None, exc: BaseException | None = None) -> None:
+        raise NotImplementedError
+
+    def _commit(self, items: list[Item]) -> None:
+        try:
+            with self._transaction() as conn:
+                results = execute_group(conn, [op for op, _f, _l in items])
+            self.commits += 1
+        except Exception as exc:  # replay one by one so one bad op does not fail the others
+            if len(items) == 1:
+                log.exception("write failed")
+                self._deliver(items[0], exc=exc)
+                return
+            for it in items:
+                self._commit([it])
+            return
+        self.ops += len(items)
+        for res, it in zip(results, items, strict=True):
+            self._deliver(it, res)
+
+    def run_sync(self, op: Op) -> Any:
+        """Run ``op`` in its own transaction in the calling thread (startup, tests)."""
+        with self.engine.begin() as conn:
+            return op(conn)
+
+
+class Writer(GroupCommit):
+    """One thread that commits queued write operations in batches.
+
+    ``await writer.run(op)`` returns ``op(conn)``'s result once the transaction containing it has committed.
+    """
+
+    def __init__(self, engine: Engine, batch: int = 256):
+        super().__init__(engine, batch)
+        self._q: queue.Queue[Item | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="rebalancer-writer", daemon=True)
+        self._stopped = False
+        self._last_group = 0
+        self._thread.start()
+
+    async def run(self, op: Op) -> Any:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._q.put((op, fut, loop))
+        return await fut
+
+    def close(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            self._q.put(None)
+            self._thread.join(timeout=10)
+
+    def _transaction(self) -> AbstractContextManager[Connection]:
+        return self.engine.begin()
+
+    def _deliver(self, item: Item, result: Any = None, exc: BaseException | None = None) -> None:
+        _op, fut, loop = item
+        if exc is None:
+            loop.call_soon_threadsafe(_set_result, fut, result)
+        else:
+            loop.call_soon_threadsafe(_set_exc, fut, exc)
+
+    def _loop(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            items = [item]
+            stop = False
+            if self._last_group > 1 and self._q.empty():
+                # concurrent writers were seen: wait a moment so one commit carries many of them (group commit)
+                time.sleep(0.0005)
+            while len(items) < self.batch:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                items.append(nxt)
+            self._last_group = len(items)
+            t0 = time.thread_time()
+            self._commit(items)
+            self.cpu_seconds += time.thread_time() - t0
+            if stop:
+                return
+
+
+class InlineWriter(GroupCommit):
+    """Group commit on the event-loop thread, for SQLite in WAL mode with ``synchronous`` NORMAL or OFF.
+
+    There a commit is a ``write()`` to the WAL file — no fsync — so it is cheaper to do it in place than to hand it
+    to a thread (two thread switches and GIL hand-offs per request). Every operation queued during one turn of the
+    event loop is committed in one transaction by a callback scheduled with ``call_soon``; the awaiting requests
+    resume only after that commit. Automatic checkpoints (which fsync) are disabled on this connection and done by
+    a background thread instead (``PRAGMA wal_checkpoint(PASSIVE)`` every second, never blocking the writer).
+    """
+
+    def __init__(self, engine: Engine, batch: int = 256, checkpoint_every: float = 1.0):
+        super().__init__(engine, batch)
+        self._pending: list[Item] = []
+        self._scheduled = False
+        self._conn = engine.connect()
+        self._conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
+        self._conn.commit()
+        self._stop = threading.Event()
+        self._every = checkpoint_every
+        self._ckpt = threading.Thread(target=self._checkpoints, name="rebalancer-checkpoint", daemon=True)
+        self._ckpt.start()
+
+    async def run(self, op: Op) -> Any:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((op, fut, loop))
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._flush)
+        return await fut
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        items, self._pending = self._pending, []
+        t0 = time.thread_time()
+        for i in range(0, len(items), self.batch):
+            self._commit(items[i: i + self.batch])
+        self.cpu_seconds += time.thread_time() - t0
+
+    @contextmanager
+    def _inline_transaction(self) -> Iterator[Connection]:
+        trans = self._conn.begin()
+        try:
+            yield self._conn
+            trans.commit()
+        except BaseException:
+            trans.rollback()
+            raise
+
+    def _transaction(self) -> AbstractContextManager[Connection]:
+        return self._inline_transaction()
+
+    def _deliver(self, item: Item, result: Any = None, exc: BaseException | None = None) -> None:
+        if exc is None:
+            _set_result(item[1], result)
+        else:
+            _set_exc(item[1], exc)
+
+    def _checkpoints(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                with self.engine.connect() as c:
+                    c.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+            except Exception:  # pragma: no cover - best effort; the next one retries
+                log.debug("checkpoint failed", exc_info=True)
+
+    def close(self) -> None:
+        if self._pending:
+            self._flush()
+        self._stop.set()
+        self._ckpt.join(timeout=10)
+        try:
+            self._conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+            self._conn.commit()
+        except Exception:  # the WAL is folded in at the next open anyway
+            log.warning("final WAL checkpoint failed", exc_info=True)
+        self._conn.close()
+
+
+def make_writer(engine: Engine, url: str, sqlite_synchronous: str, batch: int) -> Writer | InlineWriter:
+    """The inline writer for SQLite WAL without fsync per commit, the writer thread otherwise."""
+    if url.startswith("sqlite") and sqlite_synchronous.upper() in ("NORMAL", "OFF") and repo.sqlite_path(url):
+        return InlineWriter(engine, batch)
+    return Writer(engine, batch)
+
+
+def _set_result(fut: asyncio.Future[Any], res: Any) -> None:
+    if not fut.done():
+        fut.set_result(res)
+
+
+def _set_exc(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)

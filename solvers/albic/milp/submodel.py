@@ -1,0 +1,147 @@
+"""The MILP phases of the ALBIC planner (§4.3.1): the full model on small instances, neighbourhood search otherwise.
+
+- :func:`full_model` — the whole §4.3.1 model (every unit, every node) by CP-SAT (or CBC), hinted with the
+  incumbent. With communication costs CP-SAT charges every cut edge exactly (indicator per edge and node, issue 16
+  items 3 and 5), so it optimises the true objective and proves a bound > 0; CBC and very many edges keep the
+  pessimistic loads (every edge leaving a unit charged as cut) and prove nothing. It is built as a *relaxation*
+  of any byte/resource rounding (:func:`solvers.albic.milp.cpsat.build` with ``relax=True``), so its proven
+  bound (minus the utilisation rounding tolerance) is a valid lower bound for the problem as given; its plan is
+  kept only if it really keeps the budget.
+- :func:`neighbourhood_search` — large-neighbourhood search: the model restricted to the nodes deviating most
+  (plus removing nodes that still hold load and two random nodes) and the units on them, everything else fixed;
+  conservative rounding, so every sub-model plan is feasible (and is checked again).
+
+OR-tools / PuLP are imported here lazily, only when a MILP phase runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from solvers.albic.milp.search import State
+from solvers.albic.milp.state import Pool, placement_ok
+from solvers.albic.milp.units import Units
+
+SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
+LNS_MIN_SECONDS = 0.25         # an LNS round is only started with this much time left
+LNS_BUILD_SECONDS = 0.1        # reserved for building one sub-MILP
+EXACT_COMM_MAX = 20_000        # unit edges × nodes up to which the full model charges cut edges exactly
+
+
+def _backend(backend: str) -> Callable[..., Any]:
+    if backend == "cbc":
+        from solvers.albic.milp.cbc import solve_cbc
+        return solve_cbc
+    from solvers.albic.milp.cpsat import solve_cpsat
+    return solve_cpsat
+
+
+def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: int, seed: int
+               ) -> tuple[State, float | None, str]:
+    """Solve the full model for ``seconds``; returns (best state, valid bound on d or None, solver status).
+
+    The first call in a process imports OR-tools (~0.5 s): that time counts against ``seconds``."""
+    t0 = time.perf_counter()
+    from solvers.albic.milp.cpsat import build
+    solver = _backend(backend)
+    seconds -= time.perf_counter() - t0
+    if seconds <= 0.02:
+        return state, None, "not run (no time left after importing the solver)"
+    units = state.units
+    p = units.problem
+    exact_loads = p.communication_cost == 0 or not p.comm.nnz
+    # communication costs: exact cut indicators (CP-SAT) when the model stays small; else the pessimistic loads
+    exact_comm = not exact_loads and backend == "cpsat" and _edge_count(units) * p.n_nodes <= EXACT_COMM_MAX
+    sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True, exact_comm=exact_comm)
+    res = solver(state, sm, seconds, workers=workers, seed=seed)
+    if res.place is not None and placement_ok(units, res.place):
+        new = state.copy()
+        new.set_place(res.place)
+        pool.offer(new.place, "milp")
+        if new.key() <= state.key():
+            state = new
+    bound = res.d_bound if exact_loads or exact_comm else None
+    return state, bound, res.status
+
+
+def _edge_count(units: Units) -> int:
+    from solvers.albic.milp.cpsat import unit_edges
+    return len(unit_edges(units)[0])
+
+
+def neighbourhood_search(state: State, pool: Pool, deadline: float, budget_total: float, backend: str,
+                         workers: int, rng: np.random.Generator, done: Callable[[], bool]) -> tuple[State, dict]:
+    """LNS rounds until ``deadline`` (or ``done()``); the neighbourhood grows after a proven sub-optimum."""
+    if deadline - time.perf_counter() < LNS_MIN_SECONDS or done():
+        return state, {"lns_iterations": 0, "lns_improved": 0}
+    from solvers.albic.milp.cpsat import build
+    units = state.units
+    n = units.problem.n_nodes
+    solver = _backend(backend)
+    k = min(n, 12)
+    iters = improved = 0
+    while True:
+        remaining = deadline - time.perf_counter()
+        if remaining < LNS_MIN_SECONDS or done():
+            break
+        nodes = _neighbourhood(state, k, rng)
+        cand = _units_on(state, nodes, rng)
+        sm = build(state, cand, nodes)
+        sub_t = min(remaining, max(0.05, min(0.3, 0.2 * budget_total))) - LNS_BUILD_SECONDS
+        res = solver(state, sm, sub_t, workers=workers, seed=int(rng.integers(1 << 30)))
+        iters += 1
+        if res.place is not None:
+            new = state.copy()
+            for a, u in enumerate(cand.tolist()):
+                new.move(u, int(res.place[a]))
+            if new.key() < state.key() and placement_ok(units, new.place):
+                state = new
+                improved += 1
+                pool.offer(state.place, "lns")
+            k = min(n, int(k * 1.5) + 1) if res.status == "optimal" else max(4, int(k * 0.7))
+        else:
+            k = max(4, int(k * 0.7))
+    return state, {"lns_iterations": iters, "lns_improved": improved}
+
+
+def _neighbourhood(state: State, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Nodes of one LNS sub-MILP: the ``k`` active nodes deviating most (both sides), the removing nodes that
+    still hold load, and two random nodes."""
+    p = state.units.problem
+    dev = state.devs()
+    act = np.flatnonzero(p.active)
+    kk = min(k, act.size)
+    top = act[np.argsort(-dev[act], kind="stable")[:kk]]
+    chosen = set(top.tolist())
+    rem = np.flatnonzero(p.removing & (state.L > 0))
+    if rem.size:
+        rem = rem[np.argsort(-state.L[rem])[: max(2, kk // 3)]]
+        chosen.update(rem.tolist())
+    others = np.setdiff1d(act, top)
+    if others.size:
+        chosen.update(rng.choice(others, size=min(2, others.size), replace=False).tolist())
+    return np.array(sorted(chosen), dtype=np.int64)
+
+
+def _units_on(state: State, nodes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Units on ``nodes``; at most SUB_UNITS_MAX (per node the heaviest half of its share and a random rest)."""
+    on = np.flatnonzero(np.isin(state.place, nodes))
+    if on.size <= SUB_UNITS_MAX:
+        return on
+    per = max(2, SUB_UNITS_MAX // max(1, nodes.size))
+    keep = []
+    W = state.units.load
+    for j in nodes.tolist():
+        us = on[state.place[on] == j]
+        if us.size <= per:
+            keep.append(us)
+            continue
+        us = us[np.argsort(-W[us])]
+        heavy = us[: per // 2]
+        rest = rng.choice(us[per // 2:], size=per - per // 2, replace=False)
+        keep.append(np.concatenate([heavy, rest]))
+    return np.sort(np.concatenate(keep))

@@ -1,0 +1,141 @@
+"""Durable, versioned state (issue 15): commit, restart, replay, lost blocks, exactly-once output, retention."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytest.importorskip("pyspark")
+
+from clients.spark.driver import RebalancingDriver, StateMismatchError  # noqa: E402
+from clients.spark.sink import BatchIdSink  # noqa: E402
+from clients.spark.state import _release_checkpoint  # noqa: E402
+from clients.spark.store import StateStore  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+AGGS = {"count": ("count", None), "total": ("sum", "v"), "top": ("max", "v")}
+
+
+def _batches(n=4, rows=500, seed=3):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        ranks = np.minimum(rng.zipf(1.3, rows), 150)
+        out.append(pd.DataFrame({"key": [f"k{r}" for r in ranks], "v": rng.integers(0, 50, rows).astype("int64")}))
+    return out
+
+
+def _expected(frames):
+    every = pd.concat(frames)
+    e = every.groupby("key")["v"].agg(["size", "sum", "max"])
+    e.columns = ["count", "total", "top"]
+    return e.sort_index()
+
+
+def _state(driver):
+    got = driver.state_frame().toPandas().set_index("key").sort_index()
+    assert got.index.is_unique
+    return got[["count", "total", "top"]]
+
+
+def _driver(spark, state_dir, **kw):
+    return RebalancingDriver(spark, key="key", aggregations=AGGS, key_groups=12, partitions=3,
+                             state_dir=str(state_dir), **kw)
+
+
+def _eq(got, exp):
+    assert got.index.tolist() == exp.index.tolist()
+    assert (got.to_numpy() == exp.to_numpy()).all()
+
+
+def test_restart_loads_the_last_version_and_a_replayed_batch_is_not_applied_twice(spark, tmp_path):
+    frames = _batches()
+    out = tmp_path / "out"
+    d1 = _driver(spark, tmp_path / "state", snapshot_every=2, output=BatchIdSink(str(out)))
+    for b in range(3):
+        r = d1.process(spark.createDataFrame(frames[b]), b)
+        assert r.state_version == b and r.written_bytes > 0
+    _eq(_state(d1), _expected(frames[:3]))
+    d1.close()
+
+    # a new driver (the restarted process) on the same directory; Spark replays batch 2, then runs batch 3
+    d2 = _driver(spark, tmp_path / "state", snapshot_every=2, output=BatchIdSink(str(out)))
+    r2 = d2.process(spark.createDataFrame(frames[2]), 2)
+    assert r2.replayed and r2.controller == "replayed"
+    _eq(_state(d2), _expected(frames[:3]))          # not counted twice
+    r3 = d2.process(spark.createDataFrame(frames[3]), 3)
+    assert not r3.replayed and r3.state_version == 3
+    _eq(_state(d2), _expected(frames))
+
+    # the output: one directory per batch with the rows each batch changed, exactly once (batch 2 rewritten)
+    written = spark.read.parquet(str(out)).toPandas()
+    assert sorted(os.listdir(out)) == ["_tmp", "batch_id=0", "batch_id=1", "batch_id=2", "batch_id=3"] or \
+        sorted(p for p in os.listdir(out) if not p.startswith("_")) == [f"batch_id={b}" for b in range(4)]
+    for b in range(4):
+        mine = written[written.batch_id == b].set_index("key").sort_index()
+        exp = _expected(frames[:b + 1])
+        exp = exp[exp.index.isin(frames[b].key)]
+        _eq(mine[["count", "total", "top"]], exp)
+    d2.close()
+
+
+def test_a_fresh_driver_on_committed_state_equals_a_direct_count(spark, tmp_path):
+    frames = _batches(n=5, seed=4)
+    d = _driver(spark, tmp_path / "s", snapshot_every=2, retain_versions=2)
+    for b, f in enumerate(frames):
+        d.process(spark.createDataFrame(f), b)
+    d.close()
+    store = StateStore(spark, str(tmp_path / "s"), snapshot_every=2, retain_versions=2)
+    rec = store.latest()
+    assert rec.version == 4 and rec.kind == "snapshot"
+    assert store.versions() == [3, 4] or store.versions()[0] >= 2   # retention removed the old versions
+    assert not (tmp_path / "s" / "v00000000000000000000").exists()
+    df, _ = store.load()
+    got = df.toPandas().set_index("key").sort_index()[["count", "total", "top"]]
+    _eq(got, _expected(frames))
+    record = json.loads((tmp_path / "s" / "_commits" / f"{4:020d}.json").read_text())
+    assert record["epoch"] == 0 and len(record["partition_of"]) == 12 and record["delta_rows"] > 0
+
+
+def test_lost_state_blocks_are_rebuilt_from_the_last_committed_version(spark, tmp_path):
+    frames = _batches(seed=5)
+    d = _driver(spark, tmp_path / "s")
+    d.process(spark.createDataFrame(frames[0]), 0)
+    d.process(spark.createDataFrame(frames[1]), 1)
+    _release_checkpoint(d.state.df)                  # the executor holding the cached state is gone
+    r = d.process(spark.createDataFrame(frames[2]), 2)
+    assert r.recovered
+    _eq(_state(d), _expected(frames[:3]))
+    d.close()
+
+
+def test_lost_blocks_without_a_state_directory_fail_loudly(spark):
+    frames = _batches(seed=6)
+    d = RebalancingDriver(spark, key="key", aggregations=AGGS, key_groups=12, partitions=3)
+    d.process(spark.createDataFrame(frames[0]), 0)
+    _release_checkpoint(d.state.df)
+    with pytest.raises(Exception, match="Checkpoint block"):
+        d.process(spark.createDataFrame(frames[1]), 1)
+    d.close()
+
+
+def test_a_batch_after_a_gap_in_the_versions_is_refused(spark, tmp_path):
+    frames = _batches(seed=7)
+    d = _driver(spark, tmp_path / "s")
+    with pytest.raises(StateMismatchError, match="batches 0..2 is missing"):
+        d.process(spark.createDataFrame(frames[0]), 3)
+
+
+def test_a_wrong_key_column_names_the_users_column(spark, tmp_path):
+    d = RebalancingDriver(spark, key="user", key_groups=12, partitions=3)
+    df = spark.createDataFrame(_batches(n=1)[0])
+    with pytest.raises(ValueError, match="key column 'user' is not in the stream"):
+        d.process(df, 0)
+    d2 = RebalancingDriver(spark, key="key", aggregations={"s": ("sum", "amount")}, key_groups=12, partitions=3)
+    with pytest.raises(ValueError, match="input column 'amount'"):
+        d2.process(df, 0)

@@ -1,0 +1,85 @@
+"""``rebalancer serve`` leaves no process behind: SIGTERM (after and during warm-up) and kill -9 of the server pid
+alone end the forkserver, the resource tracker and every solver worker (issue 14 item 1, issue 12 item 11)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from procs import Serve, cmdline, wait_gone  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+def _describe(pids: list[int]) -> list[str]:
+    return [f"{p}: {cmdline(p)[:100]}" for p in pids]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
+def test_no_child_outlives_the_server(tmp_path: Path, sig: signal.Signals) -> None:
+    srv = Serve(tmp_path)
+    kids: list[int] = []
+    try:
+        srv.wait_healthy()
+        kids = srv.wait_children(4)  # resource tracker, forkserver, 2 workers
+        with httpx.Client(base_url=srv.url, timeout=60) as c:  # the workers have solved something
+            doc = {"problem": {"nodes": [{"id": "a"}, {"id": "b"}],
+                               "key_groups": [{"id": "k1", "node": "a", "load": 3}, {"id": "k2", "node": "a",
+                                                                                      "load": 1}]},
+                   "algorithm": "flux"}
+            assert c.post("/v1/plans", json=doc).status_code == 200
+        srv.proc.send_signal(sig)
+        srv.proc.wait(timeout=30)
+        left = wait_gone(kids, timeout=10)
+        assert not left, _describe(left)
+        log = srv.text()
+        assert "leaked semaphore" not in log, log[-2000:]
+        if sig == signal.SIGTERM:
+            assert "Traceback" not in log, log[-3000:]
+    finally:
+        srv.cleanup(kids)
+
+
+def test_sigterm_during_warm_up(tmp_path: Path) -> None:
+    srv = Serve(tmp_path)
+    kids: list[int] = []
+    try:
+        srv.wait_healthy()
+        kids = srv.wait_children(3)  # tracker + forkserver + the first worker, still importing the planners
+        time.sleep(0.3)
+        srv.proc.send_signal(signal.SIGTERM)
+        srv.proc.wait(timeout=30)
+        time.sleep(0.5)
+        left = wait_gone(kids, timeout=10)
+        assert not left, _describe(left)
+        assert "leaked semaphore" not in srv.text()
+    finally:
+        srv.cleanup(kids)
+
+
+def test_restarts_do_not_accumulate_processes(tmp_path: Path) -> None:
+    """Three kill -9 / restart cycles on one database: nothing of the earlier servers survives."""
+    everything: list[int] = []
+    db = f"sqlite:///{tmp_path}/cycles.db"
+    try:
+        for _ in range(3):
+            srv = Serve(tmp_path, args=("--database", db))
+            try:
+                srv.wait_healthy()
+                everything += srv.wait_children(4)
+                srv.proc.kill()
+                srv.proc.wait(timeout=30)
+            finally:
+                srv.log.close()
+        left = wait_gone(everything, timeout=10)
+        assert not left, _describe(left)
+    finally:
+        for p in wait_gone(everything, timeout=0):
+            os.kill(p, signal.SIGKILL)

@@ -1,0 +1,126 @@
+"""The solver pool with real worker processes: the time limit is enforced by killing the overrunning worker only,
+a crashed worker fails only its request, admission reserves a share for automatic rounds, import errors surface
+(issue 12 items 7 and 9, issue 11 §5)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from controller.errors import Busy, TooLarge
+from controller.solving import SolverPool, SolveTimeout, WorkerDied
+from solvers.model import Problem
+
+
+def run(body: Callable[[SolverPool], Awaitable[Any]], **kw: Any) -> Any:
+    async def main() -> Any:
+        pool = SolverPool(kw.pop("workers", 2), kw.pop("max_concurrent", 8), kw.pop("max_time_limit", 0.5), **kw)
+        try:
+            await pool.warm()
+            return await body(pool)
+        finally:
+            pool.shutdown()
+
+    return asyncio.run(main())
+
+
+def small_problem() -> Problem:
+    return Problem.from_dict({"nodes": [{"id": "a"}, {"id": "b"}],
+                              "key_groups": [{"id": f"k{i}", "node": "a", "load": 1 + i} for i in range(6)]})
+
+
+def test_an_overrunning_solve_is_killed_and_the_others_finish() -> None:
+    async def body(pool: SolverPool) -> None:
+        before = pool.pids()
+        t0 = time.perf_counter()
+        res = await asyncio.gather(pool.call("time", "sleep", 60), pool.call("time", "sleep", 0.2),
+                                   pool.call("time", "sleep", 0.3), pool.call("time", "sleep", 0.1),
+                                   return_exceptions=True)
+        took = time.perf_counter() - t0
+        assert isinstance(res[0], SolveTimeout), res
+        assert "time limit" in str(res[0])
+        assert res[1:] == [None, None, None]
+        assert took < 20, took  # killed at 2 × 0.5 s + 0.5 s, not after 60 s
+        assert pool.killed == 1
+        for _ in range(100):  # the replacement starts in the background
+            if len(pool.pids()) == 2:
+                break
+            await asyncio.sleep(0.2)
+        assert len(pool.pids()) == 2 and pool.pids() != before
+        doc = await pool.solve("flux", small_problem(), 0.5, {})  # the pool still solves
+        assert set(doc["assignment"]) == {f"k{i}" for i in range(6)}
+
+    run(body, kill_grace_s=0.5)
+
+
+def test_a_crashed_worker_fails_only_its_request() -> None:
+    async def body(pool: SolverPool) -> None:
+        res = await asyncio.gather(pool.call("time", "sleep", 0.5), pool.call("os", "_exit", 3),
+                                   pool.call("time", "sleep", 0.2), return_exceptions=True)
+        assert isinstance(res[1], WorkerDied) and "exit code 3" in str(res[1]), res
+        assert res[0] is None and res[2] is None
+        assert pool.died == 1
+        doc = await pool.solve("flux", small_problem(), 0.5, {})
+        assert doc["solver"]["status"]
+
+    run(body)
+
+
+def test_admission_reserves_a_share_for_automatic_rounds() -> None:
+    async def body(pool: SolverPool) -> None:
+        assert pool.capacity("adhoc") == 4 and pool.capacity("auto") == 6
+        with pytest.raises(TooLarge):  # a what-if with more candidates than the ad-hoc share: never admissible
+            pool.check_admission(5)
+        pool.check_admission(4)
+        # four ad-hoc solves queued (two running, two waiting): the ad-hoc share is used up ...
+        adhoc = [asyncio.ensure_future(pool.call("time", "sleep", 0.6)) for _ in range(4)]
+        await asyncio.sleep(0.05)
+        assert pool.counts["adhoc"] == 4
+        with pytest.raises(Busy):
+            pool.check_admission(1)
+        with pytest.raises(Busy):
+            await pool.call("time", "sleep", 0)
+        # ... but automatic rounds are still admitted, up to the whole pool
+        pool.check_admission(2, kind="auto")
+        with pytest.raises(Busy):
+            pool.check_admission(3, kind="auto")
+        auto = await pool.call("time", "sleep", 0.01, kind="auto")
+        assert auto is None
+        await asyncio.gather(*adhoc)
+        assert pool.in_flight == 0
+        pool.check_admission(4)
+
+    run(body, max_concurrent=6, reserved_auto=2)
+
+
+def test_auto_solves_jump_the_queue() -> None:
+    async def body(pool: SolverPool) -> None:
+        done: list[str] = []
+
+        async def job(tag: str, kind: str, secs: float) -> None:
+            await pool.call("time", "sleep", secs, kind=kind, admit=False)  # type: ignore[arg-type]
+            done.append(tag)
+
+        first = asyncio.ensure_future(job("running", "adhoc", 0.4))  # occupies the only worker
+        await asyncio.sleep(0.1)
+        queued = [asyncio.ensure_future(job(f"adhoc{i}", "adhoc", 0.01)) for i in range(3)]
+        await asyncio.sleep(0.05)
+        auto = asyncio.ensure_future(job("auto", "auto", 0.01))
+        await asyncio.gather(first, *queued, auto)
+        assert done[:2] == ["running", "auto"], done
+
+    run(body, workers=1)
+
+
+def test_planner_import_errors_surface(monkeypatch: pytest.MonkeyPatch) -> None:
+    from controller.solving import _import_planners
+    from solvers import registry
+
+    monkeypatch.setitem(registry.PLANNER_MODULES, "broken", "solvers.no_such_planner_module")
+    with pytest.raises(ModuleNotFoundError):
+        _import_planners()
+
