@@ -139,7 +139,7 @@ def band_bound(problem: Problem, steps: int = 60) -> float:
         before_b = float(bs[:k].sum())
         if ws[k] <= 0:
             return before_b
-        return before_b + (need - before_l) / ws[k] * bs[k]
+        return float(before_b + (need - before_l) / ws[k] * bs[k])
 
     # patterns (a own key groups out, b key groups in): the net loss lies in
     # [Σ a lightest own − Σ b heaviest anywhere, Σ a heaviest own − Σ b lightest anywhere]

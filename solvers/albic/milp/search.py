@@ -10,6 +10,7 @@ vectorised with numpy. It is the warm start of the MILP and, alone, the fallback
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,8 @@ class State:
 
     # ------------------------------------------------------------------ objective
     def util(self) -> np.ndarray:
-        return self.L / self.cap
+        out: np.ndarray = self.L / self.cap
+        return out
 
     def devs(self) -> np.ndarray:
         return np.where(self.act, np.abs(self.util() - self.t), -1.0)
@@ -96,6 +98,7 @@ class State:
         self.used_c += int(U.cost_count_to(np.array([u]), j)[0] - U.cost_count_to(np.array([u]), i)[0])
         self.used_b += float(U.cost_bytes_to(np.array([u]), j)[0] - U.cost_bytes_to(np.array([u]), i)[0])
         if self.res is not None:
+            assert U.res_load is not None
             self.res[i] -= U.res_load[u]
             self.res[j] += U.res_load[u]
         self.place[u] = j
@@ -122,12 +125,15 @@ def _res_ok(s: State, us: np.ndarray, dests: np.ndarray) -> np.ndarray:
     if s.res is None:
         return np.ones((us.size, dests.size), dtype=bool)
     lim = s.units.res_limit
+    assert lim is not None and s.units.res_load is not None
     after = s.res[dests][None, :, :] + s.units.res_load[us][:, None, :]
-    return np.all(after <= lim[dests][None, :, :] + 1e-9, axis=2)
+    ok: np.ndarray = np.all(after <= lim[dests][None, :, :] + 1e-9, axis=2)
+    return ok
 
 
 def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: float, scale: float,
-          rng: np.random.Generator | None = None, topk: int = 1, land: np.ndarray | None = None):
+          rng: np.random.Generator | None = None, topk: int = 1, land: np.ndarray | None = None
+          ) -> tuple[tuple[Any, ...] | None, bool]:
     """Index of the best improving candidate: lowest new d, then lowest budget use, then lowest Σc·dev².
 
     With ``rng`` one of the ``topk`` best is drawn at random (the randomised greedy of the restarts).
@@ -264,7 +270,7 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
     return steps
 
 
-def _apply(s: State, op) -> None:
+def _apply(s: State, op: tuple[Any, ...]) -> None:
     if op[0] == "move":
         s.move(op[1], op[2])
     elif op[0] == "swap":
@@ -280,7 +286,8 @@ def _apply(s: State, op) -> None:
         s.floor = drain_floor(s.units, s.place)
 
 
-def _drain_step(s: State, u: np.ndarray, dev: np.ndarray, limit: float, room_c: float, room_b: float, near: int):
+def _drain_step(s: State, u: np.ndarray, dev: np.ndarray, limit: float, room_c: float, room_b: float,
+                near: int) -> tuple[Any, ...] | None:
     """A move of a unit off a removing node that keeps every active node within ``limit`` of the target: the
     heaviest such unit; else a chain x: B → j, y: j → k (two migrations) that does."""
     U = s.units
@@ -340,7 +347,7 @@ def _drain_step(s: State, u: np.ndarray, dev: np.ndarray, limit: float, room_c: 
 
 def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_c: float, room_b: float,
                k: int, scale: float, rng: np.random.Generator | None = None, topk: int = 1,
-               target: float | None = None):
+               target: float | None = None) -> tuple[tuple[Any, ...] | None, bool]:
     """Best swap of a unit on the critical node ``h`` with a unit on one of the ``k`` most opposite nodes."""
     U = s.units
     W = U.load
@@ -388,6 +395,7 @@ def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_
     if s.res is not None:
         rl = U.res_load
         lim = U.res_limit
+        assert rl is not None and lim is not None
         after_h = s.res[h][None, None, :] - rl[R][:, None, :] + rl[Q][None, :, :]
         after_j = s.res[jq][None, :, :] + rl[R][:, None, :] - rl[Q][None, :, :]
         ok &= np.all(after_h <= lim[h] + 1e-9, axis=2) & np.all(after_j <= lim[jq][None, :, :] + 1e-9, axis=2)
