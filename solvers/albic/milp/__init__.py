@@ -73,7 +73,7 @@ FULL_MODEL_MAX = 6000          # units × nodes up to which the whole MILP is bu
 FLUX_MAX_KEY_GROUPS = 200_000  # Flux as a warm start up to this size
 RUIN_SHARE = 0.3               # share of the best plan's migrations undone by one ruin-and-recreate round
 # time shares (fractions of the time limit, measured from the start of the call)
-FLUX_SHARE = 0.5               # Flux runs to completion unless it needs more than this
+FLUX_SHARE = 1.0               # Flux runs to completion unless it needs more than this (1.0: up to the stop margin)
 GREEDY_SHARE = 0.25            # the greedy local search from the cheapest placement, after Flux
 WARM_END = 0.1                 # local search from the other starts ends here (small instances) …
 WARM_END_LARGE = 0.6           # … or here (large instances)
@@ -117,7 +117,7 @@ def _warm_start(run: _Run, base_place: np.ndarray, flux: bool, hint: np.ndarray 
     units, pool = run.units, run.pool
     if flux:
         from solvers.baselines.flux import flux_moves
-        fl = flux_moves(run.p, max(0.001, run.at(FLUX_SHARE) - time.perf_counter()))
+        fl = flux_moves(run.p, max(0.001, min(run.at(FLUX_SHARE), run.stop) - time.perf_counter()))
         if placement_ok(units, fl):
             run.starts.append((fl, "flux"))
             pool.offer(fl, "flux")
@@ -255,7 +255,7 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     # phase 1: warm start; phase 2: the analytic bound (Lemma 2, budget, granularity)
     flux = unit_of is None and not allowed and p.n_key_groups <= FLUX_MAX_KEY_GROUPS
     _warm_start(run, base_place, flux, hint)
-    run.lb = analytic_bound(p)
+    run.lb = analytic_bound(p, deadline=max(run.stop, time.perf_counter() + 0.01))
     details["analytic_bound"] = run.lb
     # phase 3: restarts; phase 4: the exact model (small) or neighbourhood search (large, long limits)
     _restarts(run, min(run.at(RESTART_END_SMALL if full else RESTART_END), run.stop))

@@ -26,6 +26,7 @@ Complexity: O(m log m) to sort, then O(n log m) per bisection step (≤ 60 steps
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -35,9 +36,9 @@ from solvers.model import Problem
 PATTERN_MAX = 24
 
 
-def analytic_bound(problem: Problem, steps: int = 60) -> float:
+def analytic_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) -> float:
     """The larger of :func:`band_bound` and :func:`lemma2_bound` (both valid lower bounds on the load distance)."""
-    return max(band_bound(problem, steps), lemma2_bound(problem))
+    return max(band_bound(problem, steps, deadline), lemma2_bound(problem))
 
 
 def lemma2_bound(problem: Problem) -> float:
@@ -79,10 +80,11 @@ def lemma2_bound(problem: Problem) -> float:
     return rest / float(p.capacity[p.active].sum()) * (1 - 1e-9)
 
 
-def band_bound(problem: Problem, steps: int = 60) -> float:
-    """The bisection on the band conditions of the module docstring."""
+def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) -> float:
+    """The bisection on the band conditions of the module docstring. It may stop at ``deadline``
+    (``time.perf_counter()``): the lower end of the bisection is a valid bound at every step."""
     p = problem
-    if p.communication_cost > 0 and p.comm.nnz:
+    if p.communication_cost > 0 and p.comm.nnz or time.perf_counter() > deadline:
         return 0.0
     m, n = p.n_key_groups, p.n_nodes
     if m == 0:
@@ -228,6 +230,8 @@ def band_bound(problem: Problem, steps: int = 60) -> float:
     if not feasible(hi_d):  # cannot happen (the current assignment is feasible); stay safe
         return lo_d
     for _ in range(steps):
+        if time.perf_counter() > deadline:
+            break
         mid = 0.5 * (lo_d + hi_d)
         if feasible(mid):
             hi_d = mid
