@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -352,6 +353,12 @@ def plot(result: dict, outdir: Path) -> None:
     if plt is None:
         return
     rows = result["grid"]["rows"] if "grid" in result else []
+    if rows:
+        _plot_grid(plt, rows, outdir)
+    _plot_rest(plt, result, outdir)
+
+
+def _plot_grid(plt: Any, rows: list[dict], outdir: Path) -> None:
     key = ("1.0" if "1.0" in rows[0]["milp"] else next(iter(rows[0]["milp"]))) if rows else "1.0"
     fig, axes = plt.subplots(1, 3, figsize=(15, 4), sharey=False)
     for ax, (nodes, kgs) in zip(axes, CLUSTERS if rows else [], strict=False):
@@ -370,6 +377,29 @@ def plot(result: dict, outdir: Path) -> None:
     fig.tight_layout()
     fig.savefig(outdir / "albic_milp_grid.png", dpi=110)
     plt.close(fig)
+
+
+def _plot_rest(plt: Any, result: dict, outdir: Path) -> None:
+    ex = [r for r in result.get("exact", {}).get("rows", []) if "opt" in r]
+    if ex:
+        fig, ax = plt.subplots(1, 1, figsize=(6, 5))
+        for comm, colour in ((False, "tab:blue"), (True, "tab:orange")):
+            sel = [r for r in ex if r["comm"] == comm and r["opt"] > 1e-9]
+            ax.scatter([r["opt"] for r in sel], [r["plan"] for r in sel], s=8, c=colour,
+                       label=f"plan ({'with' if comm else 'no'} communication)")
+            ax.scatter([r["opt"] for r in sel], [max(r["lower_bound"], 1e-3) for r in sel], s=8, marker="x",
+                       c=colour, alpha=0.5, label=f"lower bound ({'with' if comm else 'no'} communication)")
+        top = max(r["opt"] for r in ex)
+        ax.plot([1e-3, top], [1e-3, top], "k--", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("exact optimum (independent CP-SAT model)")
+        ax.set_ylabel("albic-milp plan / lower bound (1 s)")
+        ax.set_title(f"{len(ex)} random small instances")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(outdir / "albic_milp_exact.png", dpi=110)
+        plt.close(fig)
     if "scalein" in result:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for ax, case in zip(axes, ("1OL", "5OL"), strict=False):
