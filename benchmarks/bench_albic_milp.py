@@ -298,20 +298,21 @@ def run_big(limits: list[float]) -> list[dict]:
     rows = []
     for name, make in cases:
         p = make()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fl = registry.solve("flux", p, time_limit=60.0)
-        flux_s = time.perf_counter() - t0
+        flux_s, flux_cpu = time.perf_counter() - t0, time.process_time() - c0
         f = metrics.load_distance(p, fl.assignment)
         for tl in limits:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             pl = registry.solve("albic-milp", p, time_limit=tl)
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             d = metrics.load_distance(p, pl.assignment)
             rows.append({"instance": name, "time_limit": tl, "milp": d, "flux": f, "flux_seconds": flux_s,
+                         "flux_cpu_seconds": flux_cpu, "cpu_seconds": cpu, "load_average": os.getloadavg()[0],
                          "milp_le_flux": d <= f + 1e-9, "wall": wall, "wall_over_limit": wall / tl,
                          "lower_bound": pl.lower_bound, "origin": pl.details.get("origin"),
                          "flux_seconds_inside": pl.details.get("flux_seconds")})
-            log(f"[big] {name} T={tl}: milp {d:.3f} flux {f:.3f} ({flux_s:.2f} s) wall {wall:.2f} s")
+            log(f"[big] {name} T={tl}: milp {d:.3f} flux {f:.3f} ({flux_s:.2f} s) wall {wall:.2f} s cpu {cpu:.2f} s")
     return rows
 
 
@@ -343,7 +344,8 @@ def targets(result: dict) -> list[dict]:
             out.append({"target": f"big: <= Flux, {r['instance']}, {r['time_limit']} s",
                         "measured": f"{r['milp']:.3f} vs {r['flux']:.3f}", "met": r["milp_le_flux"]})
         out.append({"target": f"big: wall <= 1.1 T, {r['instance']}, T={r['time_limit']}",
-                    "measured": round(r["wall_over_limit"], 3), "met": r["wall_over_limit"] <= 1.1})
+                    "measured": f"wall/T {r['wall_over_limit']:.3f} (cpu/T {r['cpu_seconds'] / r['time_limit']:.3f},"
+                                f" load average {r['load_average']:.1f})", "met": r["wall_over_limit"] <= 1.1})
     return out
 
 
