@@ -60,8 +60,8 @@ import numpy as np
 
 from solvers import metrics
 from solvers.albic.milp.bounds import analytic_bound
-from solvers.albic.milp.search import State, drain_floor, improve
-from solvers.albic.milp.state import Pool, cheapest_feasible_units, hint_place, placement_ok
+from solvers.albic.milp.search import improve
+from solvers.albic.milp.state import Pool, State, cheapest_feasible_units, drain_floor, hint_place, placement_ok
 from solvers.albic.milp.submodel import full_model, neighbourhood_search
 from solvers.albic.milp.units import Units, build_units
 from solvers.errors import InvalidInput

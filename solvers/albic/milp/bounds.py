@@ -271,7 +271,7 @@ def proven_bound(problem: Problem, seconds: float = 1.0) -> float:
     if units.n_units * p.n_nodes > 6000 or seconds <= 0.05:
         return lb
     from solvers.albic.milp.cpsat import build, solve_cpsat, unit_edges
-    from solvers.albic.milp.search import State
+    from solvers.albic.milp.state import State
     if len(unit_edges(units)[0]) * p.n_nodes > EXACT_COMM_MAX:
         return lb
     state = State(units, p.current.copy(), float(units.load.sum() / p.capacity[p.active].sum()))

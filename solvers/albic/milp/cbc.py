@@ -15,7 +15,7 @@ import numpy as np
 import pulp
 
 from solvers.albic.milp.cpsat import SubModel, SubResult
-from solvers.albic.milp.search import State
+from solvers.albic.milp.state import State
 
 
 def solve_cbc(state: State, sm: SubModel, time_limit: float, workers: int = 1, seed: int = 0) -> SubResult:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
-from solvers.albic.milp.search import State
+from solvers.albic.milp.state import State
 from solvers.albic.milp.units import Units
 
 SCALE_MEAN = 4e6

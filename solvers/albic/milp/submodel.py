@@ -22,8 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from solvers.albic.milp.search import State
-from solvers.albic.milp.state import Pool, placement_ok
+from solvers.albic.milp.state import Pool, State, placement_ok
 from solvers.albic.milp.units import Units
 
 SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
