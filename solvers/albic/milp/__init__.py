@@ -213,9 +213,11 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
         cannot all be collocated within the budget, the most expensive are left split (``details["split_units"]``).
 
     Communication costs: :func:`solvers.metrics.node_loads` charges ``communication_cost × rate`` to both ends
-    of every cut edge, which is not linear in the placement. The MILP and the local search charge each unit the
-    cost of all its edges that leave the unit, as if cut (pessimistic; edges inside a unit are never cut).
-    Candidate plans are compared and returned with the exact ``metrics.node_loads``; the lower bound is then 0.
+    of every cut edge, which is not linear in the placement. The local search and the neighbourhood sub-models
+    charge each unit the cost of all its edges that leave the unit, as if cut (pessimistic; edges inside a unit
+    are never cut); the full model (small instances, CP-SAT) charges cut edges exactly and its proven bound is
+    reported (else the bound is 0). Candidate plans are compared and returned with the exact
+    ``metrics.node_loads``. With ``unit_of`` the bound is one of this *grouped* problem (units restrict plans).
     """
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not math.isfinite(time_limit) \
             or time_limit <= 0:
