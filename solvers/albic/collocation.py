@@ -57,7 +57,7 @@ import scipy.sparse as sp
 
 from solvers import metrics
 from solvers.errors import InvalidInput
-from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, add_pairs_paper
+from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, add_pairs_paper, balance_hint
 from solvers.graph_partitioning import metis_parts, symmetric_traffic
 from solvers.model import Plan, Problem
 from solvers.registry import Param, register
@@ -256,6 +256,10 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         band=None if max_ld_band is None else max_ld_band * t_util,
         max_moves=None if problem.max_migrations is None else math.floor(problem.max_migrations * share + _EPS),
         max_bytes=None if problem.max_migration_bytes is None else problem.max_migration_bytes * share, pin=pin)
+    if order == "gain" and st.band is not None and st.max_moves is not None:
+        # balance first: every active node already out of the band needs about one MILP move to come back
+        out = int(np.count_nonzero(problem.active & (np.abs(st.util - t_util) > st.band + _EPS)))
+        st.max_moves = max(0, st.max_moves - min(out, st.max_moves // 2))
     limit = math.inf if pairs_per_round is None else pairs_per_round
     if max_pl_abs > 0 and len(pairs) and limit > 0 and (st.max_moves is None or st.max_moves > 0):
         todo = np.flatnonzero(~pairs.collocated)
@@ -268,6 +272,8 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
             add_pairs_paper(st, todo, pairs.src, pairs.dst, limit)
     unit_of, hint, target, choice, added = st.unit_of, st.hint, st.target, st.choice, st.added
     moves, nbytes = st.moves, st.nbytes
+    if order == "gain" and max_pl_abs > 0:  # a balanced warm start from the migrations the pairs left
+        balance_hint(st, problem.max_migrations, problem.max_migration_bytes)
     # contiguous unit ids
     uniq, inv = np.unique(unit_of, return_inverse=True)
     pos = {int(u): i for i, u in enumerate(uniq)}

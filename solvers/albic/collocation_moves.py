@@ -42,6 +42,8 @@ _EPS = 1e-9
 #: weight of the balance term b ∈ [−1, 1] in a move's score: gain/migration × (1 + BALANCE_WEIGHT · b)
 BALANCE_WEIGHT = 0.5
 ORDERS = ("gain", "paper")
+#: compensation searches per level, per unit of the migration budget
+COMPENSATION_TRIES = 2
 
 
 @dataclass
@@ -98,25 +100,33 @@ def evaluate(st: PairState, u: int, mem: np.ndarray, s: int, v: int, t: int) -> 
     local − rate cut), migrations and bytes added, utilisation change per node and balance term b."""
     p = st.problem
     cur = p.current
-    rows = st.adj[mem]
-    cols, data = rows.indices, rows.data
-    ext = ~np.isin(cols, mem)
-    cols, data = cols[ext], data[ext]
+    ip, ix, dx = st.adj.indptr, st.adj.indices, st.adj.data
+    if mem.size == 1:
+        k = int(mem[0])
+        cols, data = ix[ip[k]:ip[k + 1]], dx[ip[k]:ip[k + 1]]
+    else:
+        cols = np.concatenate([ix[ip[k]:ip[k + 1]] for k in mem.tolist()])
+        data = np.concatenate([dx[ip[k]:ip[k + 1]] for k in mem.tolist()])
+        ext = ~np.isin(cols, mem)
+        cols, data = cols[ext], data[ext]
     hn = st.hint[cols]
     r_t = float(data[hn == t].sum())
     r_s = float(data[hn == s].sum())
     r_o = float(data.sum()) - r_t - r_s
     w = float(p.load[mem].sum())
     c = p.communication_cost
-    d_moves = int((cur[mem] != t).sum() - (cur[mem] != s).sum())
+    cm = cur[mem]
+    away_t, away_s = cm != t, cm != s
+    d_moves = int(away_t.sum()) - int(away_s.sum())
     sb = p.state_bytes[mem]
-    d_bytes = float(sb[cur[mem] != t].sum() - sb[cur[mem] != s].sum())
+    d_bytes = float(sb[away_t].sum() - sb[away_s].sum()) if st.max_bytes is not None else 0.0
     dl_s = -w - c * r_t + c * r_s - c * r_o
     dl_t = w - c * r_t + c * r_s + c * r_o
-    delta = {s: dl_s / p.capacity[s], t: dl_t / p.capacity[t]}
+    delta = {s: dl_s / float(p.capacity[s]), t: dl_t / float(p.capacity[t])}
     T = st.t_util
-    before = abs(st.util[s] - T) + abs(st.util[t] - T)
-    after = abs(st.util[s] + delta[s] - T) + abs(st.util[t] + delta[t] - T)
+    us, ut = float(st.util[s]), float(st.util[t])
+    before = abs(us - T) + abs(ut - T)
+    after = abs(us + delta[s] - T) + abs(ut + delta[t] - T)
     scale = abs(delta[s]) + abs(delta[t])
     bal = (before - after) / scale if scale > _EPS else 0.0
     return Move(u, mem, s, v, t, r_t - r_s, d_moves, d_bytes, delta, bal)
@@ -163,37 +173,69 @@ def _score(mv: Move) -> float:
     return per * (1.0 + BALANCE_WEIGHT * mv.balance)
 
 
-def _options(st: PairState, gi: int, gj: int) -> list[Move]:
+def _option(st: PairState, gi: int, gj: int, k: int) -> Move | None:
+    """Move ``k`` of the pair: 0 = the unit of ``gj`` joins the node of ``gi``, 1 = the other way round; None when
+    both ends already share a unit or node, or the target node is being removed."""
     ui, mi, ni = st.unit(gi)
     uj, mj, nj = st.unit(gj)
     if ui == uj or ni == nj:
-        return []
-    out = []
+        return None
+    if k == 0:
+        return None if st.problem.removing[ni] else evaluate(st, uj, mj, nj, ui, ni)
+    return None if st.problem.removing[nj] else evaluate(st, ui, mi, ni, uj, nj)
+
+
+def _snapshot(st: PairState) -> tuple[object, ...]:
+    return (st.unit_of.copy(), st.hint.copy(), st.util.copy(), dict(st.members), dict(st.target), dict(st.choice),
+            len(st.added), st.moves, st.nbytes)
+
+
+def _restore(st: PairState, snap: tuple[object, ...]) -> None:
+    unit_of, hint, util, members, target, choice, n_added, moves, nbytes = snap
+    st.unit_of[:] = unit_of  # type: ignore[index]
+    st.hint[:] = hint  # type: ignore[index]
+    st.util[:] = util  # type: ignore[index]
+    st.members, st.target, st.choice = members, target, choice  # type: ignore[assignment]
+    del st.added[n_added:]  # type: ignore[misc]
+    st.moves, st.nbytes = moves, nbytes  # type: ignore[assignment]
+
+
+def _in_band(st: PairState, nodes: set[int], util0: np.ndarray) -> bool:
+    """Every node of ``nodes`` within the band, or no further out than it was (utilisation ``util0``)."""
+    T = st.t_util
+    band = st.band if st.band is not None else math.inf
     removing = st.problem.removing
-    if not removing[ni]:
-        out.append(evaluate(st, uj, mj, nj, ui, ni))
-    if not removing[nj]:
-        out.append(evaluate(st, ui, mi, ni, uj, nj))
-    return out
+    return all(bool(removing[nd]) or abs(float(st.util[nd]) - T) <= max(band, abs(float(util0[nd]) - T)) + _EPS
+               for nd in nodes)
 
 
 def add_pairs_gain(st: PairState, src: np.ndarray, dst: np.ndarray, limit: float) -> None:
-    """The ``"gain"`` order (module docstring): lazy greedy over the two moves of every pair ``src[p] → dst[p]``."""
+    """The ``"gain"`` order (module docstring): lazy greedy over the two moves of every pair ``src[p] → dst[p]``.
+
+    A move that would push a node out of the band is tried together with its best *compensating* move — another
+    pair's move out of the node it overloads or into the node it underloads — and the two are taken together when
+    both nodes end within the band (a swap of collocation moves keeps balance at two migrations for two pairs)."""
     heap: list[tuple[float, int, int]] = []
+    by_node: dict[int, list[tuple[int, int]]] = {}
     for p in range(src.size):
-        for k, mv in enumerate(_options(st, int(src[p]), int(dst[p]))):
-            sc = _score(mv)
-            if sc > -math.inf:
+        for k in (0, 1):
+            mv = _option(st, int(src[p]), int(dst[p]), k)
+            sc = -math.inf if mv is None else _score(mv)
+            if mv is not None and sc > -math.inf:
                 heap.append((-sc, p, k))
+                by_node.setdefault(mv.s, []).append((p, k))
+                by_node.setdefault(mv.t, []).append((p, k))
     heapq.heapify(heap)
     fallback: tuple[float, int, int] | None = None
+    # compensation searches cost O(pairs per node) evaluations each: at most this many per level
+    tries = COMPENSATION_TRIES * (st.max_moves if st.max_moves is not None else 20)
     while heap and len(st.added) < limit and not st.budget_full():
         neg, p, k = heapq.heappop(heap)
         gi, gj = int(src[p]), int(dst[p])
-        opts = _options(st, gi, gj)
-        if k >= len(opts):
+        got = _option(st, gi, gj, k)
+        if got is None:
             continue
-        mv = opts[k]
+        mv = got
         sc = _score(mv)
         if sc == -math.inf:
             continue
@@ -204,6 +246,9 @@ def add_pairs_gain(st: PairState, src: np.ndarray, dst: np.ndarray, limit: float
         if verdict == "band":
             if fallback is None:
                 fallback = (sc, p, k)
+            if len(st.added) + 2 <= limit and tries > 0:
+                tries -= 1
+                _compensated(st, mv, gi, gj, src, dst, by_node)
             continue
         if verdict != "ok":
             continue
@@ -211,9 +256,46 @@ def add_pairs_gain(st: PairState, src: np.ndarray, dst: np.ndarray, limit: float
     if not st.added and fallback is not None:  # every move breaks the band: the best one anyway (one pair)
         _, p, k = fallback
         gi, gj = int(src[p]), int(dst[p])
-        opts = _options(st, gi, gj)
-        if k < len(opts) and fits(st, opts[k], False) == "ok":
-            _commit_pair(st, opts[k], gi, gj)
+        got = _option(st, gi, gj, k)
+        if got is not None and fits(st, got, False) == "ok":
+            _commit_pair(st, got, gi, gj)
+
+
+def _compensated(st: PairState, mv: Move, gi: int, gj: int, src: np.ndarray, dst: np.ndarray,
+                 by_node: dict[int, list[tuple[int, int]]]) -> bool:
+    """Take ``mv`` (which breaks the band) with the best second move that brings its nodes back; False (and the
+    plan unchanged) when there is none within the budget."""
+    if fits(st, mv, False) != "ok":
+        return False
+    util0 = st.util.copy()
+    snap = _snapshot(st)
+    _commit_pair(st, mv, gi, gj)
+    best: tuple[float, Move, int, int] | None = None
+    seen: set[tuple[int, int]] = set()
+    for nd in (mv.t, mv.s):
+        for p2, k2 in by_node.get(nd, ()):
+            if (p2, k2) in seen:
+                continue
+            seen.add((p2, k2))
+            g2i, g2j = int(src[p2]), int(dst[p2])
+            mv2 = _option(st, g2i, g2j, k2)
+            if mv2 is None:
+                continue
+            sc2 = _score(mv2)
+            if sc2 == -math.inf or fits(st, mv2, False) != "ok":
+                continue
+            for node, dv in mv2.delta.items():
+                st.util[node] += dv
+            ok = _in_band(st, set(mv.delta) | set(mv2.delta), util0)
+            for node, dv in mv2.delta.items():
+                st.util[node] -= dv
+            if ok and (best is None or sc2 > best[0]):
+                best = (sc2, mv2, g2i, g2j)
+    if best is None:
+        _restore(st, snap)
+        return False
+    _commit_pair(st, best[1], best[2], best[3])
+    return True
 
 
 def _commit_pair(st: PairState, mv: Move, gi: int, gj: int) -> None:
@@ -267,3 +349,49 @@ def _paper_pair(st: PairState, gi: int, gj: int, use_band: bool) -> str:
         return verdict
     commit(st, mv, gi, gj, case, options)
     return "ok"
+
+
+def balance_hint(st: PairState, max_moves: int | None, max_bytes: float | None) -> int:
+    """Warm start for the MILP (``"gain"`` order): spend the migrations the pairs left on greedy balancing moves —
+    repeatedly a free key group (not in a unit, not pinned) from the most to the least utilised active node when
+    that lowers the larger of the two nodes' distances to the target, preferring the key group whose move keeps
+    the most collocated traffic. The MILP (§4.3.1) still decides: these moves are not pinned, they only make its
+    start (and its answer when the time limit is too short to improve on it) balanced. Returns the moves made."""
+    p = st.problem
+    active = np.flatnonzero(p.active)
+    if active.size < 2:
+        return 0
+    free = np.ones(p.n_key_groups, dtype=bool)
+    for mem in st.members.values():
+        free[mem] = False
+    T = st.t_util
+    made = 0
+    while True:
+        if max_moves is not None and st.moves >= max_moves:
+            break
+        ua = st.util[active]
+        hi, lo = int(active[int(np.argmax(ua))]), int(active[int(np.argmin(ua))])
+        worst = max(abs(float(st.util[hi]) - T), abs(float(st.util[lo]) - T))
+        best: tuple[float, Move] | None = None
+        for k in np.flatnonzero(free & (st.hint == hi)).tolist():
+            mv = evaluate(st, k, np.array([k], dtype=np.int64), hi, k, lo)
+            if max_moves is not None and st.moves + mv.d_moves > max_moves:
+                continue
+            if max_bytes is not None and st.nbytes + mv.d_bytes > max_bytes * (1 + _EPS):
+                continue
+            after = max(abs(float(st.util[hi]) + mv.delta[hi] - T), abs(float(st.util[lo]) + mv.delta[lo] - T))
+            if after >= worst - _EPS:
+                continue
+            key = mv.gain - 1e-6 * after  # the least collocation lost, then the better balance
+            if best is None or key > best[0]:
+                best = (key, mv)
+        if best is None:
+            break
+        mv = best[1]
+        st.moves += mv.d_moves
+        st.nbytes += mv.d_bytes
+        for nd, dv in mv.delta.items():
+            st.util[nd] += dv
+        st.hint[mv.u] = lo
+        made += 1
+    return made
