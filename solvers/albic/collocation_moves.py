@@ -253,11 +253,11 @@ def add_pairs_gain(st: PairState, src: np.ndarray, dst: np.ndarray, limit: float
         if verdict != "ok":
             continue
         _commit_pair(st, mv, gi, gj)
-    if not st.added and fallback is not None:  # every move breaks the band: the best one anyway (one pair)
-        _, p, k = fallback
+    if not st.added and fallback is not None:  # every move breaks the band: the best one anyway (one pair) if it
+        _, p, k = fallback                      # moves a single key group (a whole part would unbalance the round)
         gi, gj = int(src[p]), int(dst[p])
         got = _option(st, gi, gj, k)
-        if got is not None and fits(st, got, False) == "ok":
+        if got is not None and got.d_moves <= 1 and fits(st, got, False) == "ok":
             _commit_pair(st, got, gi, gj)
 
 
@@ -353,28 +353,31 @@ def _paper_pair(st: PairState, gi: int, gj: int, use_band: bool) -> str:
 
 def balance_hint(st: PairState, max_moves: int | None, max_bytes: float | None) -> int:
     """Warm start for the MILP (``"gain"`` order): spend the migrations the pairs left on greedy balancing moves —
-    repeatedly a free key group (not in a unit, not pinned) from the most to the least utilised active node when
-    that lowers the larger of the two nodes' distances to the target, preferring the key group whose move keeps
-    the most collocated traffic. The MILP (§4.3.1) still decides: these moves are not pinned, they only make its
-    start (and its answer when the time limit is too short to improve on it) balanced. Returns the moves made."""
+    repeatedly a unit that is not pinned (a key group or a METIS part, moved whole) from the most to the least
+    utilised active node when that lowers the larger of the two nodes' distances to the target, preferring the
+    unit whose move keeps the most collocated traffic per migration. The MILP (§4.3.1) still decides: these moves
+    are not pinned, they only make its start (and its answer when the time limit is too short to improve on it)
+    balanced. Returns the moves made."""
     p = st.problem
     active = np.flatnonzero(p.active)
     if active.size < 2:
         return 0
-    free = np.ones(p.n_key_groups, dtype=bool)
-    for mem in st.members.values():
-        free[mem] = False
     T = st.t_util
     made = 0
-    while True:
-        if max_moves is not None and st.moves >= max_moves:
-            break
+    while max_moves is None or st.moves < max_moves:
         ua = st.util[active]
         hi, lo = int(active[int(np.argmax(ua))]), int(active[int(np.argmin(ua))])
         worst = max(abs(float(st.util[hi]) - T), abs(float(st.util[lo]) - T))
         best: tuple[float, Move] | None = None
-        for k in np.flatnonzero(free & (st.hint == hi)).tolist():
-            mv = evaluate(st, k, np.array([k], dtype=np.int64), hi, k, lo)
+        seen: set[int] = set()
+        for k in np.flatnonzero(st.hint == hi).tolist():
+            u, mem, node = st.unit(k)
+            if u in seen or u in st.target or node != hi:
+                continue
+            seen.add(u)
+            mv = evaluate(st, u, mem, hi, u, lo)
+            if mv.d_moves <= 0 and mem.size > 1:
+                continue
             if max_moves is not None and st.moves + mv.d_moves > max_moves:
                 continue
             if max_bytes is not None and st.nbytes + mv.d_bytes > max_bytes * (1 + _EPS):
@@ -382,7 +385,7 @@ def balance_hint(st: PairState, max_moves: int | None, max_bytes: float | None) 
             after = max(abs(float(st.util[hi]) + mv.delta[hi] - T), abs(float(st.util[lo]) + mv.delta[lo] - T))
             if after >= worst - _EPS:
                 continue
-            key = mv.gain - 1e-6 * after  # the least collocation lost, then the better balance
+            key = mv.gain / max(mv.d_moves, 1) - 1e-6 * after  # least collocation lost, then the better balance
             if best is None or key > best[0]:
                 best = (key, mv)
         if best is None:
@@ -392,6 +395,6 @@ def balance_hint(st: PairState, max_moves: int | None, max_bytes: float | None) 
         st.nbytes += mv.d_bytes
         for nd, dv in mv.delta.items():
             st.util[nd] += dv
-        st.hint[mv.u] = lo
+        st.hint[mv.mem] = lo
         made += 1
     return made

@@ -145,8 +145,10 @@ def scan(inst: Instance, cfg: Config) -> np.ndarray:
 
     Ties: ρ (Eq. 19) only sees the max and min channel, so many placements have exactly the same utility (with two
     or more empty channels, all of them). The listing keeps the first (lowest index), which piles a from-scratch
-    build onto the first channels; we keep the least loaded of the tied channels instead.
+    build onto the first channels; we keep the least loaded of the tied channels instead (``cfg.tie_break="index"``
+    restores the listing's first, for the ablation in ``benchmarks.bench_gedik``).
     """
+    by_load = cfg.tie_break != "index"
     ctx = _Ctx(inst, cfg)
     n, R = inst.channels, len(inst.freqs)
     out = np.full(R, -1, dtype=np.int64)
@@ -159,7 +161,7 @@ def scan(inst: Instance, cfg: Config) -> np.ndarray:
         g = ctx.gamma(m + ctx.s[d] * (lanes != ctx.old[d]))
         u = utility(ctx.U, a, g)
         tied = np.flatnonzero(_tied(u))
-        j = int(tied[np.argmin(_tie_load(L, cnt)[tied])]) if len(tied) > 1 else int(tied[0])
+        j = int(tied[np.argmin(_tie_load(L, cnt)[tied])]) if len(tied) > 1 and by_load else int(tied[0])
         out[d] = j
         L[:, j] += ctx.B[:, d]
         cnt[j] += 1
@@ -171,7 +173,8 @@ def scan(inst: Instance, cfg: Config) -> np.ndarray:
 def redist(inst: Instance, cfg: Config) -> np.ndarray:
     """Algorithm 3 (redist, §4.2.3): at each step, among all unplaced items and all channels, place the one with
     the lowest U(ρ, γ)/f(c) (best utility per volume). O(R²·N). Ties: the most frequent tied item, on the least
-    loaded of its tied channels (see :func:`scan`)."""
+    loaded of its tied channels (see :func:`scan`; ``cfg.tie_break="index"``: the lowest tied channel)."""
+    by_load = cfg.tie_break != "index"
     ctx = _Ctx(inst, cfg)
     n, R = inst.channels, len(inst.freqs)
     out = np.full(R, -1, dtype=np.int64)
@@ -189,7 +192,7 @@ def redist(inst: Instance, cfg: Config) -> np.ndarray:
         tied = _tied(u)
         ci = int(np.argmax(tied.any(axis=1)))
         row = np.flatnonzero(tied[ci])
-        j = int(row[np.argmin(_tie_load(L, cnt)[row])]) if len(row) > 1 else int(row[0])
+        j = int(row[np.argmin(_tie_load(L, cnt)[row])]) if len(row) > 1 and by_load else int(row[0])
         d = cand[ci]
         out[d] = j
         L[:, j] += ctx.B[:, d]

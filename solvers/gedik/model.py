@@ -45,6 +45,7 @@ class Config:
     utility: str = "APM"
     move_limit: int = 5            # readj: c, moves per item (§4.2.4)
     readj_require_gain: bool = False  # see solvers.gedik.construct.readj
+    tie_break: str = "load"        # scan/redist among equal utilities: "load" (least loaded) or "index" (listing)
     extra: dict = field(default_factory=dict)
 
     @property
