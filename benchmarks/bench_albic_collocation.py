@@ -35,6 +35,7 @@ import scipy.sparse as sp
 from benchmarks.plotting import pyplot
 from evaluation.collocation_scenarios import collocation_synthetic, drift_loads, real_job_2
 from solvers import metrics, registry
+from solvers.albic.collocation import pair_scores
 from solvers.errors import InvalidInput
 from solvers.graph_partitioning import metis_parts
 
@@ -85,7 +86,74 @@ def simulate(problem, planner: str, rounds: int, time_limit: float, *, drift: bo
         series["migrations"].append(metrics.migrations(cur, a))
         series["seconds"].append(round(wall, 4))
         series["within_budget"].append(bool(metrics.within_budget(cur, a)))
+    series["final_cf_split"] = cf_split(cur, a)
     return series
+
+
+def cf_split(problem, a: np.ndarray) -> dict[str, float]:
+    """The collocation factor of ``a`` split into the traffic of ALBIC's candidate pairs (Algorithm 2's scores,
+    sF = 1.5: here the one-to-one edges) and the rest (fully partitioned edges, collocated only by placement)."""
+    src, dst, rate = problem.edges()
+    total = float(rate.sum())
+    if total <= 0:
+        return {"scored": 0.0, "other": 0.0, "scored_traffic": 0.0}
+    pairs = pair_scores(problem, 1.5)
+    scored = np.zeros(src.size, dtype=bool)
+    key = {(int(x), int(y)) for x, y in zip(pairs.src.tolist(), pairs.dst.tolist(), strict=True)}
+    scored[[i for i, (x, y) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)) if (x, y) in key]] = True
+    local = a[src] == a[dst]
+    return {"scored": round(float(rate[local & scored].sum()) / total, 5),
+            "other": round(float(rate[local & ~scored].sum()) / total, 5),
+            "scored_traffic": round(float(rate[scored].sum()) / total, 5)}
+
+
+def budget_bound(problem, migrations: int) -> dict[str, Any] | None:
+    """Upper bound on the collocation any planner can reach from ``problem.current`` with ``migrations`` key group
+    moves in total, for the candidate-pair traffic, when the candidate pairs form paths (the chain and pairs
+    topologies: each key group has at most one candidate edge in and one out). A collocated run v_i..v_j of a path
+    sits on one node; every member not there at the start must have moved, so it costs at least (j − i + 1) − (the
+    most members that start on one node). Per path a DP over runs gives the best rate for each number of moves; a
+    max-plus knapsack over the paths gives the bound. Balance, rounds and the rest of the traffic are ignored
+    (``other_traffic`` is the share the bound leaves out). None when the pairs do not form paths."""
+    pairs = pair_scores(problem, 1.5)
+    src, dst, rate = pairs.src, pairs.dst, pairs.rate
+    m = problem.n_key_groups
+    if src.size == 0 or np.bincount(src, minlength=m).max() > 1 or np.bincount(dst, minlength=m).max() > 1:
+        return None
+    nxt = {int(x): (int(y), float(r)) for x, y, r in zip(src.tolist(), dst.tolist(), rate.tolist(), strict=True)}
+    starts = set(nxt) - {int(y) for y in dst.tolist()}
+    total_rate = float(problem.edges()[2].sum())
+    comb = np.zeros(migrations + 1)
+    seen = 0
+    for v in sorted(starts):
+        path, rates = [v], []
+        while path[-1] in nxt:
+            w, r = nxt[path[-1]]
+            path.append(w)
+            rates.append(r)
+        seen += len(rates)
+        nodes = problem.current[path]
+        L = len(path)
+        cum = np.concatenate([[0.0], np.cumsum(rates)])
+        best = np.zeros((L + 1, L + 1))  # best[j][b]: first j key groups, b moves
+        for j in range(1, L + 1):
+            best[j] = best[j - 1]
+            for i in range(1, j):  # run v_i..v_j (1-based)
+                cost = (j - i + 1) - int(np.bincount(nodes[i - 1:j]).max())
+                gain = cum[j - 1] - cum[i - 1]
+                if cost <= L:
+                    cand = np.full(L + 1, -np.inf)
+                    cand[cost:] = best[i - 1][:L + 1 - cost] + gain
+                    best[j] = np.maximum(best[j], cand)
+        f = np.maximum.accumulate(best[L])
+        new = comb.copy()
+        for k in range(1, min(L, migrations) + 1):
+            new[k:] = np.maximum(new[k:], comb[:migrations + 1 - k] + f[k])
+        comb = new
+    if seen != src.size:  # a cycle: not paths
+        return None
+    return {"migrations": migrations, "scored_cf_max": round(float(comb[-1]) / total_rate, 5),
+            "other_traffic": round(1.0 - float(rate.sum()) / total_rate, 5)}
 
 
 def summary(series: dict[str, list], last: int = 5) -> dict[str, Any]:
@@ -99,6 +167,8 @@ def summary(series: dict[str, list], last: int = 5) -> dict[str, Any]:
     out["mean_migrations_per_round"] = round(float(np.mean(series["migrations"])), 2)
     out["max_seconds_per_round"] = round(float(max(series["seconds"])), 3)
     out["all_within_budget"] = bool(all(series["within_budget"]))
+    if "final_cf_split" in series:
+        out["final_cf_split"] = series["final_cf_split"]
     return out
 
 
@@ -173,7 +243,7 @@ def plot(results: dict[str, Any], out_dir: str) -> list[str]:
         for name, res in rj.items():
             if not isinstance(res, dict) or "series" not in res:
                 continue
-            for ax, (key, label) in zip(axes, keys):
+            for ax, (key, label) in zip(axes, keys, strict=False):
                 ys = res["series"][key]
                 ax.plot(range(1, len(ys) + 1), ys, label=name, color=colors.get(name))
                 ax.set(xlabel="round", title=label)

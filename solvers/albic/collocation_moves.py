@@ -1,30 +1,24 @@
 """Step 3 of ALBIC's Algorithm 2 (Madsen, Zhou, Cao, §4.3.2, lines 24–37): which to-be-collocated pairs are
-constrained onto one node this round, and where.
+constrained onto one node this round, and where (parameter ``pair_order`` of :func:`solvers.albic.collocation.albic`).
 
-Two orders (parameter ``pair_order`` of :func:`solvers.albic.collocation.albic`):
+* ``"paper"`` — as printed: the highest-traffic pair first (ties at random); case 1 (neither end in a part) on the
+  less loaded of the two nodes, case 2 (one end in a part) on that part's node, case 3 (both in parts) the parts
+  merged on the less loaded node. The paper adds one pair per round; ``pairs_per_round`` allows more.
+* ``"gain"`` (default; a multi-round view beyond the paper) — ALBIC should reach a re-optimiser's (COLA's)
+  collocation over budgeted rounds (§5.3–5.4, Figs. 10–12), so each round's budget should buy as much collocation
+  as it can. A pair offers two *moves*: the unit of one end (a key group, or a METIS part moved whole) joins the
+  node of the other, so a pair needs one move (or the smaller part), never both. Gain = traffic made node-local −
+  traffic cut (all edges of the unit); cost = migrations added. Moves go greedily by gain per migration ×
+  (1 + BALANCE_WEIGHT · b), b ∈ [−1, 1] = how much the move narrows its two nodes' distance to the target (b = 1:
+  overloaded → underloaded node), re-scored lazily. A move that breaks the band is taken with its best
+  compensating move (a swap); the budget of nodes already out of the band is kept for the MILP; the migrations
+  left after the pairs make a balanced warm start (:func:`balance_hint`).
 
-* ``"paper"`` — Algorithm 2 as printed: the highest-traffic pair first (ties at random); case 1 (neither end in a
-  part) on the less loaded of the two nodes, case 2 (one end in a part) on that part's node, case 3 (both in parts)
-  the two parts merged on the less loaded node. The paper adds one pair per round; ``pairs_per_round`` allows more.
-* ``"gain"`` (default, a multi-round view beyond the paper) — ALBIC is meant to reach a re-optimiser's (COLA's)
-  collocation over many budgeted rounds (§5.3–5.4, Figs. 10–12), so the budget of every round should buy as much
-  collocation as it can. Every pair offers two *moves*: the unit of one end joins the node of the other (a unit is a
-  key group or a METIS part of a collocated set, moved whole; a pair therefore needs one move, or the size of the
-  smaller part, never both). A move's *gain* is the traffic it makes node-local minus the traffic it cuts (all
-  edges of the moved unit, not only the scored pair); its *cost* is the migrations it adds to the round. Moves are
-  taken greedily by gain per migration, weighted by ``1 + BALANCE_WEIGHT · b`` where b ∈ [−1, 1] is how much the
-  move narrows the two nodes' distance to the target utilisation (b = 1: from an overloaded node to an underloaded
-  one), so collocation moves also do balancing work and leave the MILP's share of the budget for the rest. Scores
-  are re-evaluated lazily (a popped move is re-scored on the current plan and committed only if it still beats the
-  next one).
-
-Both orders share the budget accounting (moves and bytes relative to the current assignment, ``pair_budget_share``
-of the budget), the load band (a move may not push a node more than ``band`` from the target utilisation, or further
-if it already is; if that rejects everything, the best move that fits the budget is taken anyway, the paper's one
-pair) and the exact load change of a move (moved key group loads plus ``communication_cost`` × the rate of the edges
-that become cut or local, charged to both ends as :func:`solvers.metrics.node_loads` does).
-
-Complexity: O(P log P) for P candidate pairs plus, per evaluation of a move, O(deg) of the moved unit's edges.
+Shared: budget accounting relative to the current assignment (``pair_budget_share`` of the budget); the band (a
+move may not push a node more than ``band`` from the target utilisation, or further if it already is; if that
+rejects everything, the best move that fits is taken anyway — the paper's one pair); the exact load change of a
+move (key group loads plus ``communication_cost`` × the rate of edges that become cut or local, both ends, as
+:func:`solvers.metrics.node_loads`). Cost: O(P log P) for P pairs plus O(deg) per evaluation of a move.
 """
 
 from __future__ import annotations
@@ -70,9 +64,7 @@ class PairState:
     def unit(self, g: int) -> tuple[int, np.ndarray, int]:
         """(unit id, members, planned node) of key group ``g``."""
         u = int(self.unit_of[g])
-        mem = self.members.get(u)
-        if mem is None:
-            mem = np.array([g], dtype=np.int64)
+        mem = self.members.get(u, np.array([g], dtype=np.int64))
         return u, mem, int(self.target.get(u, int(self.hint[g])))
 
     def budget_full(self) -> bool:
@@ -88,18 +80,17 @@ class Move:
     s: int
     v: int
     t: int
-    gain: float
+    gain: float  # traffic made local − traffic cut
     d_moves: int
     d_bytes: float
-    delta: dict[int, float]
-    balance: float
+    delta: dict[int, float]  # utilisation change per node
+    balance: float  # b ∈ [−1, 1]
 
 
 def evaluate(st: PairState, u: int, mem: np.ndarray, s: int, v: int, t: int) -> Move:
     """The exact effect of moving unit ``u`` from ``s`` to ``t`` on the current plan: collocation gain (rate made
     local − rate cut), migrations and bytes added, utilisation change per node and balance term b."""
-    p = st.problem
-    cur = p.current
+    p, cur = st.problem, st.problem.current
     ip, ix, dx = st.adj.indptr, st.adj.indices, st.adj.data
     if mem.size == 1:
         k = int(mem[0])
@@ -113,8 +104,7 @@ def evaluate(st: PairState, u: int, mem: np.ndarray, s: int, v: int, t: int) -> 
     r_t = float(data[hn == t].sum())
     r_s = float(data[hn == s].sum())
     r_o = float(data.sum()) - r_t - r_s
-    w = float(p.load[mem].sum())
-    c = p.communication_cost
+    w, c = float(p.load[mem].sum()), p.communication_cost
     cm = cur[mem]
     away_t, away_s = cm != t, cm != s
     d_moves = int(away_t.sum()) - int(away_s.sum())
@@ -151,10 +141,7 @@ def commit(st: PairState, mv: Move, gi: int, gj: int, case: int, options: list[i
     """Apply ``mv``: the moved unit joins unit ``v`` on node ``t``, which is pinned there (``options``)."""
     mem_v = st.members.get(mv.v, np.array([mv.v], dtype=np.int64))
     merged = np.concatenate([mem_v, mv.mem])
-    st.moves += mv.d_moves
-    st.nbytes += mv.d_bytes
-    for nd, dv in mv.delta.items():
-        st.util[nd] += dv
+    _account(st, mv)
     st.hint[merged] = mv.t
     st.unit_of[mv.mem] = mv.v
     st.members[mv.v] = merged
@@ -164,6 +151,13 @@ def commit(st: PairState, mv: Move, gi: int, gj: int, case: int, options: list[i
     st.target[mv.v] = mv.t
     st.choice[mv.v] = options
     st.added.append((gi, gj, mv.t, case))
+
+
+def _account(st: PairState, mv: Move) -> None:
+    st.moves += mv.d_moves
+    st.nbytes += mv.d_bytes
+    for nd, dv in mv.delta.items():
+        st.util[nd] += dv
 
 
 def _score(mv: Move) -> float:
@@ -176,8 +170,7 @@ def _score(mv: Move) -> float:
 def _option(st: PairState, gi: int, gj: int, k: int) -> Move | None:
     """Move ``k`` of the pair: 0 = the unit of ``gj`` joins the node of ``gi``, 1 = the other way round; None when
     both ends already share a unit or node, or the target node is being removed."""
-    ui, mi, ni = st.unit(gi)
-    uj, mj, nj = st.unit(gj)
+    (ui, mi, ni), (uj, mj, nj) = st.unit(gi), st.unit(gj)
     if ui == uj or ni == nj:
         return None
     if k == 0:
@@ -185,19 +178,31 @@ def _option(st: PairState, gi: int, gj: int, k: int) -> Move | None:
     return None if st.problem.removing[nj] else evaluate(st, ui, mi, ni, uj, nj)
 
 
-def _snapshot(st: PairState) -> tuple[object, ...]:
-    return (st.unit_of.copy(), st.hint.copy(), st.util.copy(), dict(st.members), dict(st.target), dict(st.choice),
-            len(st.added), st.moves, st.nbytes)
+@dataclass
+class _Snapshot:
+    unit_of: np.ndarray
+    hint: np.ndarray
+    util: np.ndarray
+    members: dict[int, np.ndarray]
+    target: dict[int, int]
+    choice: dict[int, list[int]]
+    n_added: int
+    moves: int
+    nbytes: float
 
 
-def _restore(st: PairState, snap: tuple[object, ...]) -> None:
-    unit_of, hint, util, members, target, choice, n_added, moves, nbytes = snap
-    st.unit_of[:] = unit_of  # type: ignore[index]
-    st.hint[:] = hint  # type: ignore[index]
-    st.util[:] = util  # type: ignore[index]
-    st.members, st.target, st.choice = members, target, choice  # type: ignore[assignment]
-    del st.added[n_added:]  # type: ignore[misc]
-    st.moves, st.nbytes = moves, nbytes  # type: ignore[assignment]
+def _snapshot(st: PairState) -> _Snapshot:
+    return _Snapshot(st.unit_of.copy(), st.hint.copy(), st.util.copy(), dict(st.members), dict(st.target),
+                     dict(st.choice), len(st.added), st.moves, st.nbytes)
+
+
+def _restore(st: PairState, snap: _Snapshot) -> None:
+    st.unit_of[:] = snap.unit_of
+    st.hint[:] = snap.hint
+    st.util[:] = snap.util
+    st.members, st.target, st.choice = snap.members, snap.target, snap.choice
+    del st.added[snap.n_added:]
+    st.moves, st.nbytes = snap.moves, snap.nbytes
 
 
 def _in_band(st: PairState, nodes: set[int], util0: np.ndarray) -> bool:
@@ -299,8 +304,7 @@ def _compensated(st: PairState, mv: Move, gi: int, gj: int, src: np.ndarray, dst
 
 
 def _commit_pair(st: PairState, mv: Move, gi: int, gj: int) -> None:
-    in_u = mv.mem.size >= 2
-    in_v = mv.v in st.members
+    in_u, in_v = mv.mem.size >= 2, mv.v in st.members
     case = 3 if (in_u and in_v) else 2 if (in_u or in_v) else 1
     options = [mv.t] if st.pin == "paper" else sorted({mv.s, mv.t})
     commit(st, mv, gi, gj, case, options)
@@ -323,8 +327,7 @@ def add_pairs_paper(st: PairState, order: np.ndarray, src: np.ndarray, dst: np.n
 
 
 def _paper_pair(st: PairState, gi: int, gj: int, use_band: bool) -> str:
-    ui, mi, ni = st.unit(gi)
-    uj, mj, nj = st.unit(gj)
+    (ui, mi, ni), (uj, mj, nj) = st.unit(gi), st.unit(gj)
     if ui == uj:
         return "skip"
     in_i, in_j = mi.size >= 2, mj.size >= 2
@@ -391,10 +394,7 @@ def balance_hint(st: PairState, max_moves: int | None, max_bytes: float | None) 
         if best is None:
             break
         mv = best[1]
-        st.moves += mv.d_moves
-        st.nbytes += mv.d_bytes
-        for nd, dv in mv.delta.items():
-            st.util[nd] += dv
+        _account(st, mv)
         st.hint[mv.mem] = lo
         made += 1
     return made

@@ -216,7 +216,7 @@ def validate_spec(spec: Any) -> dict:
     res = spec.get("resources", {}) or {}
     if not isinstance(res, dict):
         raise InvalidInput("resources", "must be an object {state|computation|communication: function}")
-    defaults = dict(zip(RESOURCES, Config().resources))
+    defaults = dict(zip(RESOURCES, Config().resources, strict=False))
     for k, v in res.items():
         if k not in RESOURCES:
             raise InvalidInput(f"resources.{k}", f"unknown resource (one of {', '.join(RESOURCES)})")
@@ -324,7 +324,7 @@ def build_document(spec: dict) -> dict:
                         o_hc_new=new.base_lookup(o_pos_new) if o_keys else np.empty(0, np.int64),
                         has_previous=prev is not None)
         assign = construct(alg, inst, cfg, stats)
-    explicit = {keys[i]: int(c) for i, c in zip(tracked.tolist(), assign.tolist())}
+    explicit = {keys[i]: int(c) for i, c in zip(tracked.tolist(), assign.tolist(), strict=False)}
     new = PartitionFunction(n, lookup, s["seed"], new.replicas, explicit)
     seconds = time.perf_counter() - t0
     metrics = _estimate_metrics(new, prev, s, cfg, keys, f, pos, o_keys, prev_f)

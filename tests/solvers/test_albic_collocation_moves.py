@@ -44,8 +44,8 @@ def test_moves_that_also_balance_go_first():
     # pair 0 → 1 runs from the overloaded node 0 to the underloaded node 1; pair 2 → 3 (more traffic) sits between
     # two balanced nodes. One migration: the paper's order takes the heavier pair, the gain order the balancing one.
     edges = [(0, 1, 10.0), (2, 3, 11.0)]
-    p = _problem([2, 2, 2, 2, 10, 6, 8, 8], [0, 1, 2, 3, 0, 1, 2, 3], 4, edges, ["A", "B", "A", "B", "Z", "Z", "Z", "Z"],
-                 max_migrations=1)
+    ops = ["A", "B", "A", "B", "Z", "Z", "Z", "Z"]
+    p = _problem([2, 2, 2, 2, 10, 6, 8, 8], [0, 1, 2, 3, 0, 1, 2, 3], 4, edges, ops, max_migrations=1)
     paper = _units(p, order="paper")
     assert [(a, b) for a, b, *_ in paper.pairs_added] == [(2, 3)]
     gain = _units(p)
