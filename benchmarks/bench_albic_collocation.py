@@ -219,7 +219,8 @@ def plot(results: dict[str, Any], out_dir: str) -> list[str]:
         labels = list(sizes)
         width = 0.8 / max(1, len(results["planners"]))
         for j, name in enumerate(results["planners"]):
-            cf = [sizes[s][name]["summary"]["collocation_factor_last5"] * 100 if name in sizes[s] else 0 for s in labels]
+            cf = [sizes[s][name]["summary"]["collocation_factor_last5"] * 100 if name in sizes[s] else 0
+                  for s in labels]
             ld = [sizes[s][name]["summary"]["load_distance_pct_last5"] if name in sizes[s] else 0 for s in labels]
             pos = np.arange(len(labels)) + j * width
             axes[0].bar(pos, cf, width, label=name, color=colors.get(name))
@@ -293,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         for x in xs:
             p0 = collocation_synthetic(40, 20, 20, one_to_one=x / 100, topology=topo, max_migrations=20,
                                        seed=args.seed)
-            sweep[topo][str(x)] = {}
+            sweep[topo][str(x)] = {"budget_bound": budget_bound(p0, rounds * 20)}
             for name in planners:
                 t = time.perf_counter()
                 s = simulate(p0, name, rounds, tl, drift=True, seed=args.seed + 1)
@@ -314,13 +315,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         p0 = collocation_synthetic(nodes, 20, ops, one_to_one=0.5, topology=topo0, max_migrations=20,
                                    seed=args.seed)
-        size_res[label] = {}
+        size_res[label] = {"budget_bound": budget_bound(p0, rounds * 20)}
         for name in planners:
             t = time.perf_counter()
             s = simulate(p0, name, rounds, tl, drift=True, seed=args.seed + 1)
             size_res[label][name] = {"summary": summary(s), "series": s}
             sm = size_res[label][name]["summary"]
-            log(f"  {label:12s} {name:10s} CF {sm['collocation_factor_last5']:.3f} LD {sm['load_distance_pct_last5']:6.2f}%"
+            log(f"  {label:12s} {name:10s} CF {sm['collocation_factor_last5']:.3f}"
+                f" LD {sm['load_distance_pct_last5']:6.2f}%"
                 f" migr/round max {sm['max_migrations_per_round']} ({time.perf_counter() - t:.1f}s)")
     if sizes:
         results["sizes"] = {"topology": topo0, "results": size_res}
@@ -366,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         reach = next((i + 1 for i, v in enumerate(li) if v <= 0.6), None)
         rj[name] = {"summary": summary(s), "series": s, "first_round_load_index_le_0.6": reach}
         log(f"  RealJob2 {name:10s} LI {li[-1]:.3f} (≤0.6 at round {reach}) CF {s['collocation_factor'][-1]:.3f}"
-            f" LD {s['load_distance_pct'][-1]:.2f}% migr/round max {max(s['migrations'])} ({time.perf_counter() - t:.1f}s)")
+            f" LD {s['load_distance_pct'][-1]:.2f}% migr/round max {max(s['migrations'])}"
+            f" ({time.perf_counter() - t:.1f}s)")
     results["real_job_2"] = rj
 
     # ---------------------------------------------------------------- timings
@@ -408,6 +411,8 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
                 "cf_ge_cola": a["collocation_factor_last5"] >= c["collocation_factor_last5"] - 1e-9,
                 "albic_within_budget": a["all_within_budget"],
                 "cola_max_migrations": c["max_migrations_per_round"],
+                "albic_cf_split": a.get("final_cf_split"), "cola_cf_split": c.get("final_cf_split"),
+                "budget_bound": res.get("budget_bound"),
             }
     for label, c in results.get("convergence", {}).items():
         key = label if label in cmp else next((k for k in cmp if k.endswith(label)), label)
@@ -418,6 +423,8 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
                 "first_round": c["first_round_albic_cf_last5_ge_cola"],
                 "albic_cf_last5": sm["collocation_factor_last5"], "albic_ld_last5": sm["load_distance_pct_last5"]}
     out["albic_vs_cola"] = cmp
+    out["albic_cf_and_ld_at_least_colas"] = f"{sum(c['ld_le_cola'] and c['cf_ge_cola'] for c in cmp.values())}"\
+        f" of {len(cmp)} (issue 13.2 target: >= 10 of 12)"
     rj = results.get("real_job_2", {}).get("albic")
     if rj:
         out["real_job_2_load_index_le_0.6_within_30"] = rj["first_round_load_index_le_0.6"] is not None
@@ -442,7 +449,8 @@ def format_table(results: dict[str, Any]) -> str:
             if name not in res:
                 continue
             s = res[name]["summary"]
-            lines.append(f"| {label} | {name} | {s['collocation_factor_last5']:.3f} | {s['load_distance_pct_last5']:.2f}"
+            lines.append(f"| {label} | {name} | {s['collocation_factor_last5']:.3f}"
+                         f" | {s['load_distance_pct_last5']:.2f}"
                          f" | {s['load_index_last5']:.3f} | {s['max_migrations_per_round']} |")
     return "\n".join(lines)
 
