@@ -25,6 +25,10 @@ re-routed and shuffled; the other rows keep their partition (and their cached bl
 from ``spark_partition_id()`` before and after, which key groups changed partition and how many state bytes
 moved.
 
+Every state row carries ``_rb_v``, the batch id that last changed it: the rows of version ``v`` are the delta a
+durable store (:mod:`clients.spark.store`) writes, and :meth:`KeyedState.restore` rebuilds the state from stored
+rows after a restart or a lost executor (keeping the newest ``_rb_v`` per key).
+
 Aggregations are mergeable ones: ``count``, ``sum``, ``min``, ``max`` (``{"clicks": ("count", None),
 "amount": ("sum", "amount")}``).
 """
