@@ -1,6 +1,7 @@
 """What exact placement costs: routed placement vs Spark's plain hash repartitioning on a uniform stream.
 
-``python -m benchmarks.bench_spark_routing [--rows N] [--repeats R] [--quick]`` writes ``bench-results/spark_routing.json``.
+``python -m benchmarks.bench_spark_routing [--rows N] [--repeats R] [--quick]`` writes
+``bench-results/spark_routing.json``.
 
 Measured (median of ``repeats`` interleaved runs, each a full execution to a ``noop`` sink, from a cached input):
 
@@ -59,7 +60,7 @@ def measure_overhead(spark, *, rows: int = 1_000_000, keys: int = 100_000, parti
         return placed.groupBy(ROUTE_COL, "key").agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("s"))
 
     variants = {"hash": hash_q, "routed": routed_q, "routed_broadcast": lambda: routed_q("broadcast")}
-    for name, q in variants.items():  # warm-up (code generation, JIT)
+    for q in variants.values():  # warm-up (code generation, JIT)
         _run(q())
     times: dict[str, list[float]] = {k: [] for k in variants}
     for r in range(repeats):
@@ -103,11 +104,12 @@ def measure_overhead(spark, *, rows: int = 1_000_000, keys: int = 100_000, parti
         "rows": rows, "keys": keys, "partitions": partitions, "key_groups": key_groups, "repeats": repeats,
         "seconds": {k: round(v, 4) for k, v in med.items()},
         "all_seconds": {k: [round(x, 4) for x in v] for k, v in times.items()},
-        "routing_overhead": round(statistics.median(r / h for r, h in zip(times["routed"], times["hash"])) - 1, 4),
+        "routing_overhead": round(statistics.median(
+            r / h for r, h in zip(times["routed"], times["hash"], strict=True)) - 1, 4),
         "routing_overhead_of_medians": round(med["routed"] / med["hash"] - 1, 4),
         "routing_overhead_min": round(min(times["routed"]) / min(times["hash"]) - 1, 4),
         "routing_overhead_broadcast": round(statistics.median(
-            r / h for r, h in zip(times["routed_broadcast"], times["hash"])) - 1, 4),
+            r / h for r, h in zip(times["routed_broadcast"], times["hash"], strict=True)) - 1, 4),
         "rdd_partitionBy": {"rows": rdd_rows, "seconds": round(rdd_t, 4), "routed_seconds": round(rs_t, 4),
                             "slowdown_vs_routed": round(rdd_t / rs_t, 2), "exact": bool(rdd_ok)},
         "repartitionByRange_skewed": {"rows_on_wrong_partition": int(wrong[0] or 0), "rows": int(wrong[1]),

@@ -256,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"routing overhead vs plain hash repartitioning (uniform stream, {overhead['rows']} records, "
                   f"median of {overhead['repeats']} paired runs): {100 * overhead['routing_overhead']:+.1f}% "
                   f"(median times: hash {overhead['seconds']['hash']:.2f}s, routed "
-                  f"{overhead['seconds']['routed']:.2f}s; fastest runs: {100 * overhead['routing_overhead_min']:+.1f}%)")
+                  f"{overhead['seconds']['routed']:.2f}s; fastest runs: "
+                  f"{100 * overhead['routing_overhead_min']:+.1f}%)")
         print(f"wrote {out} and {png}")
         driver.close()
         spark.stop()

@@ -12,6 +12,7 @@ Modules (import them directly; nothing here imports pyspark, so the package stay
 * :mod:`clients.spark.control` — the driver's conversation with the controller (registration, statistics,
   proposals, validation of assignments, back-off);
 * :mod:`clients.spark.store` — durable, versioned state (Parquet deltas and snapshots, commit records);
+* :mod:`clients.spark.reports` — :class:`~clients.spark.reports.BatchReport`, what the driver reports per batch;
 * :mod:`clients.spark.sink` — :class:`~clients.spark.sink.BatchIdSink`, exactly-once output by batch id;
 * :mod:`clients.spark.gedik` — adapter for Gedik's partitioning functions;
 * :mod:`benchmarks.bench_spark_routing`, :mod:`benchmarks.spark_demo`, :mod:`clients.spark.example` —

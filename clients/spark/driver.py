@@ -230,7 +230,7 @@ class RebalancingDriver(ControllerLink):
         t0 = time.perf_counter()
         if force:
             self.store._latest_read = False
-        df, rec = self.store.load()
+        df, rec = self.store.load(dedup=False)
         if rec is None:
             if force:
                 self.state.unpersist()
@@ -241,7 +241,7 @@ class RebalancingDriver(ControllerLink):
                 f"groups and {max(rec.partition_of) + 1}+ partitions; this driver has keys {self.keys}, "
                 f"key_groups={self.G}, partitions={self.n}")
         routing = RoutingTable(self.operator, np.asarray(rec.partition_of), self.n, rec.epoch, self.node_ids)
-        self.state.restore(df, routing)
+        self.state.restore(df, routing, dedup=True)
         self.routing, self.epoch, self.committed = routing, int(rec.epoch), int(rec.version)
         log.info("state version %d (epoch %d) loaded from %s in %.2f s", rec.version, rec.epoch, self.store.root,
                  time.perf_counter() - t0)

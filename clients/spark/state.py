@@ -25,6 +25,10 @@ re-routed and shuffled; the other rows keep their partition (and their cached bl
 from ``spark_partition_id()`` before and after, which key groups changed partition and how many state bytes
 moved.
 
+Every state row carries ``_rb_v``, the batch id that last changed it: the rows of version ``v`` are the delta a
+durable store (:mod:`clients.spark.store`) writes, and :meth:`KeyedState.restore` rebuilds the state from stored
+rows after a restart or a lost executor (keeping the newest ``_rb_v`` per key).
+
 Aggregations are mergeable ones: ``count``, ``sum``, ``min``, ``max`` (``{"clicks": ("count", None),
 "amount": ("sum", "amount")}``).
 """
@@ -235,18 +239,24 @@ class KeyedState:
         self.merge(p, version)
         return p
 
-    def restore(self, stored_df, routing: RoutingTable) -> None:
+    def restore(self, stored_df, routing: RoutingTable, *, dedup: bool = False) -> None:
         """Replace the state by ``stored_df`` (the :meth:`stored_columns` of a durable store), placed under
-        ``routing`` (one shuffle of the state; used on recovery only)."""
+        ``routing`` (one shuffle of the state; recovery only). ``dedup``: ``stored_df`` may hold several rows
+        per key (a snapshot and deltas); the one with the highest ``_rb_v`` is kept, in the same shuffle."""
         from pyspark.sql import functions as F
 
         self.routing = routing
         self.session = stored_df.sparkSession
         with _no_adaptive(self.session):
             df = (stored_df.select(*self.stored_columns())
-                  .withColumn(ROUTE_COL, routing.route_column(F.col(KG_COL)))
-                  .select(*self._state_columns()))
-            self._replace(routing.place(df))
+                  .withColumn(ROUTE_COL, routing.route_column(F.col(KG_COL))))
+            placed = routing.place(df)
+            if dedup:
+                rest = [*self.aggregations, VERSION_COL]
+                newest = F.max_by(F.struct(*[F.col(c) for c in rest]), F.col(VERSION_COL)).alias("_rb_row")
+                placed = (placed.groupBy(ROUTE_COL, KG_COL, *self.keys).agg(newest)
+                          .select(ROUTE_COL, KG_COL, *self.keys, *[F.col("_rb_row." + c).alias(c) for c in rest]))
+            self._replace(placed.select(*self._state_columns()))
 
     @staticmethod
     def release(partials: BatchPartials) -> None:

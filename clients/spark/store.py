@@ -223,10 +223,11 @@ class StateStore:
         """The rows changed by ``version`` (its batch's output in update mode)."""
         return self.spark.read.parquet(self._dir(version) + "/delta")
 
-    def load(self, version: int | None = None):
+    def load(self, version: int | None = None, *, dedup: bool = True):
         """(state DataFrame, commit) of ``version`` (default: the latest), or ``(None, None)`` for an empty store.
 
-        Reads the snapshot the version builds on and the deltas after it, newest row per key wins.
+        Reads the snapshot the version builds on and the deltas after it, newest row per key wins (``dedup=False``:
+        the caller keeps the newest ``_rb_v`` per key itself, e.g. after placing the rows, in the same shuffle).
         """
         from pyspark.sql import functions as F
 
@@ -243,7 +244,7 @@ class StateStore:
         df = parts[0]
         for p in parts[1:]:
             df = df.unionByName(p)
-        if len(parts) > 1:
+        if len(parts) > 1 and dedup:
             others = [c for c in rec.columns if c not in rec.keys]
             latest = F.max_by(F.struct(*[F.col(c) for c in others]), F.col(VERSION_COL)).alias("_rb_row")
             df = df.groupBy(*rec.keys).agg(latest).select(*rec.keys, *[F.col("_rb_row." + c).alias(c)

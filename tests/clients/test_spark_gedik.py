@@ -29,7 +29,7 @@ def test_gedik_adapter_routes_like_the_document_and_places_exactly(spark, contro
     placed = part.partition(df, "key")
     rows = placed.select("key", CHANNEL_COL, F.spark_partition_id().alias("p")).distinct().collect()
     keys = [r["key"] for r in rows]
-    expected = dict(zip(keys, route_keys(doc, keys).tolist()))
+    expected = dict(zip(keys, route_keys(doc, keys).tolist(), strict=True))
     assert all(r[CHANNEL_COL] == expected[r["key"]] for r in rows)  # Algorithm 1 exactly
     assert all(r["p"] == r[CHANNEL_COL] for r in rows)  # every record on its channel's partition
     assert {r[CHANNEL_COL] for r in rows if r["key"] in doc["explicit"]} <= set(range(4))

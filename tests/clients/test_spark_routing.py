@@ -97,7 +97,7 @@ def test_communication_between_stages_equals_a_direct_count(spark):
                    key_group_column("region", 4).alias("d")).distinct().collect()
     su = {r["user"]: r["s"] for r in kg}
     dr = {r["region"]: r["d"] for r in kg}
-    direct = Counter((su[u], dr[r]) for u, r in zip(pdf["user"], pdf["region"]))
+    direct = Counter((su[u], dr[r]) for u, r in zip(pdf["user"], pdf["region"], strict=True))
     edges = communication_stats(df, "user", "region", src_operator="split", dst_operator="agg",
                                 src_key_groups=10, dst_key_groups=4)
     assert {(e["src"], e["dst"]): e["rate"] for e in edges} == \
