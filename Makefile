@@ -43,6 +43,7 @@ bench: $(VENV)/.installed-dev
 	  if [ -f benchmarks/bench_$$b.py ]; then echo "== bench $$b" >&2; $(PY) -m benchmarks.bench_$$b $(BENCH_ARGS) || exit 1; fi; \
 	done
 	echo "== bench spark_routing" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m benchmarks.bench_spark_routing $(BENCH_ARGS) --output bench-results/spark_routing.json
+	echo "== bench spark_state" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m benchmarks.bench_spark_state $(BENCH_ARGS) --output bench-results/spark_state.json
 
 demo: $(VENV)/.installed-dev
 	mkdir -p bench-results
