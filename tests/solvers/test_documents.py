@@ -47,6 +47,15 @@ def test_round_trip_and_the_compatibility_names_agree():
     assert documents.problem_to_dict(Problem.from_dict(BASE)) == Problem.from_dict(BASE).to_dict()
 
 
+@pytest.mark.parametrize("kw, field", [({"removing": [False]}, "removing"), ({"operator": ["a"]}, "operator"),
+                                        ({"state_bytes": [1.0, 2.0, 3.0]}, "state_bytes"),
+                                        ({"kg_ids": ["a", "a"]}, "key_groups")])
+def test_from_arrays_refuses_mismatched_lengths(kw, field):
+    with pytest.raises(InvalidInput) as info:
+        Problem.from_arrays([3.0, 1.0], [0, 1], [1.0, 1.0], **kw)
+    assert info.value.field == field
+
+
 def test_from_arrays_builds_what_the_document_builds():
     doc = {"nodes": [{"id": "w0"}, {"id": "w1", "removing": True}],
            "key_groups": [{"id": "kg0", "node": "w0", "load": 3.0}, {"id": "kg1", "node": "w1", "load": 1.0}]}
