@@ -1,12 +1,15 @@
 """Error mapping: every failure the user can cause becomes a 4xx with a body naming the field and the reason.
 
 Body of every error: ``{"detail": [{"field": "key_groups[3].load", "reason": "..."}]}`` for 422, and
-``{"detail": "<message>"}`` for 401/404/409/413/415/429/501.
+``{"detail": "<message>"}`` for 401/404/409/413/415/429/501, and ``{"detail": "<message>", "request_id": "<id>"}``
+for 500 (a :class:`solvers.errors.ServerError` or any other failure of the server; the log line with the
+traceback carries the same id, as does the ``X-Request-ID`` header).
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -81,6 +84,14 @@ async def require_json(request: Request) -> None:
                                    "application/json")
 
 
+def server_error(req: Request, exc: BaseException, detail: str) -> JSONResponse:
+    """500 with a request id; the traceback is logged under the same id (issue 11 §4)."""
+    rid = uuid.uuid4().hex[:16]
+    log.error("server error %s on %s %s: %s: %s", rid, req.method, req.url.path, type(exc).__name__, exc,
+              exc_info=exc)
+    return JSONResponse({"detail": detail, "request_id": rid}, status_code=500, headers={"X-Request-ID": rid})
+
+
 def invalid(items: list[dict[str, str]]) -> JSONResponse:
     return JSONResponse({"detail": items}, status_code=422)
 
@@ -123,9 +134,13 @@ def install(app: FastAPI) -> None:
         return JSONResponse({"detail": str(exc)}, status_code=501)
 
     @app.exception_handler(RuntimeError)
-    async def _runtime(_req: Request, exc: RuntimeError) -> JSONResponse:
-        log.error("server error: %s", exc)
-        return JSONResponse({"detail": f"planner failed: {exc}"}, status_code=500)
+    async def _runtime(req: Request, exc: RuntimeError) -> JSONResponse:
+        # ServerError (PlannerError), the solver pool's failures: all RuntimeError
+        return server_error(req, exc, f"planner failed: {exc}")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(req: Request, exc: Exception) -> JSONResponse:
+        return server_error(req, exc, "internal server error")
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -375,6 +375,7 @@ class ErrorItem(_Resp):
 
 class ErrorDoc(_Resp):
     detail: list[ErrorItem] | str
+    request_id: str | None = Field(None, description="500 only: the id of the server's log line with the traceback")
 
 
 class HealthDoc(_Resp):

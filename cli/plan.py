@@ -37,20 +37,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s.add_argument("--varies", type=float, default=0.5,
                    help="load shift of 20%% of the nodes: half get −varies/2, half +varies/2 (§5.1)")
     s.add_argument("--operators", type=int, default=1, help="operators the key groups are spread over")
-    s.add_argument("--seed", type=int, default=0, help="random seed")
-    s.add_argument("--max-migrations", type=int, default=None, help="migration budget (default: unlimited)")
-    s.add_argument("--output", help="write here instead of stdout")
-    s.set_defaults(func=run_generate)
+    _generator_options(s, max_migrations=None)
     z = gsub.add_parser("skewed", help="Zipf-skewed loads, mixed capacities, nodes marked for removal")
     z.add_argument("--nodes", type=int, required=True, help="number of nodes")
     z.add_argument("--key-groups", type=int, required=True, help="number of key groups")
     z.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent z of the loads (∝ 1/rank^z)")
     z.add_argument("--heterogeneous", action="store_true", help="capacities drawn from {0.5, 1, 2} (default: all 1)")
     z.add_argument("--removing", type=int, default=0, help="the first N nodes are marked for removal")
-    z.add_argument("--seed", type=int, default=0, help="random seed")
-    z.add_argument("--max-migrations", type=int, default=None, help="migration budget (default: unlimited)")
-    z.add_argument("--output", help="write here instead of stdout")
-    z.set_defaults(func=run_generate)
+    _generator_options(z, max_migrations=None)
     c = gsub.add_parser("collocation", help="the ALBIC paper's §5.3 instance with communication between operators")
     c.add_argument("--nodes", type=int, default=40, help="number of nodes")
     c.add_argument("--key-groups-per-node", type=int, default=20, help="key groups placed on each node")
@@ -58,18 +52,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     c.add_argument("--one-to-one", type=float, default=0.5, help="share of key groups with 1-1 communication")
     c.add_argument("--topology", choices=("chain", "pairs"), default="chain",
                    help="operators in one chain, or in independent pairs")
-    c.add_argument("--max-migrations", type=int, default=20, help="migration budget")
-    c.add_argument("--seed", type=int, default=0, help="random seed")
-    c.add_argument("--output", help="write here instead of stdout")
-    c.set_defaults(func=run_generate)
+    _generator_options(c, max_migrations=20)
     r = gsub.add_parser("real-job-2", help="the ALBIC paper's §5.4 Real Job 2-like job: two operators keyed alike")
     r.add_argument("--nodes", type=int, default=20, help="number of nodes")
     r.add_argument("--key-groups-per-operator-per-node", type=int, default=5,
                    help="key groups of each of the two operators on each node")
-    r.add_argument("--max-migrations", type=int, default=10, help="migration budget")
-    r.add_argument("--seed", type=int, default=0, help="random seed")
-    r.add_argument("--output", help="write here instead of stdout")
-    r.set_defaults(func=run_generate)
+    _generator_options(r, max_migrations=10)
+
+
+def _generator_options(p: argparse.ArgumentParser, max_migrations: int | None) -> None:
+    """The options every generator has: seed, migration budget, output."""
+    p.add_argument("--seed", type=int, default=0, help="random seed")
+    p.add_argument("--max-migrations", type=int, default=max_migrations,
+                   help="migration budget" + (" (default: unlimited)" if max_migrations is None else ""))
+    p.add_argument("--output", help="write here instead of stdout")
+    p.set_defaults(func=run_generate)
 
 
 def run_plan(args: argparse.Namespace) -> int:

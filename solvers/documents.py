@@ -14,7 +14,7 @@ by :meth:`Problem.check`. Every error is an :class:`~solvers.errors.InvalidInput
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from itertools import chain, repeat
 from operator import itemgetter
 from typing import Any
@@ -61,10 +61,7 @@ def problem_from_dict(doc: Any) -> Problem:
     limits: list[dict[str, float]] = []
     for i, nd in enumerate(nodes):
         where = f"nodes[{i}]"
-        _check_object(nd, where, NODE_FIELDS)
-        nid = _id(nd.get("id"), f"{where}.id")
-        if nid in node_index:
-            raise InvalidInput(f"{where}.id", f"duplicate node id {nid!r}")
+        nid = _entry(nd, where, NODE_FIELDS, node_index, "node")
         node_index[nid] = i
         node_ids.append(nid)
         who = f"node {nid!r}"
@@ -88,18 +85,15 @@ def problem_from_dict(doc: Any) -> Problem:
     check_range(state, "key_groups", "state_bytes", kg_ids, "key group")
     kg_index = {kid: k for k, kid in enumerate(kg_ids)}
 
-    edges = doc.get("communication")
-    edges = [] if edges is None else edges
+    edges = [] if doc.get("communication") is None else doc["communication"]
     if not isinstance(edges, list):
         raise InvalidInput("communication", "must be a list of {src, dst, rate}")
     src, dst, rate = _fast_edges(edges, kg_index) or _edges(edges, kg_index)
     comm = sp.csr_matrix((rate, (src, dst)), shape=(m, m))
     comm.sum_duplicates()
-    cc = doc.get("communication_cost")
-    ccost = 0.0 if cc is None else _number(cc, "communication_cost")
+    ccost = 0.0 if doc.get("communication_cost") is None else _number(doc["communication_cost"], "communication_cost")
 
-    budget = doc.get("budget")
-    budget = {} if budget is None else budget
+    budget = {} if doc.get("budget") is None else doc["budget"]
     _check_object(budget, "budget", BUDGET_FIELDS)
     mm = budget.get("max_migrations")
     if mm is not None:
@@ -130,14 +124,12 @@ KeyGroups = tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray, list
 def _key_groups(kgs: list[Any], node_index: dict[str, int]) -> KeyGroups:
     """Key groups one by one: the error of the first offending field (the fast path's fallback)."""
     m = len(kgs)
-    kg_ids, operator, seen, res_rows = [], [], set(), []
+    kg_ids, operator, res_rows = [], [], []
+    seen: set[str] = set()
     load, state, current = np.empty(m), np.empty(m), np.empty(m, dtype=np.int64)
     for k, kg in enumerate(kgs):
         where = f"key_groups[{k}]"
-        _check_object(kg, where, KEY_GROUP_FIELDS)
-        kid = _id(kg.get("id"), f"{where}.id")
-        if kid in seen:
-            raise InvalidInput(f"{where}.id", f"duplicate key group id {kid!r}")
+        kid = _entry(kg, where, KEY_GROUP_FIELDS, seen, "key group")
         seen.add(kid)
         kg_ids.append(kid)
         who = f"key group {kid!r}"
@@ -170,9 +162,7 @@ def _fast_key_groups(kgs: list[Any], node_index: dict[str, int]) -> KeyGroups | 
         sbs = list(map(dict.get, kgs, repeat("state_bytes", m)))
         if not (_all_ids(ids, 1) and _all_ids(nodes, 0) and len(set(ids)) == m
                 and {str, type(None)}.issuperset(map(type, ops)) and _all_numbers(loads, False)
-                and _all_numbers(sbs, True)):
-            return None
-        if max(map(len, filter(None, ops)), default=0) > MAX_ID_LENGTH:
+                and _all_numbers(sbs, True) and max(map(len, filter(None, ops)), default=0) <= MAX_ID_LENGTH):
             return None
         current = np.fromiter(map(node_index.__getitem__, nodes), dtype=np.int64, count=m)
         load = np.array(loads, dtype=np.float64)
@@ -362,6 +352,15 @@ def _check_object(obj: Any, where: str, allowed: tuple[str, ...]) -> None:
             shown = str(key)[:MAX_ID_LENGTH]
             raise InvalidInput(f"{where}.{shown}" if where else shown,
                                f"unknown field; expected one of {list(allowed)}")
+
+
+def _entry(obj: Any, where: str, fields: tuple[str, ...], seen: Container[str], what: str) -> str:
+    """Check one node or key group object (known fields, an id not in ``seen``) and return its id."""
+    _check_object(obj, where, fields)
+    oid = _id(obj.get("id"), f"{where}.id")
+    if oid in seen:
+        raise InvalidInput(f"{where}.id", f"duplicate {what} id {oid!r}")
+    return oid
 
 
 def _id(value: Any, where: str, who: str = "", allow_empty: bool = False) -> str:

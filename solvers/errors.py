@@ -1,7 +1,10 @@
-"""The one error type for invalid input, shared by every layer.
+"""The error types shared by every layer: the user's input (:class:`InvalidInput`) and the server's own failures
+(:class:`ServerError`).
 
 Solvers raise :class:`InvalidInput` with the path of the offending field (``key_groups[3].load``) and the reason;
-the API turns it into HTTP 422 with that path, the CLI into one line on stderr and exit status 2.
+the API turns it into HTTP 422 with that path, the CLI into one line on stderr and exit status 2. A
+:class:`ServerError` (such as :class:`PlannerError`) is a bug or a broken component, never the input: the API answers
+500 with a request id and logs the traceback under that id.
 """
 
 from __future__ import annotations
@@ -17,3 +20,11 @@ class InvalidInput(ValueError):
 
     def as_dict(self) -> dict[str, str]:
         return {"field": self.field, "reason": self.reason}
+
+
+class ServerError(RuntimeError):
+    """A failure on the server's side — a bug or a broken component, never the user's input (HTTP 500)."""
+
+
+class PlannerError(ServerError):
+    """A planner returned a plan that breaks its problem's constraints (``solvers.registry.check_plan``)."""

@@ -196,11 +196,14 @@ class Problem:
             if matrix.shape != (m, m):
                 raise InvalidInput("communication", f"matrix of shape {matrix.shape}, expected ({m}, {m})")
             matrix.sum_duplicates()
+        rem = np.zeros(n, dtype=bool) if removing is None else np.array(removing, dtype=bool).reshape(-1)
+        ops = list(operator) if operator is not None else [""] * m
+        sb = np.zeros(m) if state_bytes is None else np.array(state_bytes, dtype=np.float64).reshape(-1)
+        for what, got, size in (("removing", len(rem), n), ("operator", len(ops), m), ("state_bytes", len(sb), m)):
+            if got != size:
+                raise InvalidInput(what, f"{size} values expected, got {got}")
         problem = cls(
-            node_ids=nids, capacity=cap,
-            removing=np.zeros(n, dtype=bool) if removing is None else np.array(removing, dtype=bool).reshape(-1),
-            kg_ids=kids, operator=list(operator) if operator is not None else [""] * m, load=load_a,
-            state_bytes=np.zeros(m) if state_bytes is None else np.array(state_bytes, dtype=np.float64).reshape(-1),
+            node_ids=nids, capacity=cap, removing=rem, kg_ids=kids, operator=ops, load=load_a, state_bytes=sb,
             current=cur, comm=matrix, communication_cost=float(communication_cost),
             max_migrations=None if max_migrations is None else int(max_migrations),
             max_migration_bytes=None if max_migration_bytes is None else float(max_migration_bytes),

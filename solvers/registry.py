@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from solvers.errors import InvalidInput
+from solvers.errors import InvalidInput, PlannerError
 from solvers.model import Plan, Problem
 
 #: registry name -> module that registers it on import
@@ -183,7 +183,7 @@ def solve(name: str, problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT, *
 
     Raises:
         InvalidInput: unknown algorithm, unknown or invalid parameter, invalid time limit.
-        RuntimeError: the planner returned a plan that breaks the problem's constraints (a bug, never user input).
+        PlannerError: the planner returned a plan that breaks the problem's constraints (a bug, never user input).
     """
     algo = get(name)
     time_limit = check_time_limit(time_limit)
@@ -199,16 +199,16 @@ def solve(name: str, problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT, *
 
 
 def check_plan(problem: Problem, plan: Plan, enforce_budget: bool = True) -> None:
-    """Raise RuntimeError when ``plan`` is not a valid answer to ``problem``."""
+    """Raise :class:`PlannerError` when ``plan`` is not a valid answer to ``problem``."""
     from solvers import metrics
 
     a = plan.assignment
     if a.shape != (problem.n_key_groups,):
-        raise RuntimeError(f"{plan.algorithm}: assignment has shape {a.shape}, expected ({problem.n_key_groups},)")
+        raise PlannerError(f"{plan.algorithm}: assignment has shape {a.shape}, expected ({problem.n_key_groups},)")
     if a.size and (a.min() < 0 or a.max() >= problem.n_nodes):
-        raise RuntimeError(f"{plan.algorithm}: assignment names a node index out of range")
+        raise PlannerError(f"{plan.algorithm}: assignment names a node index out of range")
     moved = a != problem.current
     if np.any(problem.removing[a[moved]]):
-        raise RuntimeError(f"{plan.algorithm}: a key group was moved onto a removing node")
+        raise PlannerError(f"{plan.algorithm}: a key group was moved onto a removing node")
     if enforce_budget and not metrics.within_budget(problem, a):
-        raise RuntimeError(f"{plan.algorithm}: the plan exceeds the migration budget")
+        raise PlannerError(f"{plan.algorithm}: the plan exceeds the migration budget")

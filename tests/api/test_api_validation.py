@@ -238,3 +238,13 @@ def test_time_limit_given_as_a_param_names_the_right_field(client):
     r = client.post("/v1/plans", json={"problem": PROBLEM, "algorithm": "flux", "params": {"time_limit": 5}})
     assert _field(r) == "params.time_limit"
     assert "time_limit_s" in r.json()["detail"][0]["reason"]
+
+
+def test_partitioning_caps_follow_the_settings(tmp_path):
+    from tests.helpers.server import InProcessServer
+
+    with InProcessServer(database_url=f"sqlite:///{tmp_path}/db.sqlite", max_partition_channels=8).start() as srv, \
+            srv.client() as c:
+        r = c.post("/v1/partitioning", json={"channels": 9, "frequencies": {"a": 0.5}})
+        assert r.status_code == 413 and "REBALANCER_MAX_PARTITION_CHANNELS" in r.text
+        assert c.post("/v1/partitioning", json={"channels": 8, "frequencies": {"a": 0.5}}).status_code == 200

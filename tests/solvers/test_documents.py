@@ -47,6 +47,15 @@ def test_round_trip_and_the_compatibility_names_agree():
     assert documents.problem_to_dict(Problem.from_dict(BASE)) == Problem.from_dict(BASE).to_dict()
 
 
+@pytest.mark.parametrize("kw, field", [({"removing": [False]}, "removing"), ({"operator": ["a"]}, "operator"),
+                                        ({"state_bytes": [1.0, 2.0, 3.0]}, "state_bytes"),
+                                        ({"kg_ids": ["a", "a"]}, "key_groups")])
+def test_from_arrays_refuses_mismatched_lengths(kw, field):
+    with pytest.raises(InvalidInput) as info:
+        Problem.from_arrays([3.0, 1.0], [0, 1], [1.0, 1.0], **kw)
+    assert info.value.field == field
+
+
 def test_from_arrays_builds_what_the_document_builds():
     doc = {"nodes": [{"id": "w0"}, {"id": "w1", "removing": True}],
            "key_groups": [{"id": "kg0", "node": "w0", "load": 3.0}, {"id": "kg1", "node": "w1", "load": 1.0}]}
@@ -172,23 +181,16 @@ def _same(fast, slow) -> None:
 @settings(max_examples=300, deadline=None)
 @given(kgs=st.lists(kg, max_size=4), edges=st.lists(edge, max_size=3))
 def test_fast_paths_agree_with_the_field_by_field_paths(kgs, edges):
-    try:
-        slow = _key_groups(kgs, NODE_INDEX)
-    except InvalidInput:
-        slow = None
-    fast = _fast_key_groups(kgs, NODE_INDEX)
-    if fast is not None:
-        assert slow is not None, "the fast path accepted key groups the field-by-field path refuses"
-        _same(fast, slow)
-    kg_index = {"a": 0, "b": 1}
-    try:
-        slow_e = _edges(edges, kg_index)
-    except InvalidInput:
-        slow_e = None
-    fast_e = _fast_edges(edges, kg_index)
-    if fast_e is not None:
-        assert slow_e is not None, "the fast path accepted edges the field-by-field path refuses"
-        _same(fast_e, slow_e)
+    for fast_path, slow_path, items, index in ((_fast_key_groups, _key_groups, kgs, NODE_INDEX),
+                                               (_fast_edges, _edges, edges, {"a": 0, "b": 1})):
+        try:
+            slow = slow_path(items, index)
+        except InvalidInput:
+            slow = None
+        fast = fast_path(items, index)
+        if fast is not None:
+            assert slow is not None, f"{fast_path.__name__} accepted what {slow_path.__name__} refuses"
+            _same(fast, slow)
 
 
 def test_a_regular_document_takes_the_fast_paths():

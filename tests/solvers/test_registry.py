@@ -76,3 +76,12 @@ def test_time_limit_in_params_names_the_right_place():
     with pytest.raises(InvalidInput) as info:
         registry.get("flux").validate({"time_limit": 5})
     assert info.value.field == "params.time_limit" and "time_limit_s" in info.value.reason
+
+
+def test_a_plan_that_breaks_its_problem_is_a_planner_error():
+    # issue 11 §4: planner bugs are a PlannerError (a ServerError: 500 with a request id), not a bare RuntimeError
+    from solvers.errors import PlannerError
+
+    p = tiny()
+    with pytest.raises(PlannerError):
+        registry.check_plan(p, Plan(algorithm="x", assignment=np.array([0, 5])))
