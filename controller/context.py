@@ -55,11 +55,7 @@ class Context:
     def open(self) -> None:
         s = self.settings
         self._writer = make_writer(self.engine, self.url, s.sqlite_synchronous, s.commit_batch)
-        reserved = getattr(s, "reserved_auto_solves", None)
-        self._pool = SolverPool(s.solver_workers, s.max_concurrent_solves, s.max_time_limit_s,
-                                reserved_auto=None if reserved is None else int(reserved),
-                                kill_factor=float(getattr(s, "solve_kill_factor", 2.0)),
-                                kill_grace_s=float(getattr(s, "solve_kill_grace_s", 5.0)))
+        self._pool = SolverPool.from_settings(s)
 
     async def close(self) -> None:
         for t in list(self._tasks):

@@ -239,7 +239,7 @@ def topology(spec: Mapping[str, Any], s: Settings) -> Topology:
 
 def _check_cells(m: int, window: int, s: Settings) -> None:
     """Issue 12 item 10: a job's window holds at most ``max_window_cells`` (key group, batch) statistics."""
-    cap = int(getattr(s, "max_window_cells", 20_000_000))
+    cap = s.max_window_cells
     if m * window > cap:
         raise TooLarge(f"window_batches: {m} key groups × {window} batches = {m * window} statistics per window, "
                        f"more than the {cap} allowed per job (REBALANCER_MAX_WINDOW_CELLS)")

@@ -127,7 +127,13 @@ class Proposals:
 
     async def get(self, job_id: str, pid: str) -> dict[str, Any]:
         job = self.ctx.job(job_id)
-        return (await self._proposal(job_id, job.generation, pid)).doc()
+        prop = await self._proposal(job_id, job.generation, pid)
+        doc = prop.doc()
+        plan, epoch = doc["plan"], prop.executed_epoch
+        if plan is not None and "assignment" not in plan and epoch is not None:  # executed: its epoch's assignment
+            assignment = await asyncio.to_thread(repo.assignment_at, self.ctx.engine, job_id, epoch)
+            doc["plan"] = {**plan, "assignment": assignment if assignment is not None else {}}
+        return doc
 
     async def _proposal(self, job_id: str, generation: str, pid: str) -> Proposal:
         prop = self.ctx.proposals.get(pid)
@@ -154,9 +160,11 @@ class Proposals:
             if prop.base_epoch != job.epoch:
                 raise Conflict(f"proposal {pid} was computed at epoch {prop.base_epoch} but job {job_id!r} is at "
                                f"epoch {job.epoch}; request a new proposal")
-            assert prop.plan is not None
-            res = await self.rounds.advance(job, prop.plan["assignment"], kind="execute", plan=prop.plan,
-                                             proposal_id=pid)
+            plan = prop.plan
+            if plan is None or "assignment" not in plan:
+                raise Conflict(f"proposal {pid} has no plan to execute; request a new proposal")
+            res = await self.rounds.advance(job, plan["assignment"], kind="execute", plan=plan, proposal_id=pid)
             prop.status = "executed"
             prop.executed_epoch = res["epoch"]
-        return {**res, "proposal_id": pid, "moves": prop.plan["moves"]}
+            prop.plan = repo.executed_plan(plan)  # its assignment is the epoch's now (history)
+        return {**res, "proposal_id": pid, "moves": plan["moves"]}

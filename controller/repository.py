@@ -137,10 +137,17 @@ def job_from_row(row: Mapping[str, Any], batches: Sequence[Mapping[str, Any]],
                last_round_batch=row["last_round_batch"])
 
 
+def executed_plan(plan: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What an executed proposal keeps of its plan: all but the assignment, which is its epoch's (see
+    :func:`assignment_at`) — so a proposal row, like an epoch row, grows with the moves, not with the job."""
+    return None if plan is None else {k: v for k, v in plan.items() if k != "assignment"}
+
+
 def proposal_row(p: Proposal) -> dict[str, Any]:
+    plan = executed_plan(p.plan) if p.status == "executed" else p.plan
     return {"id": p.id, "job_id": p.job_id, "generation": p.generation, "base_epoch": p.base_epoch,
             "status": p.status, "algorithm": p.algorithm, "params": dumps(p.params), "time_limit_s": p.time_limit_s,
-            "window": dumps(p.window), "plan": None if p.plan is None else dumps(p.plan), "error": p.error,
+            "window": dumps(p.window), "plan": None if plan is None else dumps(plan), "error": p.error,
             "executed_epoch": p.executed_epoch, "created_at": p.created_at}
 
 
@@ -202,13 +209,17 @@ def finish_proposal(pid: str, status: str, plan: Mapping[str, Any] | None, error
 
 def advance_epoch(job_id: str, base_epoch: int, new_values: dict[str, Any], epoch_row_: dict[str, Any],
                   proposal_id: str | None = None, proposal: Proposal | None = None,
-                  last_round_batch: int | None = None, then: Op | None = None) -> Callable[[Connection], bool]:
+                  last_round_batch: int | None = None, then: Op | None = None,
+                  plan: Mapping[str, Any] | None = None) -> Callable[[Connection], bool]:
     """The atomic epoch compare-and-set: new assignment/nodes + history row + proposal marked executed, or nothing.
 
     Returns False (and changes nothing) when the job's epoch is no longer ``base_epoch``; ``then`` runs in the
-    same transaction after a successful one (history compaction).
+    same transaction after a successful one (history compaction); ``plan``: the executed proposal's plan (stored
+    without its assignment).
     """
     proposal_values = None if proposal is None else proposal_row(proposal)
+    kept = executed_plan(plan)
+    executed = {} if kept is None else {"plan": dumps(kept)}
 
     def op(conn: Connection) -> bool:
         new_epoch = base_epoch + 1
@@ -223,7 +234,7 @@ def advance_epoch(job_id: str, base_epoch: int, new_values: dict[str, Any], epoc
             conn.execute(insert(proposals).values(**proposal_values))
         elif proposal_id is not None:
             conn.execute(update(proposals).where(proposals.c.id == proposal_id)
-                         .values(status="executed", executed_epoch=new_epoch))
+                         .values(status="executed", executed_epoch=new_epoch, **executed))
         if then is not None:
             then(conn)
         return True
@@ -286,12 +297,25 @@ def replay(kg_count: int, rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return current
 
 
-def current_assignment(conn: Connection, job_id: str, kg_count: int) -> list[str] | None:
-    """The job's assignment from its latest snapshot and the deltas after it (None without history)."""
+def current_assignment(conn: Connection, job_id: str, kg_count: int, epoch: int | None = None) -> list[str] | None:
+    """The job's assignment (at ``epoch``, default the latest) from the latest snapshot before it and the deltas
+    after that snapshot; None when the history does not hold it."""
+    last = epochs.c.epoch <= epoch if epoch is not None else epochs.c.epoch.is_not(None)
     snap = conn.execute(select(func.max(epochs.c.epoch)).where(
-        epochs.c.job_id == job_id, epochs.c.assignment.like("[%"))).scalar()
+        epochs.c.job_id == job_id, epochs.c.assignment.like("[%"), last)).scalar()
     if snap is None:
         return None
-    rows = conn.execute(select(epochs.c.assignment).where(epochs.c.job_id == job_id, epochs.c.epoch >= snap)
+    rows = conn.execute(select(epochs.c.assignment).where(epochs.c.job_id == job_id, epochs.c.epoch >= snap, last)
                         .order_by(epochs.c.epoch)).mappings().all()
     return replay(kg_count, [dict(r) for r in rows])
+
+
+def assignment_at(engine: Engine, job_id: str, epoch: int) -> dict[str, str] | None:
+    """Key group id -> node id at ``epoch`` (an executed proposal's assignment), None when not in the history."""
+    with engine.connect() as conn:
+        kgs = conn.execute(select(jobs.c.kgs).where(jobs.c.job_id == job_id)).scalar()
+        if kgs is None:
+            return None
+        ids = loads(kgs)["ids"]
+        nodes = current_assignment(conn, job_id, len(ids), epoch)
+    return None if nodes is None else dict(zip(ids, nodes, strict=True))

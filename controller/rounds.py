@@ -113,7 +113,7 @@ class Rounds:
 
     def _check_window_bytes(self, job: Job, batch: Batch, evict: int | None) -> None:
         """Issue 12 item 10: the windows of all jobs together hold at most ``max_total_window_bytes`` (429)."""
-        cap = int(getattr(self.ctx.settings, "max_total_window_bytes", 2 * 1024**3))
+        cap = self.ctx.settings.max_total_window_bytes
         growth = batch.nbytes - (job.window.batches[evict].nbytes if evict is not None else 0)
         if growth > 0 and self.ctx.window_bytes + growth > cap:
             raise QuotaExceeded(f"the statistics windows of all jobs hold {self.ctx.window_bytes} bytes; this batch "
@@ -181,7 +181,7 @@ class Rounds:
             compaction = history.compact(job.job_id, base + 1, history.retention(self.ctx.settings))
         ok = await self.ctx.writer.run(repo.advance_epoch(
             job.job_id, base, history.job_values(erow, now), erow, proposal_id=proposal_id, proposal=proposal,
-            last_round_batch=last_round_batch, then=compaction))
+            last_round_batch=last_round_batch, then=compaction, plan=plan if proposal_id else None))
         if not ok:
             raise Conflict(f"job {job.job_id!r} is no longer at epoch {base}")
         job.epoch = base + 1
@@ -191,6 +191,8 @@ class Rounds:
         if last_round_batch is not None:
             job.last_round_batch = last_round_batch
         if proposal is not None:
+            proposal.plan = repo.executed_plan(proposal.plan)  # its assignment is this epoch's
             self.ctx.proposals.put(proposal)
-        self.ctx.telemetry.epochs.inc(kind)
+        moved = int((plan or {}).get("metrics", {}).get("migrations", 0)) if kind != "nodes" else 0
+        self.ctx.telemetry.record_epoch(job.job_id, kind, moved)
         return {"job_id": job.job_id, "base_epoch": base, "epoch": base + 1, "assignment": job.assignment_doc()}

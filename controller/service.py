@@ -210,12 +210,12 @@ class Controller:
         except BaseException:
             self.ctx.jobs.pop(job_id, None)
             raise
-        self.telemetry.epochs.inc("register")
+        self.telemetry.record_epoch(job_id, "register", 0)
         return True, job.state()
 
     def _check_job_count(self) -> None:
         """Issue 12 item 10: at most ``max_jobs`` registered jobs (429 beyond; DELETE one first)."""
-        cap = int(getattr(self.settings, "max_jobs", 1000))
+        cap = self.settings.max_jobs
         if len(self.ctx.jobs) >= cap:
             raise QuotaExceeded(f"{len(self.ctx.jobs)} jobs are registered, the most this server keeps "
                            f"(REBALANCER_MAX_JOBS = {cap}); delete one first")
@@ -247,6 +247,7 @@ class Controller:
             self.ctx.jobs.pop(job_id, None)
             self.ctx.window_bytes -= job.window.nbytes
             self.ctx.proposals.drop_job(job_id)
+            self.telemetry.forget_job(job_id)
 
     async def change_nodes(self, job_id: str, add: list[Any], remove: list[str], delete_: list[str]) -> dict[str, Any]:
         """Add nodes, mark nodes removing (they drain over the next rounds), delete empty removing nodes.

@@ -1,41 +1,36 @@
-"""The app in this process (``httpx.ASGITransport``): for tests that need to order requests precisely (races) or
-to restart the controller on the same database quickly."""
+"""Tests that order requests precisely (races) or restart the controller on one database: an in-process server
+(:class:`tests.helpers.server.InProcessServer`) and an ``httpx.AsyncClient`` on its own event loop, so that a
+test can hold a job's lock between two requests."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from api.app import create_app
 from controller.service import Controller
 from controller.settings import Settings
+from tests.helpers.server import InProcessServer
 
 
-def settings(db: Path, **caps: Any) -> Settings:
-    s = Settings(database_url=f"sqlite:///{db}", solver_workers=1, max_time_limit_s=2, request_wait_s=60)
-    for name, value in caps.items():  # caps that settings.py may not declare yet (read with getattr)
-        if name in Settings.model_fields:
-            setattr(s, name, value)
-        else:
-            object.__setattr__(s, name, value)
-    return s
+def run(db: Path, fn: Callable[[httpx.AsyncClient, Controller], Awaitable[Any]], **caps: Any) -> Any:
+    """Start a server on the SQLite file ``db`` with the settings ``caps``, return ``await fn(client, controller)``
+    (run on the server's loop) and stop the server."""
+    known = {k: v for k, v in caps.items() if k in Settings.model_fields}
+    srv = InProcessServer(database_url=f"sqlite:///{db}", warm=False, **known)
+    for name, value in caps.items():  # settings that controller/settings.py does not declare yet (read by getattr)
+        if name not in known:
+            object.__setattr__(srv.controller.settings, name, value)
+    with srv.start():
 
+        async def main() -> Any:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=srv.app), base_url=srv.url,
+                                         timeout=60) as c:
+                return await fn(c, srv.controller)
 
-@contextlib.asynccontextmanager
-async def app_client(s: Settings) -> AsyncIterator[tuple[httpx.AsyncClient, Controller]]:
-    app = create_app(s, warm=False)
-    ctl: Controller = app.state.controller
-    await ctl.start(warm=False)
-    try:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test",
-                                     timeout=60) as c:
-            yield c, ctl
-    finally:
-        await ctl.close()
+        return srv.run(main())
 
 
 def stats(batch_id: int, kgs: list[str], epoch: int = 0, load: float = 1.0) -> dict[str, Any]:

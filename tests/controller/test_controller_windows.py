@@ -176,3 +176,27 @@ def test_a_database_of_the_previous_version_gets_the_new_columns_and_loads(tmp_p
     (job,) = repo.load_all(engine)
     assert job.generation == "" and job.epoch == 3
     assert job.assignment_doc() == {"k0": "b", "k1": "a"}  # the latest snapshot in the history wins
+
+
+def test_a_group_commit_where_one_batch_evicts_another_of_the_group_keeps_disk_equal_to_memory(tmp_path):
+    """Two statistics batches in one transaction, the second evicting the first (a window of one): written in
+    order, not as two executemany calls (deletes first would leave batch 6 behind, inserts first would collide
+    when an evicted id comes back)."""
+    from controller.writer import add_batch, execute_group
+
+    engine = repo.make_engine(f"sqlite:///{tmp_path}/g.db")
+    repo.create_schema(engine)
+    w = Window(size=1, m=M)
+    ops = []
+    for bid in (5, 6, 7, 5):
+        _c, _d, ev = w.classify(bid)
+        b = _batch(bid, {0: 1.0})
+        w.add(b, ev)
+        ops.append(add_batch("j", b, ev, float(bid)))
+    with engine.begin() as c:
+        execute_group(c, ops[:1])
+    with engine.begin() as c:
+        execute_group(c, ops[1:])
+    with engine.connect() as c:
+        on_disk = [r.batch_id for r in c.execute(repo.stats.select())]
+    assert on_disk == list(w.batches) == [5]
