@@ -1,4 +1,5 @@
-"""Big plan requests handled entirely in a solver worker, so the event loop only moves bytes (issue 12 item 8).
+"""Big plan and evaluation requests handled entirely in a solver worker: the event loop only moves bytes (issue 12
+item 8).
 
 Parsing, validating and converting a 50 MB problem document holds the GIL for tens of seconds (``json.loads``,
 pydantic, ``Problem.from_dict``): in a thread it would stall ``/healthz`` and every statistics post just the same.
@@ -8,6 +9,8 @@ and sent as raw bytes to a worker, which counts the key groups, edges and nodes 
 checks the planner and its parameters, solves under the capped time limit and serialises the response with the
 route's response model (:class:`api.schemas.PlanDoc`). The answer is byte-for-byte the route's (tested). The
 worker's kill deadline adds ``REBALANCER_OFFLOAD_SECONDS_PER_MB`` per MB of body for the parsing.
+``POST /v1/evaluate`` the same way (:func:`solvers.documents.evaluation`, the controller's evaluation); it holds
+one ad-hoc solve slot while it runs in a worker.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 PATH = "/v1/plans"
+EVALUATE = "/v1/evaluate"
 
 
 def _json(status: int, doc: Any) -> tuple[str, int, bytes, str | None, str | None]:
@@ -47,12 +51,9 @@ def plan_task(raw: bytes, caps: dict[str, int], default_algorithm: str, max_time
     except (ValueError, UnicodeDecodeError):
         return _json(422, {"detail": [{"field": "body", "reason": "invalid JSON: JSON decode error"}]})
     problem = doc.get("problem") if isinstance(doc, dict) else None
-    if isinstance(problem, dict):  # counted before any model is built
-        for key, cap, what in (("key_groups", caps["max_key_groups"], "key groups"),
-                               ("communication", caps["max_edges"], "edges"), ("nodes", caps["max_nodes"], "nodes")):
-            items = problem.get(key)
-            if isinstance(items, list) and len(items) > cap:
-                return _json(413, {"detail": f"request too large: problem.{key}: more than {cap} {what}"})
+    too_large = _count(problem, caps)
+    if too_large is not None:
+        return too_large
     try:
         req = PlanRequest.model_validate(doc, from_attributes=True)  # as FastAPI validates a body
     except ValidationError as exc:
@@ -81,6 +82,51 @@ def plan_task(raw: bytes, caps: dict[str, int], default_algorithm: str, max_time
     return ("response", 200, body, name, str(out["solver"]["status"]))
 
 
+def _count(problem: Any, caps: dict[str, int]) -> tuple[Any, ...] | None:
+    """413 when the problem document has more key groups, edges or nodes than the caps (before any model)."""
+    if isinstance(problem, dict):
+        for key, cap, what in (("key_groups", caps["max_key_groups"], "key groups"),
+                               ("communication", caps["max_edges"], "edges"), ("nodes", caps["max_nodes"], "nodes")):
+            items = problem.get(key)
+            if isinstance(items, list) and len(items) > cap:
+                return _json(413, {"detail": f"request too large: problem.{key}: more than {cap} {what}"})
+    return None
+
+
+def evaluate_task(raw: bytes, caps: dict[str, int]) -> tuple[Any, ...]:
+    """Worker side of ``POST /v1/evaluate``: ``("response", status, body bytes, None, None)``."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from api.errors import pydantic_errors
+    from api.schemas import EvaluateRequest, EvaluateResponse
+    from solvers.documents import evaluation, plan_from_dict, problem_from_dict
+    from solvers.errors import InvalidInput
+
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return _json(422, {"detail": [{"field": "body", "reason": "invalid JSON: JSON decode error"}]})
+    too_large = _count(doc.get("problem") if isinstance(doc, dict) else None, caps)
+    if too_large is not None:
+        return too_large
+    try:
+        req = EvaluateRequest.model_validate(doc, from_attributes=True)
+    except ValidationError as exc:
+        return _json(422, {"detail": pydantic_errors([dict(e) for e in exc.errors()])})
+    del doc
+    try:
+        prob = problem_from_dict(req.problem)
+    except InvalidInput as exc:
+        return _json(422, {"detail": [{"field": f"problem.{exc.field}" if exc.field else "problem",
+                                       "reason": exc.reason}]})
+    try:
+        out = evaluation(prob, plan_from_dict(prob, req.plan))
+    except InvalidInput as exc:
+        return _json(422, {"detail": [{"field": exc.field or "body", "reason": exc.reason}]})
+    ta = TypeAdapter(EvaluateResponse)
+    return ("response", 200, ta.dump_json(ta.validate_python(out), by_alias=True), None, None)
+
+
 async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(headers or [])]
     await send({"type": "http.response.start", "status": status, "headers": hdrs})
@@ -88,13 +134,14 @@ async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[byte
 
 
 class OffloadMiddleware:
-    """Sits inside the body-size limit; everything but big ``POST /v1/plans`` bodies passes through untouched."""
+    """Sits inside the body-size limit; everything but big ``POST /v1/plans`` and ``/v1/evaluate`` bodies passes
+    through untouched."""
 
     def __init__(self, app: Any, controller: Any, min_bytes: int, seconds_per_mb: float):
         self.app, self.ctl, self.min_bytes, self.seconds_per_mb = app, controller, min_bytes, seconds_per_mb
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != PATH:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in (PATH, EVALUATE):
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers", ()))
@@ -125,11 +172,11 @@ class OffloadMiddleware:
         if len(raw) < self.min_bytes:  # small after all (chunked): replay it to the route
             await self.app(scope, _replay(raw, receive), send)
             return
-        scope["route"] = SimpleNamespace(path=PATH)  # the metrics middleware labels the request with the route
-        await self._plan(raw, send)
+        scope["route"] = SimpleNamespace(path=scope["path"])  # the metrics middleware labels it with the route
+        await self._offload(scope["path"], raw, send)
         return None
 
-    async def _plan(self, raw: bytes, send: Send) -> None:
+    async def _offload(self, path: str, raw: bytes, send: Send) -> None:
         ctl, s = self.ctl, self.ctl.settings
         try:
             ctl.pool.check_admission(1)
@@ -139,8 +186,11 @@ class OffloadMiddleware:
         budget = s.max_time_limit_s + self.seconds_per_mb * len(raw) / 1e6
         t0 = time.perf_counter()
         try:
-            out = await ctl.pool.submit(plan_task, raw, caps, ctl.default_algorithm(), s.max_time_limit_s,
-                                        admit=False, time_limit=budget, raw=True)
+            if path == EVALUATE:
+                out = await ctl.pool.submit(evaluate_task, raw, caps, admit=False, time_limit=budget, raw=True)
+            else:
+                out = await ctl.pool.submit(plan_task, raw, caps, ctl.default_algorithm(), s.max_time_limit_s,
+                                            admit=False, time_limit=budget, raw=True)
         except RuntimeError as exc:  # the worker was killed (time limit) or died
             return await _answer(send, 500, json.dumps({"detail": f"planner failed: {exc}"}).encode())
         if out[0] != "response":  # the task itself failed (a bug): the route would answer 500 too

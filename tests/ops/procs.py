@@ -1,10 +1,9 @@
-"""Process helpers for the operations tests: a real ``rebalancer serve`` and its process tree read from /proc."""
+"""A real ``rebalancer serve`` for the operations tests (its process tree is read with :mod:`tests.helpers.procs`)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,49 +11,12 @@ from pathlib import Path
 
 import httpx
 
+from tests.helpers.procs import alive, cmdline, descendants, wait_gone
+from tests.helpers.server import free_port
+
+__all__ = ["ROOT", "Serve", "alive", "cmdline", "descendants", "free_port", "wait_gone"]
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def alive(pid: int) -> bool:
-    st = _stat(pid)
-    return st is not None and st[0] != "Z"  # a zombie has exited (it only waits to be reaped)
-
-
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            st = _stat(int(d))
-            if st is not None:
-                children.setdefault(int(st[1]), []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 class Serve:
@@ -120,12 +82,3 @@ class Serve:
         except subprocess.TimeoutExpired:  # pragma: no cover
             pass
         self.log.close()
-
-
-def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
-    deadline = time.time() + timeout
-    left = [p for p in pids if alive(p)]
-    while left and time.time() < deadline:
-        time.sleep(0.1)
-        left = [p for p in left if alive(p)]
-    return left

@@ -175,3 +175,28 @@ def test_the_event_loop_answers_while_a_50mb_plan_is_handled(tmp_path: Path) -> 
             assert p99 < 0.5, (name, p99)  # the target is 100 ms; generous on a shared 2-core CI box
     finally:
         srv.cleanup()
+
+
+def evaluate(url: str, doc: Any, pad: bool) -> httpx.Response:
+    raw = json.dumps(doc).encode()
+    if pad:
+        raw += b" " * max(0, THRESHOLD + 1 - len(raw))
+    return httpx.post(url + "/v1/evaluate", content=raw, headers={"content-type": "application/json"}, timeout=120)
+
+
+@pytest.mark.parametrize("plan", [
+    {"assignment": {f"k{i}": "b" if i < 5 else "ac"[i % 2] for i in range(40)}},
+    {"assignment": {"k0": "b"}},
+    {"assignment": {"k0": "nowhere"}},
+    {"moves": "sideways"},
+], ids=["valid", "partial", "unknown-node", "bad-moves"])
+def test_offloaded_evaluations_are_the_routes(server: Serve, plan: dict[str, Any]) -> None:
+    body = {"problem": PROBLEM, "plan": plan}
+    small, big = evaluate(server.url, body, pad=False), evaluate(server.url, body, pad=True)
+    assert (big.status_code, big.json()) == (small.status_code, small.json()), (small.text[:300], big.text[:300])
+
+
+def test_offloaded_evaluation_counts_first(server: Serve) -> None:
+    kgs = [{"id": f"k{i}", "node": "a", "load": "not a number"} for i in range(501)]
+    r = evaluate(server.url, {"problem": {"nodes": [{"id": "a"}], "key_groups": kgs}, "plan": {}}, pad=True)
+    assert r.status_code == 413 and "more than 500 key groups" in r.json()["detail"]
