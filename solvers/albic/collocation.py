@@ -194,7 +194,7 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         out = int(np.count_nonzero(problem.active & (np.abs(st.util - t_util) > st.band + _EPS)))
         st.max_moves = max(0, st.max_moves - min(out, st.max_moves // 2))
     limit = math.inf if pairs_per_round is None else pairs_per_round
-    if max_pl_abs > 0 and len(pairs) and limit > 0 and (st.max_moves is None or st.max_moves > 0):
+    if max_pl_abs > 0 and (len(pairs) or order == "gain") and limit > 0 and (st.max_moves is None or st.max_moves > 0):
         todo = np.flatnonzero(~pairs.collocated)
         # highest traffic first; ties broken at random ("random from uncolGrps w. max value")
         todo = todo[rng.permutation(todo.size)]
