@@ -58,7 +58,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers import metrics
-from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, add_pairs_paper, balance_hint
+from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, balance_hint
+from solvers.albic.collocation_paper import add_pairs_paper
 from solvers.albic.collocation_sets import collocated_sets, migration_cost_fraction, split_set
 from solvers.errors import InvalidInput
 from solvers.graph_partitioning import symmetric_traffic

@@ -1,9 +1,7 @@
 """Step 3 of ALBIC's Algorithm 2 (Madsen, Zhou, Cao, §4.3.2, lines 24–37): which to-be-collocated pairs are
 constrained onto one node this round, and where (parameter ``pair_order`` of :func:`solvers.albic.collocation.albic`).
 
-* ``"paper"`` — as printed: the highest-traffic pair first (ties at random); case 1 (neither end in a part) on the
-  less loaded of the two nodes, case 2 (one end in a part) on that part's node, case 3 (both in parts) the parts
-  merged on the less loaded node. The paper adds one pair per round; ``pairs_per_round`` allows more.
+* ``"paper"`` — Algorithm 2 as printed: :mod:`solvers.albic.collocation_paper`.
 * ``"gain"`` (default; a multi-round view beyond the paper) — ALBIC should reach a re-optimiser's (COLA's)
   collocation over budgeted rounds (§5.3–5.4, Figs. 10–12), so each round's budget should buy as much collocation
   as it can. A pair offers two *moves*: the unit of one end (a key group, or a METIS part moved whole) joins the
@@ -11,8 +9,10 @@ constrained onto one node this round, and where (parameter ``pair_order`` of :fu
   traffic cut (all edges of the unit); cost = migrations added. Moves go greedily by gain per migration ×
   (1 + BALANCE_WEIGHT · b), b ∈ [−1, 1] = how much the move narrows its two nodes' distance to the target (b = 1:
   overloaded → underloaded node), re-scored lazily. A move that breaks the band is taken with its best
-  compensating move (a swap); the budget of nodes already out of the band is kept for the MILP; the migrations
-  left after the pairs make a balanced warm start (:func:`balance_hint`).
+  compensating move (a swap); the budget of nodes already out of the band is kept for the MILP. Single key groups
+  not in a pair also move towards the node holding more of their traffic (the fully partitioned edges the scores
+  ignore), within half the band and leaving FREE_RESERVE of the budget; the migrations left make a balanced warm
+  start (:func:`balance_hint`).
 
 Shared: budget accounting relative to the current assignment (``pair_budget_share`` of the budget); the band (a
 move may not push a node more than ``band`` from the target utilisation, or further if it already is; if that
@@ -350,50 +350,6 @@ def _commit_pair(st: PairState, mv: Move, gi: int, gj: int) -> None:
     case = 3 if (in_u and in_v) else 2 if (in_u or in_v) else 1
     options = [mv.t] if st.pin == "paper" else sorted({mv.s, mv.t})
     commit(st, mv, gi, gj, case, options)
-
-
-def add_pairs_paper(st: PairState, order: np.ndarray, src: np.ndarray, dst: np.ndarray, limit: float) -> None:
-    """The ``"paper"`` order (module docstring): pairs in ``order`` (highest traffic first), the node by the
-    paper's three cases; a pair whose moves break the budget is skipped, one that breaks the band is kept for the
-    fallback."""
-    banded: list[int] = []
-    for p in order.tolist():
-        if len(st.added) >= limit or st.budget_full():
-            break
-        if _paper_pair(st, int(src[p]), int(dst[p]), True) == "band":
-            banded.append(p)
-    if not st.added:
-        for p in banded:
-            if _paper_pair(st, int(src[p]), int(dst[p]), False) == "ok":
-                break
-
-
-def _paper_pair(st: PairState, gi: int, gj: int, use_band: bool) -> str:
-    (ui, mi, ni), (uj, mj, nj) = st.unit(gi), st.unit(gj)
-    if ui == uj:
-        return "skip"
-    in_i, in_j = mi.size >= 2, mj.size >= 2
-    if in_i and not in_j:
-        case, cands = 2, [ni]
-    elif in_j and not in_i:
-        case, cands = 2, [nj]
-    else:
-        case, cands = (3 if in_i else 1), [ni, nj]
-    cands = [c for c in dict.fromkeys(cands) if not st.problem.removing[c]]
-    if not cands:
-        return "skip"
-    t = min(cands, key=lambda c: (st.util[c], c))
-    options = cands if st.pin == "either" else [t]
-    # the unit not on t moves; when both ends share t already nothing moves (only the pin is added)
-    if nj == t:
-        mv = evaluate(st, ui, mi, ni, uj, t) if ni != t else Move(ui, mi, t, uj, t, 0.0, 0, 0.0, {}, 0.0)
-    else:
-        mv = evaluate(st, uj, mj, nj, ui, t)
-    verdict = fits(st, mv, use_band)
-    if verdict != "ok":
-        return verdict
-    commit(st, mv, gi, gj, case, options)
-    return "ok"
 
 
 def balance_hint(st: PairState, max_moves: int | None, max_bytes: float | None) -> int:
