@@ -58,7 +58,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers import metrics
-from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, add_pairs_paper, balance_hint
+from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, balance_hint
+from solvers.albic.collocation_paper import add_pairs_paper
 from solvers.albic.collocation_sets import collocated_sets, migration_cost_fraction, split_set
 from solvers.errors import InvalidInput
 from solvers.graph_partitioning import symmetric_traffic
@@ -194,7 +195,7 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         out = int(np.count_nonzero(problem.active & (np.abs(st.util - t_util) > st.band + _EPS)))
         st.max_moves = max(0, st.max_moves - min(out, st.max_moves // 2))
     limit = math.inf if pairs_per_round is None else pairs_per_round
-    if max_pl_abs > 0 and len(pairs) and limit > 0 and (st.max_moves is None or st.max_moves > 0):
+    if max_pl_abs > 0 and (len(pairs) or order == "gain") and limit > 0 and (st.max_moves is None or st.max_moves > 0):
         todo = np.flatnonzero(~pairs.collocated)
         # highest traffic first; ties broken at random ("random from uncolGrps w. max value")
         todo = todo[rng.permutation(todo.size)]
@@ -348,7 +349,8 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
               minimum=0.0),
         Param("step_pl", float, 5.0, "stepPL: decrease of maxPL per retry (percent points)", minimum=1e-6),
         Param("score_factor", float, 1.5, "sF: a pair scores when out(gi,gj) > sF · avg(gi)", minimum=0.0),
-        Param("pairs_per_round", int, None, "new pairs constrained per round (null = as many as fit; 1 = the paper)",
+        Param("pairs_per_round", int, None,
+              "new pairs constrained per round (null = as many as fit; 1 with pair_order=paper = the paper)",
               minimum=0, nullable=True),
         Param("pair_budget_share", float, 1.0, "share of the migration budget new pairs may use", minimum=0.0,
               maximum=1.0),

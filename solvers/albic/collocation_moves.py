@@ -1,9 +1,7 @@
 """Step 3 of ALBIC's Algorithm 2 (Madsen, Zhou, Cao, §4.3.2, lines 24–37): which to-be-collocated pairs are
 constrained onto one node this round, and where (parameter ``pair_order`` of :func:`solvers.albic.collocation.albic`).
 
-* ``"paper"`` — as printed: the highest-traffic pair first (ties at random); case 1 (neither end in a part) on the
-  less loaded of the two nodes, case 2 (one end in a part) on that part's node, case 3 (both in parts) the parts
-  merged on the less loaded node. The paper adds one pair per round; ``pairs_per_round`` allows more.
+* ``"paper"`` — Algorithm 2 as printed: :mod:`solvers.albic.collocation_paper`.
 * ``"gain"`` (default; a multi-round view beyond the paper) — ALBIC should reach a re-optimiser's (COLA's)
   collocation over budgeted rounds (§5.3–5.4, Figs. 10–12), so each round's budget should buy as much collocation
   as it can. A pair offers two *moves*: the unit of one end (a key group, or a METIS part moved whole) joins the
@@ -11,8 +9,10 @@ constrained onto one node this round, and where (parameter ``pair_order`` of :fu
   traffic cut (all edges of the unit); cost = migrations added. Moves go greedily by gain per migration ×
   (1 + BALANCE_WEIGHT · b), b ∈ [−1, 1] = how much the move narrows its two nodes' distance to the target (b = 1:
   overloaded → underloaded node), re-scored lazily. A move that breaks the band is taken with its best
-  compensating move (a swap); the budget of nodes already out of the band is kept for the MILP; the migrations
-  left after the pairs make a balanced warm start (:func:`balance_hint`).
+  compensating move (a swap); the budget of nodes already out of the band is kept for the MILP. Single key groups
+  not in a pair also move towards the node holding more of their traffic (the fully partitioned edges the scores
+  ignore), within half the band and leaving FREE_RESERVE of the budget; the migrations left make a balanced warm
+  start (:func:`balance_hint`).
 
 Shared: budget accounting relative to the current assignment (``pair_budget_share`` of the budget); the band (a
 move may not push a node more than ``band`` from the target utilisation, or further if it already is; if that
@@ -38,6 +38,10 @@ BALANCE_WEIGHT = 0.5
 ORDERS = ("gain", "paper")
 #: compensation searches per level, per unit of the migration budget
 COMPENSATION_TRIES = 2
+#: single-key-group candidates only when key groups × nodes is at most this (a dense (m, n) matrix)
+FREE_MOVE_CELLS = 4_000_000
+#: share of the budget single key groups' moves leave to balancing (the MILP and the warm start)
+FREE_RESERVE = 0.25
 
 
 @dataclass
@@ -122,17 +126,21 @@ def evaluate(st: PairState, u: int, mem: np.ndarray, s: int, v: int, t: int) -> 
     return Move(u, mem, s, v, t, r_t - r_s, d_moves, d_bytes, delta, bal)
 
 
-def fits(st: PairState, mv: Move, use_band: bool) -> str:
-    """``"ok"``, ``"budget"`` (the round's pair budget cannot pay for it) or ``"band"``."""
-    if st.max_moves is not None and st.moves + mv.d_moves > st.max_moves:
+def fits(st: PairState, mv: Move, use_band: bool, free: bool = False) -> str:
+    """``"ok"``, ``"budget"`` (the round's pair budget cannot pay for it) or ``"band"``. A single key group's move
+    (``free``) must leave FREE_RESERVE of the budget to balancing and keep within half the band."""
+    cap = st.max_moves
+    if free and cap is not None:
+        cap -= math.ceil(FREE_RESERVE * cap)
+    if cap is not None and st.moves + mv.d_moves > cap:
         return "budget"
     if st.max_bytes is not None and st.nbytes + mv.d_bytes > st.max_bytes * (1 + _EPS):
         return "budget"
     if use_band and st.band is not None:
-        T = st.t_util
+        T, band = st.t_util, st.band * (0.5 if free else 1.0)
         for nd, dv in mv.delta.items():
             if not st.problem.removing[nd] and \
-                    abs(st.util[nd] + dv - T) > max(st.band, abs(st.util[nd] - T)) + _EPS:
+                    abs(st.util[nd] + dv - T) > max(band, abs(st.util[nd] - T)) + _EPS:
                 return "band"
     return "ok"
 
@@ -214,80 +222,114 @@ def _in_band(st: PairState, nodes: set[int], util0: np.ndarray) -> bool:
                for nd in nodes)
 
 
+def _cand(st: PairState, src: np.ndarray, dst: np.ndarray, p: int, k: int) -> Move | None:
+    """Candidate ``(p, k)``: move k of pair p (p ≥ 0), or (p < 0) key group −1 − p alone onto node k."""
+    if p >= 0:
+        return _option(st, int(src[p]), int(dst[p]), k)
+    u, mem, s = st.unit(-1 - p)
+    if mem.size > 1 or u in st.target or s == k or st.problem.removing[k]:
+        return None
+    return evaluate(st, u, mem, s, u, k)
+
+
+def _free_candidates(st: PairState, ends: np.ndarray) -> list[tuple[int, int]]:
+    """Single key groups (not in a unit, not an end of a candidate pair in ``ends``) with a node where more of
+    their traffic would be local: ``(−1 − g, node)``, the best node each. Skipped on very large instances."""
+    p = st.problem
+    m, n = p.n_key_groups, p.n_nodes
+    if m == 0 or m * n > FREE_MOVE_CELLS:
+        return []
+    rows = np.arange(m)
+    nr = (st.adj @ sp.csr_matrix((np.ones(m), (rows, st.hint)), shape=(m, n))).toarray()
+    base = nr[rows, st.hint].copy()
+    nr[:, p.removing] = -np.inf
+    nr[rows, st.hint] = -np.inf
+    t = nr.argmax(axis=1)
+    single = st.unit_of == rows
+    single[list(st.members)] = False
+    single[ends] = False
+    ok = np.flatnonzero(single & (nr[rows, t] - base > _EPS))
+    return [(-1 - int(g), int(t[g])) for g in ok]
+
+
 def add_pairs_gain(st: PairState, src: np.ndarray, dst: np.ndarray, limit: float) -> None:
-    """The ``"gain"`` order (module docstring): lazy greedy over the two moves of every pair ``src[p] → dst[p]``.
+    """The ``"gain"`` order (module docstring): lazy greedy over the two moves of every pair ``src[p] → dst[p]``
+    and, beyond the paper's pairs, single key groups towards the node with more of their traffic.
 
     A move that would push a node out of the band is tried together with its best *compensating* move — another
-    pair's move out of the node it overloads or into the node it underloads — and the two are taken together when
-    both nodes end within the band (a swap of collocation moves keeps balance at two migrations for two pairs)."""
+    candidate moving out of the node it overloads or into the node it underloads — and the two are taken together
+    when both nodes end within the band (a swap of collocation moves keeps balance)."""
     heap: list[tuple[float, int, int]] = []
     by_node: dict[int, list[tuple[int, int]]] = {}
-    for p in range(src.size):
-        for k in (0, 1):
-            mv = _option(st, int(src[p]), int(dst[p]), k)
-            sc = -math.inf if mv is None else _score(mv)
-            if mv is not None and sc > -math.inf:
-                heap.append((-sc, p, k))
-                by_node.setdefault(mv.s, []).append((p, k))
-                by_node.setdefault(mv.t, []).append((p, k))
+    keys = [(p, k) for p in range(src.size) for k in (0, 1)] + _free_candidates(st, np.concatenate([src, dst]))
+    for p, k in keys:
+        mv = _cand(st, src, dst, p, k)
+        sc = -math.inf if mv is None else _score(mv)
+        if mv is not None and sc > -math.inf:
+            heap.append((-sc, p, k))
+            by_node.setdefault(mv.s, []).append((p, k))
+            by_node.setdefault(mv.t, []).append((p, k))
     heapq.heapify(heap)
     fallback: tuple[float, int, int] | None = None
-    # compensation searches cost O(pairs per node) evaluations each: at most this many per level
+    # compensation searches cost O(candidates per node) evaluations each: at most this many per level
     tries = COMPENSATION_TRIES * (st.max_moves if st.max_moves is not None else 20)
     while heap and len(st.added) < limit and not st.budget_full():
         neg, p, k = heapq.heappop(heap)
-        gi, gj = int(src[p]), int(dst[p])
-        got = _option(st, gi, gj, k)
-        if got is None:
+        mv = _cand(st, src, dst, p, k)
+        if mv is None:
             continue
-        mv = got
         sc = _score(mv)
         if sc == -math.inf:
             continue
         if heap and sc < -heap[0][0] - _EPS:
             heapq.heappush(heap, (-sc, p, k))  # stale: it no longer beats the next one
             continue
-        verdict = fits(st, mv, True)
+        verdict = fits(st, mv, True, p < 0)
         if verdict == "band":
-            if fallback is None:
+            if fallback is None and p >= 0:
                 fallback = (sc, p, k)
             if len(st.added) + 2 <= limit and tries > 0:
                 tries -= 1
-                _compensated(st, mv, gi, gj, src, dst, by_node)
+                _compensated(st, mv, p, src, dst, by_node)
             continue
-        if verdict != "ok":
-            continue
-        _commit_pair(st, mv, gi, gj)
+        if verdict == "ok":
+            _take(st, mv, p, src, dst)
     if not st.added and fallback is not None:  # every move breaks the band: the best one anyway (one pair) if it
         _, p, k = fallback                      # moves a single key group (a whole part would unbalance the round)
-        gi, gj = int(src[p]), int(dst[p])
-        got = _option(st, gi, gj, k)
+        got = _cand(st, src, dst, p, k)
         if got is not None and got.d_moves <= 1 and fits(st, got, False) == "ok":
-            _commit_pair(st, got, gi, gj)
+            _take(st, got, p, src, dst)
 
 
-def _compensated(st: PairState, mv: Move, gi: int, gj: int, src: np.ndarray, dst: np.ndarray,
+def _take(st: PairState, mv: Move, p: int, src: np.ndarray, dst: np.ndarray) -> None:
+    if p >= 0:
+        _commit_pair(st, mv, int(src[p]), int(dst[p]))
+    else:  # a single key group pinned to the node where more of its traffic is local
+        _account(st, mv)
+        st.hint[mv.mem] = mv.t
+        st.target[mv.u] = mv.t
+        st.choice[mv.u] = [mv.t]
+
+
+def _compensated(st: PairState, mv: Move, p: int, src: np.ndarray, dst: np.ndarray,
                  by_node: dict[int, list[tuple[int, int]]]) -> bool:
     """Take ``mv`` (which breaks the band) with the best second move that brings its nodes back; False (and the
     plan unchanged) when there is none within the budget."""
-    if fits(st, mv, False) != "ok":
+    if fits(st, mv, False, p < 0) != "ok":
         return False
     util0 = st.util.copy()
     snap = _snapshot(st)
-    _commit_pair(st, mv, gi, gj)
-    best: tuple[float, Move, int, int] | None = None
+    _take(st, mv, p, src, dst)
+    best: tuple[float, Move, int] | None = None
     seen: set[tuple[int, int]] = set()
     for nd in (mv.t, mv.s):
         for p2, k2 in by_node.get(nd, ()):
             if (p2, k2) in seen:
                 continue
             seen.add((p2, k2))
-            g2i, g2j = int(src[p2]), int(dst[p2])
-            mv2 = _option(st, g2i, g2j, k2)
-            if mv2 is None:
-                continue
-            sc2 = _score(mv2)
-            if sc2 == -math.inf or fits(st, mv2, False) != "ok":
+            mv2 = _cand(st, src, dst, p2, k2)
+            sc2 = -math.inf if mv2 is None else _score(mv2)
+            if mv2 is None or sc2 == -math.inf or fits(st, mv2, False, p2 < 0) != "ok":
                 continue
             for node, dv in mv2.delta.items():
                 st.util[node] += dv
@@ -295,11 +337,11 @@ def _compensated(st: PairState, mv: Move, gi: int, gj: int, src: np.ndarray, dst
             for node, dv in mv2.delta.items():
                 st.util[node] -= dv
             if ok and (best is None or sc2 > best[0]):
-                best = (sc2, mv2, g2i, g2j)
+                best = (sc2, mv2, p2)
     if best is None:
         _restore(st, snap)
         return False
-    _commit_pair(st, best[1], best[2], best[3])
+    _take(st, best[1], best[2], src, dst)
     return True
 
 
@@ -308,50 +350,6 @@ def _commit_pair(st: PairState, mv: Move, gi: int, gj: int) -> None:
     case = 3 if (in_u and in_v) else 2 if (in_u or in_v) else 1
     options = [mv.t] if st.pin == "paper" else sorted({mv.s, mv.t})
     commit(st, mv, gi, gj, case, options)
-
-
-def add_pairs_paper(st: PairState, order: np.ndarray, src: np.ndarray, dst: np.ndarray, limit: float) -> None:
-    """The ``"paper"`` order (module docstring): pairs in ``order`` (highest traffic first), the node by the
-    paper's three cases; a pair whose moves break the budget is skipped, one that breaks the band is kept for the
-    fallback."""
-    banded: list[int] = []
-    for p in order.tolist():
-        if len(st.added) >= limit or st.budget_full():
-            break
-        if _paper_pair(st, int(src[p]), int(dst[p]), True) == "band":
-            banded.append(p)
-    if not st.added:
-        for p in banded:
-            if _paper_pair(st, int(src[p]), int(dst[p]), False) == "ok":
-                break
-
-
-def _paper_pair(st: PairState, gi: int, gj: int, use_band: bool) -> str:
-    (ui, mi, ni), (uj, mj, nj) = st.unit(gi), st.unit(gj)
-    if ui == uj:
-        return "skip"
-    in_i, in_j = mi.size >= 2, mj.size >= 2
-    if in_i and not in_j:
-        case, cands = 2, [ni]
-    elif in_j and not in_i:
-        case, cands = 2, [nj]
-    else:
-        case, cands = (3 if in_i else 1), [ni, nj]
-    cands = [c for c in dict.fromkeys(cands) if not st.problem.removing[c]]
-    if not cands:
-        return "skip"
-    t = min(cands, key=lambda c: (st.util[c], c))
-    options = cands if st.pin == "either" else [t]
-    # the unit not on t moves; when both ends share t already nothing moves (only the pin is added)
-    if nj == t:
-        mv = evaluate(st, ui, mi, ni, uj, t) if ni != t else Move(ui, mi, t, uj, t, 0.0, 0, 0.0, {}, 0.0)
-    else:
-        mv = evaluate(st, uj, mj, nj, ui, t)
-    verdict = fits(st, mv, use_band)
-    if verdict != "ok":
-        return verdict
-    commit(st, mv, gi, gj, case, options)
-    return "ok"
 
 
 def balance_hint(st: PairState, max_moves: int | None, max_bytes: float | None) -> int:

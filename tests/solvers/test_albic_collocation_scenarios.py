@@ -69,3 +69,17 @@ def test_real_job_2_starts_at_the_worst_allocation_and_can_halve_its_load():
     total0 = metrics.node_loads(p, p.current).sum()
     total1 = metrics.node_loads(p, perfect).sum()
     assert total1 == pytest.approx(total0 / 2)
+
+
+def test_budget_bound_of_a_path():
+    # a → b → c on three nodes, one-to-one rates 2 and 1 (operators of two key groups, so both edges score):
+    # 0 moves collocate nothing, 1 move the heavier edge, 2 moves both
+    import scipy.sparse as sp
+
+    from benchmarks.bench_albic_collocation import budget_bound
+    from solvers.model import Problem
+
+    comm = sp.csr_matrix(([2.0, 1.0], ([0, 1], [1, 2])), shape=(6, 6))
+    p = Problem.from_arrays([1.0] * 6, [0, 1, 2, 0, 1, 2], [1.0] * 3, comm=comm,
+                            operator=["A", "B", "C", "A", "B", "C"])
+    assert [budget_bound(p, b)["scored_cf_max"] for b in (0, 1, 2)] == [0.0, round(2 / 3, 5), 1.0]
