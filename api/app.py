@@ -20,6 +20,7 @@ from api.middleware import OPEN_PATHS, AuthMiddleware, BodyLimitMiddleware, Metr
 from api.offload import OffloadMiddleware
 from api.routes import jobs, ops, planning
 from api.schemas import ErrorDoc, StatsRequest
+from api.tenants import grants
 from controller.lease import ServerLease, lease_for
 from controller.service import Controller
 from controller.settings import Settings
@@ -78,14 +79,14 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
     errors.install(app)
     docs.install(app)
     app.include_router(ops.router)
-    secured = [Depends(documented_auth)] if settings.tokens() else []
+    secured = [Depends(documented_auth)] if settings.auth_enabled() else []
     app.include_router(planning.router, dependencies=secured)
     app.include_router(jobs.router, dependencies=secured)
     # innermost first: big plans to a worker, body limit, auth, metrics (outermost)
     app.add_middleware(OffloadMiddleware, controller=controller, min_bytes=settings.offload_min_bytes,
                        seconds_per_mb=settings.offload_seconds_per_mb)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(AuthMiddleware, tokens=settings.tokens())
+    app.add_middleware(AuthMiddleware, grants=grants(settings.tokens(), settings.token_scopes))
     app.add_middleware(MetricsMiddleware, telemetry=controller.telemetry)
 
     def openapi() -> dict[str, Any]:
@@ -106,7 +107,7 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
         comps["ErrorDoc"] = err
         comps["HTTPValidationError"] = {"$ref": "#/components/schemas/ErrorDoc"}
         comps.pop("ValidationError", None)
-        if settings.tokens():  # /docs gets an Authorize button; every operation but the open ones needs it
+        if settings.auth_enabled():  # /docs gets an Authorize button; every operation but the open ones needs it
             schemes = schema["components"].setdefault("securitySchemes", {})
             schemes["bearer"] = {"type": "http", "scheme": "bearer",
                                  "description": "one of REBALANCER_API_TOKENS"}

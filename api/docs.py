@@ -1,4 +1,4 @@
-"""``/docs`` without a CDN: Swagger UI served from this server (offline clusters).
+"""``/docs`` (Swagger UI) and ``/redoc`` without a CDN: their assets served by this server (offline clusters).
 
 The assets come from the ``fastapi-offline`` package (Swagger UI 5, which renders OpenAPI 3.1) when it is installed;
 otherwise ``/docs`` falls back to FastAPI's CDN page and says so in the log.
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -46,6 +46,14 @@ def install(app: FastAPI) -> None:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="Rebalancer API",
                                    oauth2_redirect_url="/docs/oauth2-redirect",
                                    swagger_ui_parameters={"persistAuthorization": True}, **kw)
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc() -> HTMLResponse:
+        kw: dict[str, Any] = {}
+        if local is not None and (local / "redoc.standalone.js").is_file():
+            kw = {"redoc_js_url": f"{STATIC_URL}/redoc.standalone.js", "redoc_favicon_url": f"{STATIC_URL}/favicon.png",
+                  "with_google_fonts": False}
+        return get_redoc_html(openapi_url="/openapi.json", title="Rebalancer API", **kw)
 
     @app.get("/docs/oauth2-redirect", include_in_schema=False)
     async def redirect() -> HTMLResponse:

@@ -1,7 +1,8 @@
-"""Pure ASGI middleware (cheap on the hot path): request metrics, authentication, body size cap.
+"""Pure ASGI middleware (cheap on the hot path): request metrics, authentication and token scopes, body size cap.
 
-Order, outermost first: metrics -> auth (401 before anything is read) -> body size (413 on Content-Length or while
-streaming the body).
+Order, outermost first: metrics -> auth (401 before anything is read; a scoped token's 403/404, and its filtered
+``GET /v1/jobs``, see :mod:`api.tenants`) -> body size (413 on Content-Length or while streaming the body) -> big
+plans to a worker (:mod:`api.offload`).
 """
 
 from __future__ import annotations
@@ -14,15 +15,17 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
+from api.tenants import JOBS, Grant, decide, filter_job_list
 from controller.telemetry import Telemetry
 
 #: probes and the API documentation never need a token (the schema holds no secret; Swagger UI must load it)
-OPEN_PATHS = {"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/openapi.json"}
+OPEN_PATHS = {"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
 OPEN_PREFIXES = ("/docs-assets/",)
 _METHODS = {"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"}
 
 
-async def _send_json(send: Callable, status: int, body: dict, headers: list | None = None) -> None:
+async def _send_json(send: Callable[..., Any], status: int, body: Any,
+                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
     raw = json.dumps(body).encode()
     hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())] + (headers or [])
     await send({"type": "http.response.start", "status": status, "headers": hdrs})
@@ -33,13 +36,14 @@ class MetricsMiddleware:
     def __init__(self, app: Any, telemetry: Telemetry):
         self.app, self.telemetry = app, telemetry
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         t0 = time.perf_counter()
         status = [500]
 
-        async def send_wrapper(message: dict) -> None:
+        async def send_wrapper(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
             await send(message)
@@ -55,48 +59,93 @@ class MetricsMiddleware:
 
 
 class AuthMiddleware:
-    def __init__(self, app: Any, tokens: set[str]):
-        self.app = app
-        self.tokens = [t.encode() for t in tokens]
+    """Bearer tokens: ``grants`` maps each token to its :class:`~api.tenants.Grant` (empty: no authentication)."""
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    def __init__(self, app: Any, grants: dict[bytes, Grant]):
+        self.app = app
+        self.grants = list(grants.items())
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or not self.tokens or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
-            return await self.app(scope, receive, send)
+        if scope["type"] != "http" or not self.grants or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
+            await self.app(scope, receive, send)
+            return
         auth = b""
         for k, v in scope.get("headers", ()):
             if k == b"authorization":
                 auth = v
                 break
         scheme, _, token = auth.partition(b" ")
-        if scheme.lower() == b"bearer" and any(hmac.compare_digest(token.strip(), t) for t in self.tokens):
-            return await self.app(scope, receive, send)
-        reason = "missing bearer token" if not auth else "invalid bearer token"
-        await _send_json(send, 401, {"detail": f"unauthorized: {reason} (Authorization: Bearer <token>)"},
-                         [(b"www-authenticate", b"Bearer")])
+        grant = None
+        if scheme.lower() == b"bearer":
+            token = token.strip()
+            for t, g in self.grants:  # compare with every token: the time taken does not say which one matched
+                if hmac.compare_digest(token, t):
+                    grant = g
+        if grant is None:
+            reason = "missing bearer token" if not auth else "invalid bearer token"
+            await _send_json(send, 401, {"detail": f"unauthorized: {reason} (Authorization: Bearer <token>)"},
+                             [(b"www-authenticate", b"Bearer")])
+            return
+        refusal = decide(grant, scope["method"], path)
+        if refusal is not None:
+            await _send_json(send, *refusal)
+            return
+        if grant.admin or not (scope["method"] == "GET" and path.rstrip("/") == JOBS):
+            await self.app(scope, receive, send)
+            return
+        await self.app(scope, receive, _filtering(grant, send))
+
+
+def _filtering(grant: Grant, send: Callable[..., Any]) -> Callable[..., Any]:
+    """Buffer the ``GET /v1/jobs`` answer and keep only the jobs ``grant`` sees."""
+    start: dict[str, Any] = {}
+    parts: list[bytes] = []
+
+    async def filtered(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+            return
+        if message["type"] != "http.response.body":
+            await send(message)
+            return
+        parts.append(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        body = b"".join(parts)
+        if start.get("status") == 200:
+            body = filter_job_list(grant, body)
+        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({**start, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return filtered
 
 
 class BodyLimitMiddleware:
     def __init__(self, app: Any, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         for k, v in scope.get("headers", ()):
             if k == b"content-length":
                 try:
                     if int(v) > self.max_bytes:
-                        return await _send_json(send, 413, {"detail": f"request too large: body over "
-                                                                      f"{self.max_bytes} bytes"})
+                        await _send_json(send, 413, {"detail": f"request too large: body over "
+                                                               f"{self.max_bytes} bytes"})
+                        return
                 except ValueError:
                     pass
                 break
         seen = [0]
         limit = self.max_bytes
 
-        async def limited_receive() -> dict:
-            message = await receive()
+        async def limited_receive() -> dict[str, Any]:
+            message: dict[str, Any] = await receive()
             if message["type"] == "http.request":
                 seen[0] += len(message.get("body", b""))
                 if seen[0] > limit:  # a chunked body without Content-Length: the exception handler answers 413

@@ -39,8 +39,8 @@ def plan_task(raw: bytes, caps: dict[str, int], default_algorithm: str, max_time
     from api.errors import pydantic_errors
     from api.schemas import PlanDoc, PlanRequest
     from solvers import registry
-    from solvers.errors import InvalidInput
     from solvers.documents import plan_to_dict, problem_from_dict
+    from solvers.errors import InvalidInput
 
     try:
         doc = json.loads(raw)
@@ -143,6 +143,8 @@ class OffloadMiddleware:
                                         admit=False, time_limit=budget, raw=True)
         except RuntimeError as exc:  # the worker was killed (time limit) or died
             return await _answer(send, 500, json.dumps({"detail": f"planner failed: {exc}"}).encode())
+        if out[0] != "response":  # the task itself failed (a bug): the route would answer 500 too
+            return await _answer(send, 500, json.dumps({"detail": f"planner failed: {out[-1]}"}).encode())
         _, status, body, name, solver_status = out
         if name is not None:
             ctl.telemetry.solve_seconds.observe(time.perf_counter() - t0, name)

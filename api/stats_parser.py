@@ -73,7 +73,9 @@ def _check_sums(stats: ParsedStats) -> None:
         if values is None or not values.size:
             continue
         with np.errstate(over="ignore"):
-            total = float(np.nansum(values))
+            total = float(values.sum())
+            if total != total:  # NaN marks an optional value that was not reported
+                total = float(np.nansum(values))
         if total > MAX_MAGNITUDE:
             k = int(np.nanargmax(values))
             where = ("communication", k, "rate") if name == "rate" else ("key_groups", k, name)
@@ -82,8 +84,8 @@ def _check_sums(stats: ParsedStats) -> None:
                                         f"{MAX_MAGNITUDE:g}: scale them down"}])
 
 
-def _id_lengths_ok(ids: list[str], minimum: int) -> bool:
-    return not ids or (min(map(len, ids)) >= minimum and max(map(len, ids)) <= MAX_ID_LENGTH)
+def _id_lengths_ok(ids: list[str], nonempty: bool) -> bool:
+    return not ids or ((not nonempty or "" not in ids) and max(map(len, ids)) <= MAX_ID_LENGTH)
 
 
 def _bounded_int(v: object) -> TypeGuard[int]:
@@ -104,19 +106,21 @@ def _fast(raw: bytes) -> ParsedStats | None:
     comm = doc.get("communication", [])
     if type(kgs) is not list or type(comm) is not list:
         return None
+    m = len(kgs)
     try:
         ids = list(map(_get_id, kgs))  # KeyError / TypeError when an item is not an object with an id
         loads = list(map(_get_load, kgs))
-        optional = []
+        optional: list[list[Any] | None] = []
         present = 0
         for name in _OPTIONAL:
-            values = list(map(dict.get, kgs, repeat(name, len(kgs)), repeat(_MISSING, len(kgs))))
+            values = list(map(dict.get, kgs, repeat(name, m), repeat(_MISSING, m)))
             missing = values.count(_MISSING)
-            present += len(kgs) - missing
-            optional.append([None if v is _MISSING else v for v in values] if missing else values)
+            present += m - missing
+            optional.append(None if missing == m else
+                            [None if v is _MISSING else v for v in values] if missing else values)
         sbs, bys = optional
         # every item has id and load; any key besides the optional ones makes the total length larger
-        if sum(map(len, kgs)) != 2 * len(kgs) + present:
+        if sum(map(len, kgs)) != 2 * m + present:
             return None
         if comm:
             src = list(map(_get_src, comm))
@@ -129,31 +133,39 @@ def _fast(raw: bytes) -> ParsedStats | None:
     except (KeyError, TypeError, AttributeError):
         return None
     if kgs and (set(map(type, ids)) != _STR or not _NUM.issuperset(map(type, loads))
-                or not _OPT_NUM.issuperset(map(type, sbs)) or not _OPT_NUM.issuperset(map(type, bys))
-                or not _id_lengths_ok(ids, 1)):
+                or not all(v is None or _OPT_NUM.issuperset(map(type, v)) for v in optional)
+                or not _id_lengths_ok(ids, True)):
         return None
     if comm and (not _STR.issuperset(map(type, src)) or not _STR.issuperset(map(type, dst))
-                 or not _NUM.issuperset(map(type, rates)) or not _id_lengths_ok(src, 0)
-                 or not _id_lengths_ok(dst, 0)):
+                 or not _NUM.issuperset(map(type, rates)) or not _id_lengths_ok(src, False)
+                 or not _id_lengths_ok(dst, False)):
         return None
     try:
         load = np.array(loads, dtype=np.float64)
         rate = np.array(rates, dtype=np.float64)
-        state, record_bytes = np.array(sbs, dtype=np.float64), np.array(bys, dtype=np.float64)  # None -> NaN
+        state, record_bytes = _optional_array(sbs), _optional_array(bys)
     except (OverflowError, ValueError, TypeError):
         return None
-    if not (_nonnegative(load, load.size) and _nonnegative(rate, rate.size)
-            and _nonnegative(state, len(sbs) - sbs.count(None))
-            and _nonnegative(record_bytes, len(bys) - bys.count(None))):
+    if not (_nonnegative(load) and _nonnegative(rate) and state is not _BAD and record_bytes is not _BAD):
         return None
-    return ParsedStats(b, e, ids, load, _reported(state), src, dst, rate, _reported(record_bytes))
+    return ParsedStats(b, e, ids, load, state, src, dst, rate, record_bytes)
 
 
-def _nonnegative(values: np.ndarray, reported: int) -> bool:
-    """Finite and ≥ 0 where reported; NaN only where a value was absent (a literal NaN in the body is not)."""
-    known = values[~np.isnan(values)]
-    return known.size == reported and bool(np.isfinite(known).all() and (known.size == 0 or known.min() >= 0))
+_BAD = np.empty(0)  # an optional value that is negative, infinite or a literal NaN: the slow path names it
 
 
-def _reported(values: np.ndarray) -> np.ndarray | None:
-    return None if values.size == 0 or np.isnan(values).all() else values
+def _nonnegative(values: np.ndarray) -> bool:
+    return values.size == 0 or bool(np.isfinite(values).all() and values.min() >= 0)
+
+
+def _optional_array(values: list[Any] | None) -> np.ndarray | None:
+    """NaN where a key group did not report the value; ``None`` when none did; :data:`_BAD` when a reported value
+    is out of range."""
+    if values is None:
+        return None
+    arr = np.array(values, dtype=np.float64)  # None -> NaN
+    known = arr[~np.isnan(arr)]
+    reported = len(values) - values.count(None)
+    if known.size != reported or not _nonnegative(known):
+        return _BAD
+    return arr if reported else None

@@ -35,6 +35,7 @@ import scipy.sparse as sp
 from benchmarks.plotting import pyplot
 from evaluation.collocation_scenarios import collocation_synthetic, drift_loads, real_job_2
 from solvers import metrics, registry
+from solvers.albic.collocation import pair_scores
 from solvers.errors import InvalidInput
 from solvers.graph_partitioning import metis_parts
 
@@ -85,7 +86,74 @@ def simulate(problem, planner: str, rounds: int, time_limit: float, *, drift: bo
         series["migrations"].append(metrics.migrations(cur, a))
         series["seconds"].append(round(wall, 4))
         series["within_budget"].append(bool(metrics.within_budget(cur, a)))
+    series["final_cf_split"] = cf_split(cur, a)
     return series
+
+
+def cf_split(problem, a: np.ndarray) -> dict[str, float]:
+    """The collocation factor of ``a`` split into the traffic of ALBIC's candidate pairs (Algorithm 2's scores,
+    sF = 1.5: here the one-to-one edges) and the rest (fully partitioned edges, collocated only by placement)."""
+    src, dst, rate = problem.edges()
+    total = float(rate.sum())
+    if total <= 0:
+        return {"scored": 0.0, "other": 0.0, "scored_traffic": 0.0}
+    pairs = pair_scores(problem, 1.5)
+    scored = np.zeros(src.size, dtype=bool)
+    key = {(int(x), int(y)) for x, y in zip(pairs.src.tolist(), pairs.dst.tolist(), strict=True)}
+    scored[[i for i, (x, y) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)) if (x, y) in key]] = True
+    local = a[src] == a[dst]
+    return {"scored": round(float(rate[local & scored].sum()) / total, 5),
+            "other": round(float(rate[local & ~scored].sum()) / total, 5),
+            "scored_traffic": round(float(rate[scored].sum()) / total, 5)}
+
+
+def budget_bound(problem, migrations: int) -> dict[str, Any] | None:
+    """Upper bound on the collocation any planner can reach from ``problem.current`` with ``migrations`` key group
+    moves in total, for the candidate-pair traffic, when the candidate pairs form paths (the chain and pairs
+    topologies: each key group has at most one candidate edge in and one out). A collocated run v_i..v_j of a path
+    sits on one node; every member not there at the start must have moved, so it costs at least (j − i + 1) − (the
+    most members that start on one node). Per path a DP over runs gives the best rate for each number of moves; a
+    max-plus knapsack over the paths gives the bound. Balance, rounds and the rest of the traffic are ignored
+    (``other_traffic`` is the share the bound leaves out). None when the pairs do not form paths."""
+    pairs = pair_scores(problem, 1.5)
+    src, dst, rate = pairs.src, pairs.dst, pairs.rate
+    m = problem.n_key_groups
+    if src.size == 0 or np.bincount(src, minlength=m).max() > 1 or np.bincount(dst, minlength=m).max() > 1:
+        return None
+    nxt = {int(x): (int(y), float(r)) for x, y, r in zip(src.tolist(), dst.tolist(), rate.tolist(), strict=True)}
+    starts = set(nxt) - {int(y) for y in dst.tolist()}
+    total_rate = float(problem.edges()[2].sum())
+    comb = np.zeros(migrations + 1)
+    seen = 0
+    for v in sorted(starts):
+        path, rates = [v], []
+        while path[-1] in nxt:
+            w, r = nxt[path[-1]]
+            path.append(w)
+            rates.append(r)
+        seen += len(rates)
+        nodes = problem.current[path]
+        L = len(path)
+        cum = np.concatenate([[0.0], np.cumsum(rates)])
+        best = np.zeros((L + 1, L + 1))  # best[j][b]: first j key groups, b moves
+        for j in range(1, L + 1):
+            best[j] = best[j - 1]
+            for i in range(1, j):  # run v_i..v_j (1-based)
+                cost = (j - i + 1) - int(np.bincount(nodes[i - 1:j]).max())
+                gain = cum[j - 1] - cum[i - 1]
+                if cost <= L:
+                    cand = np.full(L + 1, -np.inf)
+                    cand[cost:] = best[i - 1][:L + 1 - cost] + gain
+                    best[j] = np.maximum(best[j], cand)
+        f = np.maximum.accumulate(best[L])
+        new = comb.copy()
+        for k in range(1, min(L, migrations) + 1):
+            new[k:] = np.maximum(new[k:], comb[:migrations + 1 - k] + f[k])
+        comb = new
+    if seen != src.size:  # a cycle: not paths
+        return None
+    return {"migrations": migrations, "scored_cf_max": round(float(comb[-1]) / total_rate, 5),
+            "other_traffic": round(1.0 - float(rate.sum()) / total_rate, 5)}
 
 
 def summary(series: dict[str, list], last: int = 5) -> dict[str, Any]:
@@ -99,6 +167,8 @@ def summary(series: dict[str, list], last: int = 5) -> dict[str, Any]:
     out["mean_migrations_per_round"] = round(float(np.mean(series["migrations"])), 2)
     out["max_seconds_per_round"] = round(float(max(series["seconds"])), 3)
     out["all_within_budget"] = bool(all(series["within_budget"]))
+    if "final_cf_split" in series:
+        out["final_cf_split"] = series["final_cf_split"]
     return out
 
 
@@ -149,7 +219,8 @@ def plot(results: dict[str, Any], out_dir: str) -> list[str]:
         labels = list(sizes)
         width = 0.8 / max(1, len(results["planners"]))
         for j, name in enumerate(results["planners"]):
-            cf = [sizes[s][name]["summary"]["collocation_factor_last5"] * 100 if name in sizes[s] else 0 for s in labels]
+            cf = [sizes[s][name]["summary"]["collocation_factor_last5"] * 100 if name in sizes[s] else 0
+                  for s in labels]
             ld = [sizes[s][name]["summary"]["load_distance_pct_last5"] if name in sizes[s] else 0 for s in labels]
             pos = np.arange(len(labels)) + j * width
             axes[0].bar(pos, cf, width, label=name, color=colors.get(name))
@@ -173,7 +244,7 @@ def plot(results: dict[str, Any], out_dir: str) -> list[str]:
         for name, res in rj.items():
             if not isinstance(res, dict) or "series" not in res:
                 continue
-            for ax, (key, label) in zip(axes, keys):
+            for ax, (key, label) in zip(axes, keys, strict=False):
                 ys = res["series"][key]
                 ax.plot(range(1, len(ys) + 1), ys, label=name, color=colors.get(name))
                 ax.set(xlabel="round", title=label)
@@ -223,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         for x in xs:
             p0 = collocation_synthetic(40, 20, 20, one_to_one=x / 100, topology=topo, max_migrations=20,
                                        seed=args.seed)
-            sweep[topo][str(x)] = {}
+            sweep[topo][str(x)] = {"budget_bound": budget_bound(p0, rounds * 20)}
             for name in planners:
                 t = time.perf_counter()
                 s = simulate(p0, name, rounds, tl, drift=True, seed=args.seed + 1)
@@ -244,13 +315,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         p0 = collocation_synthetic(nodes, 20, ops, one_to_one=0.5, topology=topo0, max_migrations=20,
                                    seed=args.seed)
-        size_res[label] = {}
+        size_res[label] = {"budget_bound": budget_bound(p0, rounds * 20)}
         for name in planners:
             t = time.perf_counter()
             s = simulate(p0, name, rounds, tl, drift=True, seed=args.seed + 1)
             size_res[label][name] = {"summary": summary(s), "series": s}
             sm = size_res[label][name]["summary"]
-            log(f"  {label:12s} {name:10s} CF {sm['collocation_factor_last5']:.3f} LD {sm['load_distance_pct_last5']:6.2f}%"
+            log(f"  {label:12s} {name:10s} CF {sm['collocation_factor_last5']:.3f}"
+                f" LD {sm['load_distance_pct_last5']:6.2f}%"
                 f" migr/round max {sm['max_migrations_per_round']} ({time.perf_counter() - t:.1f}s)")
     if sizes:
         results["sizes"] = {"topology": topo0, "results": size_res}
@@ -296,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         reach = next((i + 1 for i, v in enumerate(li) if v <= 0.6), None)
         rj[name] = {"summary": summary(s), "series": s, "first_round_load_index_le_0.6": reach}
         log(f"  RealJob2 {name:10s} LI {li[-1]:.3f} (≤0.6 at round {reach}) CF {s['collocation_factor'][-1]:.3f}"
-            f" LD {s['load_distance_pct'][-1]:.2f}% migr/round max {max(s['migrations'])} ({time.perf_counter() - t:.1f}s)")
+            f" LD {s['load_distance_pct'][-1]:.2f}% migr/round max {max(s['migrations'])}"
+            f" ({time.perf_counter() - t:.1f}s)")
     results["real_job_2"] = rj
 
     # ---------------------------------------------------------------- timings
@@ -338,6 +411,8 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
                 "cf_ge_cola": a["collocation_factor_last5"] >= c["collocation_factor_last5"] - 1e-9,
                 "albic_within_budget": a["all_within_budget"],
                 "cola_max_migrations": c["max_migrations_per_round"],
+                "albic_cf_split": a.get("final_cf_split"), "cola_cf_split": c.get("final_cf_split"),
+                "budget_bound": res.get("budget_bound"),
             }
     for label, c in results.get("convergence", {}).items():
         key = label if label in cmp else next((k for k in cmp if k.endswith(label)), label)
@@ -348,6 +423,8 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
                 "first_round": c["first_round_albic_cf_last5_ge_cola"],
                 "albic_cf_last5": sm["collocation_factor_last5"], "albic_ld_last5": sm["load_distance_pct_last5"]}
     out["albic_vs_cola"] = cmp
+    out["albic_cf_and_ld_at_least_colas"] = f"{sum(c['ld_le_cola'] and c['cf_ge_cola'] for c in cmp.values())}"\
+        f" of {len(cmp)} (issue 13.2 target: >= 10 of 12)"
     rj = results.get("real_job_2", {}).get("albic")
     if rj:
         out["real_job_2_load_index_le_0.6_within_30"] = rj["first_round_load_index_le_0.6"] is not None
@@ -372,7 +449,8 @@ def format_table(results: dict[str, Any]) -> str:
             if name not in res:
                 continue
             s = res[name]["summary"]
-            lines.append(f"| {label} | {name} | {s['collocation_factor_last5']:.3f} | {s['load_distance_pct_last5']:.2f}"
+            lines.append(f"| {label} | {name} | {s['collocation_factor_last5']:.3f}"
+                         f" | {s['load_distance_pct_last5']:.2f}"
                          f" | {s['load_index_last5']:.3f} | {s['max_migrations_per_round']} |")
     return "\n".join(lines)
 

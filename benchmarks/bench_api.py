@@ -267,10 +267,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                 "quick 5)")
     ap.add_argument("--soak-seconds", type=float, default=None, help="soak duration (default 60, quick 15; the "
                                                                      "issue's full soak: 600)")
-    ap.add_argument("--clients", type=int, default=50)
-    ap.add_argument("--key-groups", type=int, default=1000)
+    ap.add_argument("--clients", type=int, default=50, help="concurrent keep-alive connections")
+    ap.add_argument("--key-groups", type=int, default=1000, help="key groups per stats post")
     ap.add_argument("--rate", type=float, default=TARGET_STATS_RPS, help="open-loop stats rate (posts/s)")
-    ap.add_argument("--soak-rate", type=float, default=50.0)
+    ap.add_argument("--soak-rate", type=float, default=50.0, help="stats posts/s during the soak")
     ap.add_argument("--workers", type=int, default=2, help="solver worker processes of the server")
     ap.add_argument("--database", default=None, help="SQLAlchemy URL (default: a fresh SQLite file)")
     args = bench.parse(argv)

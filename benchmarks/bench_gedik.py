@@ -131,7 +131,6 @@ def run_sequence(wl: Workload, alg: str, cfg: Config, n_max: int, tuples: int | 
     The construction sees exact frequencies (``tuples`` None) or, per period, frequencies counted over a sample of
     ``tuples`` tuples (binomial counts: the noise of a real frequency tracker); metrics always use the true ones.
     """
-    f = wl.f
     kind = "uniform" if alg == "uniform" else "consistent"
     out = []
     t_prev, a_prev = np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
@@ -274,7 +273,7 @@ def measure_route(keys_count: int, tmp: Path, reps: int = 3) -> dict:
             ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             r = subprocess.run([sys.executable, "-m", "cli.main", "partition", "route", "--function", str(fpath)],
-                               stdin=fin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=fin, capture_output=True,
                                cwd=Path(__file__).resolve().parents[1])
             dt = time.perf_counter() - t0
             ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -331,6 +330,13 @@ def main(argv=None) -> int:
     seqs = [run_sequence(B.workload(10**6, s, 1.0), "readj", cfg_g, n_max, args.tuples) for s in range(runs)]
     res["ablation_readj_require_gain"] = {"N": [s["N"] for s in seqs[0]],
                                           "readj": [_avg([sq[i] for sq in seqs]) for i in range(len(seqs[0]))]}
+    log("[gedik] ablation: scan/redist breaking utility ties by the lowest channel (the listings)")
+    cfg_i = Config(tie_break="index")
+    res["ablation_tie_break_index"] = {"N": res["fig6_channels"]["N"]}
+    for alg in ("scan", "redist"):
+        seqs = [run_sequence(B.workload(10**6, s, 1.0), alg, cfg_i, n_max, args.tuples) for s in range(runs)]
+        res["ablation_tie_break_index"][alg] = [_avg([sq[i] for sq in seqs]) for i in range(len(seqs[0]))]
+    res["fig6_deviation"] = fig6_deviation(res)
 
     log("[gedik] Fig. 4/14: skew")
     zs = [0.5, 0.8, 1.0] if quick else [0.2, 0.4, 0.6, 0.8, 0.9, 1.0]
@@ -390,6 +396,32 @@ def main(argv=None) -> int:
     return 0
 
 
+def fig6_deviation(res: dict) -> dict:
+    """Issue 13.3: where readj's migration at the largest N comes from, against the paper's Fig. 6 ("for 32
+    channels the relative migration cost reaches above 3 for the scan algorithm"; redist ~1.15 flat; readj between;
+    readj's imbalance above redist's and scan's after 20 channels)."""
+    f6, ab, ti = res["fig6_channels"], res["ablation_readj_require_gain"], res["ablation_tie_break_index"]
+    last = -1
+    row = {
+        "N": f6["N"][last],
+        "scan": f6["scan"][last], "redist": f6["redist"][last], "readj_listing_rule": f6["readj"][last],
+        "readj_text_rule": ab["readj"][last], "scan_index_ties": ti["scan"][last],
+        "redist_index_ties": ti["redist"][last],
+    }
+    m = {k: v["m"] for k, v in row.items() if isinstance(v, dict)}
+    b = {k: v["b"] for k, v in row.items() if isinstance(v, dict)}
+    return {
+        "at_N": row["N"], "m": m, "b": b,
+        "paper_fig6_N32": {"scan_m": "> 3", "redist_m": "~1.15", "readj_m": "between redist and scan",
+                           "b_order_after_20": "readj above redist and scan"},
+        "readj_extra_migration_from_stopping_rule": m["readj_text_rule"] < min(m["scan"], m["redist"]) < m[
+            "readj_listing_rule"],
+        "tie_break_changes_scan_m": abs(m["scan_index_ties"] - m["scan"]) > 1e-9,
+        "readj_b_above_scan_redist_with_text_rule": b["readj_text_rule"] > max(b["scan"], b["redist"]),
+        "scan_migrates_most": m["scan"] >= max(m["redist"], m["readj_listing_rule"], m["readj_text_rule"]),
+    }
+
+
 def targets(res: dict) -> list[dict]:
     f3 = res["fig3_resources"]
     f6 = res["fig6_channels"]
@@ -428,7 +460,9 @@ def table(res: dict) -> str:
     lines = ["", "Fig. 3 (N=10, z=1, |D|=1e6, alpha=1.2, sigma=0.1, U^APM): m / b / b_s b_c b_n / explicit / build s",
              "| resources | algorithm | m | b | b_s | b_c | b_n | explicit | build s |",
              "|---|---|---|---|---|---|---|---|---|"]
-    fmt = lambda v: "∞" if v is None else f"{v:.3f}"
+    def fmt(v: float | None) -> str:
+        return "∞" if v is None else f"{v:.3f}"
+
     for rc, d in res["fig3_resources"].items():
         for a in ALGOS:
             x = d[a]
@@ -449,10 +483,16 @@ def table(res: dict) -> str:
             if n in (4, 10, 16, 24, 32):
                 lines.append(f"| {n:.0f} | {fmt(f6['readj'][i]['m'])} / {fmt(f6['readj'][i]['b'])} | "
                              f"{fmt(ab['readj'][i]['m'])} / {fmt(ab['readj'][i]['b'])} |")
+    dv = res.get("fig6_deviation")
+    if dv:
+        lines += ["", f"Fig. 6 deviation at N={dv['at_N']:.0f} (issue 13.3): m / b",
+                  "| variant | m | b |", "|---|---|---|"]
+        lines += [f"| {k} | {dv['m'][k]:.3f} | {dv['b'][k]:.3f} |" for k in dv["m"]]
     lines += ["", "Targets", "| target | value | holds |", "|---|---|---|"]
     for t in res["targets"]:
         v = t["value"]
-        lines.append(f"| {t['target']} | {v if isinstance(v, bool) else f'{v:.4g}'} | {'yes' if t['holds'] else 'NO'} |")
+        shown = v if isinstance(v, bool) else f"{v:.4g}"
+        lines.append(f"| {t['target']} | {shown} | {'yes' if t['holds'] else 'NO'} |")
     lk = res["lookup"]
     lines.append(f"\nroute: {lk['cli_keys_per_second']:.3g} keys/s wall through the CLI ({lk['keys']} keys, "
                  f"{lk['cli_seconds_best']:.2f} s incl. start-up; {lk['cli_cpu_seconds']:.2f} CPU s = "
@@ -468,12 +508,14 @@ def plots(res: dict, out: Path) -> None:
 
     colors = {"uniform": "tab:gray", "consistent": "tab:purple", "scan": "tab:blue", "redist": "tab:green",
               "readj": "tab:red"}
-    val = lambda x, k: np.nan if x[k] is None else x[k]
+    def val(x: dict, k: str) -> float:
+        return np.nan if x[k] is None else x[k]
+
 
     # Fig 3: bars per resource combination
     f3 = res["fig3_resources"]
     fig, axes = plt.subplots(1, 5, figsize=(18, 3.6))
-    for ax, key in zip(axes, ["m", "b", "b_s", "b_c", "b_n"]):
+    for ax, key in zip(axes, ["m", "b", "b_s", "b_c", "b_n"], strict=True):
         x = np.arange(len(f3))
         for i, a in enumerate(ALGOS):
             ax.bar(x + (i - 2) * 0.16, [val(f3[rc][a], key) for rc in f3], 0.16, label=a, color=colors[a])

@@ -55,6 +55,16 @@ def pyplot() -> Any | None:
     return _pyplot()
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds ``(default: X)`` unless the help already speaks of its default or there is none to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return text + " (default: %(default)s)"
+
+
 class Bench:
     """One benchmark run: see the module docstring for the whole API."""
 
@@ -65,7 +75,7 @@ class Bench:
         self._keep = keep_figures
         self.parser = argparse.ArgumentParser(prog=f"python -m benchmarks.bench_{name}",
                                               description=(doc or "").split("\n\n")[0],
-                                              formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                              formatter_class=_HelpFormatter)
         self.parser.add_argument("--quick", action="store_true", help="reduced run (a smoke test of the benchmark)")
         self.parser.add_argument("--out", default="bench-results", help="output folder (JSON and PNG)")
         self.args = argparse.Namespace(quick=False, out="bench-results")

@@ -31,7 +31,7 @@ PG_KEYS = (0x7265_6261, 0x7376_7231)
 
 
 class LeaseHeld(Exception):
-    """Another server holds this database."""
+    """Another server holds this database (or its lock cannot be taken at all)."""
 
 
 def _holder() -> dict[str, Any]:
@@ -59,8 +59,11 @@ class ServerLease:
         import fcntl
 
         lock = path.with_name(path.name + ".lock")
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise LeaseHeld(f"cannot create the lock file {lock} (one server per database): {exc.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

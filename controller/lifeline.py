@@ -69,6 +69,25 @@ def bind_worker(server_pid: int) -> None:
     watch(server_pid)
 
 
+#: set (to "1") in the forkserver's environment when it may bind itself to the thread that starts it
+PDEATHSIG_ENV = "_REBALANCER_FORKSERVER_PDEATHSIG"
+_env_lock = threading.Lock()
+
+
+def start_forkserver() -> None:
+    """Start this process's forkserver (if it is not running). The kernel's parent-death signal follows the
+    *thread* that started a process, so the forkserver binds itself to the server only when the main thread starts
+    it (``rebalancer serve``); started from another thread (an in-process test server) it relies on the workers'
+    watchdog and exits when the last of them has: its "alive" pipe reaches end of file."""
+    on_main = threading.current_thread() is threading.main_thread()
+    with _env_lock:
+        os.environ[PDEATHSIG_ENV] = "1" if on_main else "0"
+        try:
+            mpfs.ensure_running()
+        finally:
+            os.environ.pop(PDEATHSIG_ENV, None)
+
+
 def stop_forkserver() -> None:
     """Stop this process's forkserver (there is no public API; it would outlive the server otherwise)."""
     fs: Any = mpfs._forkserver

@@ -12,9 +12,9 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: SQLite next to the current directory unless told otherwise; ``rebalancer serve`` resolves it to an absolute path
@@ -23,6 +23,15 @@ DEFAULT_DATABASE_URL = "sqlite:///./data/rebalancer.db"
 PREFIX = "REBALANCER_"
 #: variables with the prefix that the clients read (``clients/``), not the server
 CLIENT_VARIABLES = frozenset({"REBALANCER_URL", "REBALANCER_TOKEN"})
+
+
+class TokenScope(BaseModel):
+    """What one scoped token may do."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prefixes: list[str] = Field(default_factory=list)
+    access: Literal["read", "write", "admin"] = "write"
 
 
 class Settings(BaseSettings):
@@ -37,8 +46,11 @@ class Settings(BaseSettings):
     database_url: str = DEFAULT_DATABASE_URL
     #: SQLite ``synchronous`` pragma: NORMAL survives a kill -9 of the server (WAL); FULL also survives power loss.
     sqlite_synchronous: str = "NORMAL"
-    #: comma-separated bearer tokens; empty = no authentication.
+    #: comma-separated bearer tokens with every right (admin); empty (and no scoped token) = no authentication.
     api_tokens: str = ""
+    #: scoped tokens, JSON: ``{"<token>": {"prefixes": ["tenant-a."], "access": "read" | "write" | "admin"}}``:
+    #: a scoped token sees only the jobs whose id starts with one of its prefixes (see api/tenants.py).
+    token_scopes: dict[str, TokenScope] = Field(default_factory=dict)
 
     #: planner used by jobs and requests that do not name one ("" = first available of albic-milp, albic, flux).
     default_algorithm: str = ""
@@ -52,6 +64,9 @@ class Settings(BaseSettings):
     #: niceness added to the solver workers (0-19): on a busy machine the event loop (health checks, statistics
     #: posts) gets the CPU before a background solve.
     solver_nice: int = Field(default=5, ge=0, le=19)
+    #: each solver worker's memory (data segment) in MB: a solve needing more fails with a clear error instead of
+    #: taking the machine's memory. 0 = automatic (physical memory / (solver_workers + 1)), -1 = no limit.
+    solver_memory_limit_mb: int = Field(default=0, ge=-1)
     #: solve slots: solves running or queued for a worker (a what-if holds one per candidate); beyond, 429.
     max_concurrent_solves: int = Field(default=40, ge=2)
     #: slots only automatic rounds of registered jobs may use (and they are dequeued first): ad-hoc plans,
@@ -74,6 +89,17 @@ class Settings(BaseSettings):
     max_jobs: int = Field(default=1000, ge=1)
     max_window_cells: int = Field(default=20_000_000, ge=1)
     max_total_window_bytes: int = Field(default=2 * 1024**3, ge=1)
+
+    #: ``POST /v1/partitioning`` caps (413 beyond them): channels, channels × replicas (consistent-hash points),
+    #: keys with a frequency, channels × keys (see api/routes/planning.py).
+    max_partition_channels: int = Field(default=1024, ge=1)
+    max_partition_ring: int = Field(default=2**20, ge=1)
+    max_partition_keys: int = Field(default=100_000, ge=1)
+    max_partition_work: int = Field(default=2**24, ge=1)
+    #: job history: a full assignment snapshot every this many epochs (deltas in between), and the epochs kept
+    #: (older ones are compacted into a snapshot; see controller/history.py).
+    history_snapshot_every: int = Field(default=100, ge=1)
+    history_retention_epochs: int = Field(default=1000, ge=0)
 
     #: ``POST /v1/plans`` bodies at least this large are parsed, validated, solved and serialised in a solver
     #: worker (the event loop only moves bytes); the worker may take ``offload_seconds_per_mb`` per MB of body on
@@ -100,6 +126,11 @@ class Settings(BaseSettings):
         if self.reserved_auto_solves >= self.max_concurrent_solves:
             raise ValueError(f"reserved_auto_solves ({self.reserved_auto_solves}) must be below "
                              f"max_concurrent_solves ({self.max_concurrent_solves})")
+        both = self.tokens() & set(self.token_scopes)
+        if both:
+            raise ValueError("token_scopes: a token is also in api_tokens (admin); give it one role")
+        if any(not t.strip() for t in self.token_scopes):
+            raise ValueError("token_scopes: empty token")
         if self.max_candidates > self.max_concurrent_solves - self.reserved_auto_solves:
             raise ValueError(f"max_candidates ({self.max_candidates}) must fit in the ad-hoc solve slots "
                              f"(max_concurrent_solves - reserved_auto_solves = "
@@ -133,7 +164,11 @@ class Settings(BaseSettings):
         return out
 
     def tokens(self) -> set[str]:
+        """The admin tokens."""
         return {t.strip() for t in self.api_tokens.split(",") if t.strip()}
+
+    def auth_enabled(self) -> bool:
+        return bool(self.tokens() or self.token_scopes)
 
     def sqlalchemy_url(self) -> str:
         url = self.database_url

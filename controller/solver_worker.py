@@ -36,12 +36,35 @@ def _init_worker() -> None:
     _import_planners()
 
 
-def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0) -> None:
+#: this worker's data-segment limit in bytes (0: none), for the out-of-memory message
+MEMORY_LIMIT = 0
+
+
+def _limit_memory(limit: int) -> None:
+    """Cap the worker's data segment (heap and anonymous mappings: ``RLIMIT_DATA``): a solve that needs more gets
+    a ``MemoryError`` (its request a clear error) instead of taking the machine's memory."""
+    global MEMORY_LIMIT
+    if limit > 0:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        MEMORY_LIMIT = limit
+
+
+def _failure(exc: Exception) -> str:
+    if isinstance(exc, MemoryError) and MEMORY_LIMIT:
+        return (f"MemoryError: the solve needed more than the solver worker's memory limit "
+                f"({MEMORY_LIMIT // 2**20} MB, REBALANCER_SOLVER_MEMORY_LIMIT_MB)")
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0, memory_limit: int = 0) -> None:
     """One solver process: bind to the server's life, import the planners, then answer ``(fn, args)`` messages
     with ``fn(*args)`` until the pipe closes or ``None`` arrives."""
     bind_worker(server_pid)
     if nice:  # the event loop wins the CPU over a solve when the machine is busy
         os.nice(nice)
+    _limit_memory(memory_limit)
     try:
         _init_worker()
     except BaseException as exc:  # reported to the server, which refuses solves with this reason
@@ -56,7 +79,11 @@ def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0) -> None:
         if msg is None:
             return
         fn, args = msg
-        conn.send(fn(*args))
+        try:
+            out = fn(*args)
+        except Exception as exc:  # a bug in a task function: reported, the worker lives on
+            out = ("error", _failure(exc))
+        conn.send(out)
 
 
 def _solve_task(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> tuple[Any, ...]:
@@ -69,8 +96,8 @@ def _solve_task(name: str, problem: Problem, time_limit: float, params: dict[str
         return ("ok", plan_to_dict(problem, plan))
     except InvalidInput as exc:
         return ("invalid", exc.field, exc.reason)
-    except Exception as exc:  # a planner bug: reported, never crashes the server
-        return ("error", f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # a planner bug (or out of memory): reported, never crashes the server
+        return ("error", _failure(exc))
 
 
 def _call_task(module: str, func: str, arg: Any) -> tuple[Any, ...]:
@@ -81,4 +108,4 @@ def _call_task(module: str, func: str, arg: Any) -> tuple[Any, ...]:
     except InvalidInput as exc:
         return ("invalid", exc.field, exc.reason)
     except Exception as exc:
-        return ("error", f"{type(exc).__name__}: {exc}")
+        return ("error", _failure(exc))

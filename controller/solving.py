@@ -34,7 +34,6 @@ import heapq
 import itertools
 import logging
 import multiprocessing as mp
-import multiprocessing.forkserver as mpfs
 import os
 import time
 from collections.abc import Callable
@@ -42,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from controller.errors import Busy, TooLarge
-from controller.lifeline import stop_forkserver
+from controller.lifeline import start_forkserver, stop_forkserver
 from controller.solver_worker import PRELOAD, _call_task, _import_planners, _solve_task, _worker_main
 from solvers.errors import InvalidInput
 from solvers.model import Problem
@@ -65,9 +64,10 @@ class WorkerDied(RuntimeError):
 
 # ---------------------------------------------------------------------------------------------- server side
 class _Worker:
-    def __init__(self, ctx: Any, server_pid: int, nice: int = 0):
+    def __init__(self, ctx: Any, server_pid: int, nice: int = 0, memory_limit: int = 0):
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child, server_pid, nice), name="rebalancer-solver",
+        self.proc = ctx.Process(target=_worker_main, args=(child, server_pid, nice, memory_limit),
+                                name="rebalancer-solver",
                                 daemon=True)
         self.proc.start()
         child.close()
@@ -102,7 +102,7 @@ class SolverPool:
     _live = 0  # pools of this process: the (process-wide) forkserver is stopped with the last one
 
     def __init__(self, workers: int, max_concurrent: int, max_time_limit: float, *, reserved_auto: int | None = None,
-                 kill_factor: float = 2.0, kill_grace_s: float = 5.0, nice: int = 5):
+                 kill_factor: float = 2.0, kill_grace_s: float = 5.0, nice: int = 5, memory_limit_mb: int = 0):
         self.workers = workers
         self.max_concurrent = max_concurrent
         self.max_time_limit = max_time_limit
@@ -110,6 +110,7 @@ class SolverPool:
         self.reserved_auto = min(self.reserved_auto, max_concurrent - 1)
         self.kill_factor, self.kill_grace_s = kill_factor, kill_grace_s
         self.nice = nice
+        self.memory_limit = memory_limit_bytes(memory_limit_mb, workers)
         self.counts: dict[str, int] = dict.fromkeys(KINDS, 0)
         self.solves = 0
         self.killed = 0  # workers killed for overrunning their solve's time limit
@@ -118,8 +119,7 @@ class SolverPool:
         self.solve_seconds: list[float] = []
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(PRELOAD)
-        # started here, by the server's main thread: the forkserver's parent-death signal follows that thread
-        mpfs.ensure_running()
+        start_forkserver()
         self._server_pid = os.getpid()
         self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
@@ -137,7 +137,8 @@ class SolverPool:
         """The pool a :class:`~controller.settings.Settings` describes (create it on the server's main thread)."""
         return cls(s.solver_workers, s.max_concurrent_solves, s.max_time_limit_s,
                    reserved_auto=s.reserved_auto_solves, kill_factor=s.solve_kill_factor,
-                   kill_grace_s=s.solve_kill_grace_s, nice=s.solver_nice)
+                   kill_grace_s=s.solve_kill_grace_s, nice=s.solver_nice,
+                   memory_limit_mb=s.solver_memory_limit_mb)
 
     # ------------------------------------------------------------------ admission
     @property
@@ -242,7 +243,8 @@ class SolverPool:
         if self._closed or self._broken:
             return
         try:
-            w = await loop.run_in_executor(self._io, _Worker, self._ctx, self._server_pid, self.nice)
+            w = await loop.run_in_executor(self._io, _Worker, self._ctx, self._server_pid, self.nice,
+                                           self.memory_limit)
         except Exception as exc:  # e.g. the forkserver could not start
             self._fail_all(f"cannot start a solver worker: {type(exc).__name__}: {exc}")
             return
@@ -369,6 +371,20 @@ def _set(fut: asyncio.Future[Any], result: Any = None, exc: BaseException | None
         fut.set_exception(exc)
     else:
         fut.set_result(result)
+
+
+def memory_limit_bytes(limit_mb: int, workers: int) -> int:
+    """``limit_mb`` in bytes; 0 = automatic: the machine's memory / (workers + 1), so that the workers together
+    leave the server its share; -1 = no limit (returns 0)."""
+    if limit_mb > 0:
+        return limit_mb * 2**20
+    if limit_mb < 0:
+        return 0
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
+        return 0
+    return int(total // (workers + 1))
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

@@ -112,7 +112,8 @@ class _Functions(Collector):
             fams["window_batches"].add_metric([s.job_id], s.window_batches)
             if s.load_distance is not None:
                 fams["load_distance"].add_metric([s.job_id], s.load_distance)
-            migrations.add_metric([s.job_id], self.t.migrations.get(s.job_id, 0))
+            if s.job_id in self.t.migrations:  # only once the controller reports its epochs (record_epoch)
+                migrations.add_metric([s.job_id], self.t.migrations[s.job_id])
         yield from fams.values()
         yield migrations
 

@@ -13,6 +13,8 @@ posts statistics, asks for and executes proposals, and adopts the controller's (
   408, 429): an unknown algorithm or a negative budget must not look like "controller down".
 * **Back-off in time**: after a failure the controller is left alone for 1, 2, 4, … up to ``max_backoff_s``
   seconds, whatever the batch rate; the first batch after that tries again.
+* **Plans off the batch's critical path** (``async_plans``, default): the proposal is requested and executed on
+  a background thread; the plan is applied at the first batch boundary after it arrived.
 * **A controller that comes back empty** (its database lost the job) gets the driver's *current* assignment
   registered explicitly, so nothing moves back to the default layout.
 """
@@ -20,6 +22,7 @@ posts statistics, asks for and executes proposals, and adopts the controller's (
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -30,6 +33,23 @@ from clients.spark.routing import RoutingTable
 log = logging.getLogger("rebalancer.spark")
 
 _NOT_CONFIG = {404, 408, 429}
+
+
+def worth_executing(before: float, after: float, mean_load: float, *, min_gain: float,
+                    threshold: float | None = None, noise_sigmas: float | None = None) -> bool:
+    """Whether a proposal that takes the load distance (max over nodes of |load − mean|, ALBIC §4.3.1) from
+    ``before`` to ``after`` is worth its migrations.
+
+    It must lower the distance by at least ``min_gain`` × the mean node load (hysteresis), ``before`` must exceed
+    ``threshold`` when one is set, and — for record counts, whose per-node sums fluctuate like Poisson counts
+    with standard deviation √mean — ``before`` must exceed ``noise_sigmas`` × √``mean_load``: an imbalance that
+    sampling noise alone explains (a stationary stream after convergence) is not chased with migrations.
+    """
+    if after >= before or (before - after) < min_gain * mean_load:
+        return False
+    if threshold is not None and before <= threshold:
+        return False
+    return not (noise_sigmas is not None and before <= noise_sigmas * math.sqrt(max(mean_load, 0.0)))
 
 
 class ConfigurationError(ValueError):
@@ -67,6 +87,11 @@ class ControllerLink:
     _retry_at: float
     _refused_epoch: int | None
     _refusals: int
+    async_plans: bool
+    noise_sigmas: float | None
+    load: str
+    _pool: Any
+    _inflight: Any
 
     def _has_layout(self) -> bool:  # overridden by the driver: state exists or batches ran
         return False
@@ -139,6 +164,8 @@ class ControllerLink:
                                 "(epoch %d here) instead of the default layout", self.job_id, self.epoch)
             try:
                 job = self.client.put_job(self.job_id, **self._job_spec(explicit))
+            except NotFoundError as exc:  # no route for this id (e.g. a '/' in it): never "controller down"
+                raise ConfigurationError(f"the controller has no route for job id {self.job_id!r}: {exc}") from exc
             except ConflictError as exc:
                 job = self.client.get_job(self.job_id)
                 if not self._same_topology(job):
@@ -251,6 +278,8 @@ class ControllerLink:
                 report.plan_received = self.pending is not None
                 return status
             if not self.auto and ack.window_ready and self.batches_since_change + 1 >= self.cooldown_batches:
+                if self.async_plans:
+                    return self._propose_in_background()
                 status = self._guarded("proposal", self._propose_and_execute)
                 report.plan_received = self.pending is not None
                 return status
@@ -275,6 +304,18 @@ class ControllerLink:
             self._down(what, exc)
             return "down"
 
+    def _propose_in_background(self) -> str:
+        """Ask for (and execute) a proposal on a background thread: the batch does not wait for the solver; the
+        plan lands in ``pending`` and is applied at the first batch boundary after it arrived."""
+        if self.pending is not None or (self._inflight is not None and not self._inflight.done()):
+            return "ok"  # a plan waits for its boundary, or one is being computed
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebalancer-plan")
+        self._inflight = self._pool.submit(self._guarded, "proposal", self._propose_and_execute)
+        return "ok"
+
     def _propose_and_execute(self) -> None:
         prop = self.propose()
         if prop is not None:
@@ -294,12 +335,11 @@ class ControllerLink:
             self._resync()
             return None
         before_m = prop.plan.metrics.get("before", {})
-        before = float(before_m.get("load_distance", 0.0))
-        after = float(prop.plan.metrics.get("after", {}).get("load_distance", 0.0))
-        mean_load = float(before_m.get("total_load", 0.0) or 0.0) / self.n
-        if after >= before or (before - after) < self.min_gain * mean_load:
-            return None
-        if self.load_distance_threshold is not None and before <= self.load_distance_threshold:
+        if not worth_executing(float(before_m.get("load_distance", 0.0)),
+                               float(prop.plan.metrics.get("after", {}).get("load_distance", 0.0)),
+                               float(before_m.get("total_load", 0.0) or 0.0) / self.n, min_gain=self.min_gain,
+                               threshold=self.load_distance_threshold,
+                               noise_sigmas=self.noise_sigmas if self.load == "records" else None):
             return None
         if not self._accept(prop.base_epoch + 1 if prop.base_epoch is not None else -1, prop.plan.assignment):
             return None

@@ -16,10 +16,9 @@ the conversation with the controller. Per micro-batch ``batch_id``:
 5. statistics (records/bytes per key group, state bytes per key group) go to the controller with the batch id
    and the epoch; plans come back with the answer (``auto``) or from a proposal, for the next boundary.
 
-An executor lost mid-stream takes the cached state blocks with it; with a state directory the driver rebuilds the
-state from the last committed version and runs the batch again instead of failing the query. Without a state
-directory (``state_dir`` and ``checkpoint_location`` both unset) the state lives on the executors only, as
-before issue 15 — a driver restart loses it, which the driver says when it starts.
+An executor lost mid-stream takes the cached state blocks with it; the driver then rebuilds the state from the
+last committed version and runs the batch again. Without ``state_dir``/``checkpoint_location`` the state lives
+on the executors only (as before issue 15): a driver restart loses it.
 """
 
 from __future__ import annotations
@@ -28,13 +27,13 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from clients.python import RebalancerClient
 from clients.spark.control import ConfigurationError, ControllerLink
+from clients.spark.reports import BatchReport, StateMismatchError
 from clients.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable, key_group_ids, partition_ids
 from clients.spark.state import KeyedState, MigrationReport
 from clients.spark.stats import max_over_mean, partition_record_counts
@@ -45,39 +44,6 @@ log = logging.getLogger("rebalancer.spark")
 __all__ = ["BatchReport", "ConfigurationError", "RebalancingDriver", "StateMismatchError"]
 
 _LOST_BLOCKS = ("Checkpoint block", "ExecutorLostFailure", "FetchFailed", "BlockMissingException")
-
-
-class StateMismatchError(RuntimeError):
-    """The state directory does not hold the versions the stream's checkpoint expects."""
-
-
-@dataclass
-class BatchReport:
-    """What happened in one micro-batch; every figure is measured on the partitions Spark produced."""
-
-    batch_id: int
-    epoch: int
-    records: int
-    partition_records: list[int]
-    rebalanced_max_over_mean: float
-    hash_partition_records: list[int] | None = None
-    hash_max_over_mean: float | None = None
-    migrations: int = 0
-    moved_key_groups: list[int] = field(default_factory=list)
-    moved_rows: int = 0
-    moved_bytes: int = 0
-    state_bytes: int = 0
-    controller: str = "ok"            # ok | down | skipped | conflict | refused | disabled | replayed
-    plan_received: bool = False       # a plan to apply at the next boundary arrived in this batch
-    state_version: int | None = None  # the committed state version (durable mode)
-    written_bytes: int = 0            # bytes the commit wrote (delta, and snapshot when due)
-    commit_seconds: float = 0.0
-    replayed: bool = False            # the batch's version was committed already: not applied again
-    recovered: bool = False           # the state was rebuilt from the store during this batch
-    seconds: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class RebalancingDriver(ControllerLink):
@@ -103,14 +69,19 @@ class RebalancingDriver(ControllerLink):
         load_distance_threshold: do not rebalance while the windowed load distance is at or below it.
         min_gain: execute a proposal only when it lowers the load distance by at least this share of the mean
             partition load (default 2%): hysteresis against chasing sampling noise with migrations.
+        noise_sigmas: with record loads, leave an imbalance below this many √(mean node load) alone (Poisson
+            sampling noise of the counts; ``None`` disables; see :func:`clients.spark.control.worth_executing`).
         load: what a key group's load is: ``"records"`` (default) or ``"bytes"`` of its records in the batch.
         communication: optional ``f(batch_df) -> [{"src", "dst", "rate"}]`` posted with the statistics
             (:func:`clients.spark.stats.communication_stats`); the other operator must be in ``extra_operators``.
         extra_operators: more operators of the job (``[{"id": "split", "key_groups": 120}]``).
         measure_hash: also measure Spark's hash partitioning of each batch (one more shuffle; the demo uses it).
-        state_stats: send state bytes per key group (one aggregation over the state per batch).
-        send_bytes: also send each key group's record ``bytes`` (needs a controller whose statistics schema has
-            the optional ``bytes`` field; an older one answers 422 and the driver treats it as down).
+        state_stats: send state bytes per key group (one aggregation over the whole state, repeated every
+            ``state_stats_every`` batches — default ``window_batches`` — and after each migration).
+        send_bytes: send each key group's record ``bytes`` with the statistics (default; ``False`` for a controller
+            older than the optional ``bytes`` field, which answers 422 to it).
+        async_plans: request and execute proposals on a background thread (the plan is applied at the first
+            boundary after it arrived); ``False``: within the batch that filled the window.
         backoff_s, max_backoff_s: after a controller failure, wait 1, 2, 4, … × ``backoff_s`` seconds (at most
             ``max_backoff_s``) before calling it again.
         on_batch: callback called with each :class:`BatchReport`.
@@ -142,12 +113,15 @@ class RebalancingDriver(ControllerLink):
         cooldown_batches: int = 1,
         load_distance_threshold: float | None = None,
         min_gain: float = 0.02,
+        noise_sigmas: float | None = 3.0,
         load: str = "records",
         communication: Callable[[Any], list[dict[str, Any]]] | None = None,
         extra_operators: Sequence[Mapping[str, Any]] = (),
         measure_hash: bool = False,
         state_stats: bool = True,
-        send_bytes: bool = False,
+        state_stats_every: int | None = None,
+        send_bytes: bool = True,
+        async_plans: bool = True,
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
         on_batch: Callable[[BatchReport], None] | None = None,
@@ -176,11 +150,14 @@ class RebalancingDriver(ControllerLink):
         self.cooldown_batches = int(cooldown_batches)
         self.load_distance_threshold = load_distance_threshold
         self.min_gain = float(min_gain)
+        self.noise_sigmas = noise_sigmas
         self.load = load
         self.communication = communication
         self.extra_operators = [dict(o) for o in extra_operators]
         self.measure_hash = measure_hash
         self.state_stats = state_stats
+        self.state_stats_every = max(1, int(state_stats_every or window_batches))
+        self._state_b: tuple[int, np.ndarray] | None = None   # (batch measured at, bytes per key group)
         self.send_bytes = bool(send_bytes)
         self.backoff_s = float(backoff_s)
         self.max_backoff_s = float(max_backoff_s)
@@ -208,6 +185,9 @@ class RebalancingDriver(ControllerLink):
         self._retry_at = 0.0
         self._refused_epoch: int | None = None
         self._refusals = 0
+        self.async_plans = bool(async_plans)
+        self._pool = None
+        self._inflight = None
         self._batch_id = -1
 
     # ------------------------------------------------------------------ hooks of ControllerLink
@@ -329,7 +309,7 @@ class RebalancingDriver(ControllerLink):
 
         partials = self.state.update(df, version=batch_id)
         part, kg_n, kg_b = partials.summary(self.G)
-        state_b = self.state.state_bytes_per_key_group() if self.state_stats else np.zeros(self.G, dtype=np.int64)
+        state_b = self._state_bytes(batch_id, mig is not None)
         edges = None
         if self.communication is not None:
             try:
@@ -376,6 +356,13 @@ class RebalancingDriver(ControllerLink):
             self.on_batch(report)
         return report
 
+    def _state_bytes(self, batch_id: int, migrated: bool) -> np.ndarray:
+        if not self.state_stats:
+            return np.zeros(self.G, dtype=np.int64)
+        if self._state_b is None or migrated or batch_id - self._state_b[0] >= self.state_stats_every:
+            self._state_b = (batch_id, self.state.state_bytes_per_key_group())
+        return self._state_b[1]
+
     # ------------------------------------------------------------------ results
     def state_frame(self):
         """The keyed state as a DataFrame (keys and aggregates)."""
@@ -383,5 +370,13 @@ class RebalancingDriver(ControllerLink):
             return None
         return self.state.df.select(*self.keys, *self.state.aggregations)
 
+    def wait_for_plan(self, timeout: float | None = None) -> None:
+        """Wait until a background proposal (``async_plans``) has finished (tests, orderly shutdown)."""
+        if self._inflight is not None:
+            self._inflight.result(timeout)
+
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self.state.unpersist()

@@ -47,6 +47,8 @@ def main(work: str | None = None) -> None:
             checkpoint_location=f"{work}/checkpoint",           # state: <checkpoint>/rebalancer-state
             output=BatchIdSink(f"{work}/out"))                  # changed rows per batch, exactly once
         driver.start()  # loads the last committed state version, then PUT /v1/jobs/clicks
+        print(f"driver started: state version {driver.committed} (epoch {driver.epoch}) loaded from the checkpoint"
+              if driver.committed is not None else "driver started: no committed state yet")
         events = (spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1)
                   .parquet(f"{work}/in"))
         query = (events.writeStream.foreachBatch(driver.foreach_batch).trigger(availableNow=True)

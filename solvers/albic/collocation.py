@@ -12,24 +12,26 @@ and hands the MILP *units* — sets of key groups that must end on one node:
    max(⌈Σ mc / maxMigrCost⌉, ⌈Σ load / maxPL⌉) parts, vertex weight = migration cost when
    Pmc/maxMigrCost > PL/maxPL else load, edge weight = traffic; parts that still break a cap are split again.
    Each part moves as one unit. See :func:`collocated_sets`, :func:`split_set`.
-3. **Improve collocation** (lines 24–37): the highest-traffic to-be-collocated pair is constrained onto one node —
-   case 1 (neither end in a part): the less loaded of the two nodes; case 2 (one end in a part): that part's node;
-   case 3 (both in parts): the two parts merged, on the less loaded node. The paper adds ONE pair per round;
-   here ``pairs_per_round`` (default: as many as fit) pairs are added, best first, while the moves they force fit
-   in ``pair_budget_share`` of the migration budget (a pair whose moves do not fit is skipped and the next one
-   tried), and — unless ``pair_band`` is null — while the load they move (estimated from key group loads and the
-   pair's own traffic) keeps every node within ``pair_band`` percent of the target or does not push it further
-   out; when that rejects every pair, the best pair that fits the budget is added anyway (the paper's one pair),
-   so collocation cannot stall. As in the paper, a merged unit may exceed maxPL: it is pinned to a node this round and split again by
-   step 2 next round. ``pairs_per_round=1`` reproduces the paper.
+3. **Improve collocation** (lines 24–37), :mod:`solvers.albic.collocation_moves`: to-be-collocated pairs are
+   constrained onto one node. ``pair_order="paper"``: the highest-traffic pair first — case 1 (neither end in a
+   part): the less loaded of the two nodes; case 2 (one end in a part): that part's node; case 3 (both in parts):
+   the two parts merged, on the less loaded node. ``pair_order="gain"`` (default; a multi-round view beyond the
+   paper, issue 13): the cheaper of a pair's two moves, pairs by collocated traffic per migration weighted towards
+   moves that also balance, compensating swaps under the band, and a balanced warm start from the migrations the
+   pairs leave. The paper adds ONE pair per round; here ``pairs_per_round`` (default: as many as fit) pairs are
+   added while the moves they force fit in ``pair_budget_share`` of the migration budget and — unless
+   ``pair_band`` is null — keep every node within ``pair_band`` percent of the target (or no further out); when
+   that rejects every pair, the best pair that fits the budget is added anyway (the paper's one pair), so
+   collocation cannot stall. As in the paper, a merged unit may exceed maxPL: it is pinned to a node this round
+   and split again by step 2 next round. ``pair_order="paper", pairs_per_round=1`` reproduces the paper.
 4. **Solve** (lines 38–43): :func:`solvers.albic.milp.solve_grouped` with the units, the step-3 node constraints
    and a feasible warm start; if the load distance exceeds maxLD, retry with maxPL − stepPL; maxPL = 0 is the pure
    MILP (every key group its own unit, no pair constraints). Going beyond the paper (which adds one pair, so it
    never needed this), the share of the budget the new pairs may use falls with maxPL too:
    ``pair_budget_share × maxPL_level / maxPL``, so a retry also frees migrations for balancing. Each level
-   warm-starts from the previous level's plan when that is feasible and better than its own pins' start. A quarter of ``time_limit`` is kept for
-   the pure MILP: when the other levels use up their time, the loop jumps to maxPL = 0. The plan with the
-   smallest load distance is returned when no level meets maxLD.
+   warm-starts from the previous level's plan when that is feasible and better than its own pins' start. A
+   quarter of ``time_limit`` is kept for the pure MILP: when the other levels use up their time, the loop jumps
+   to maxPL = 0. The plan with the smallest load distance is returned when no level meets maxLD.
 
 Units (the paper's percentages, made explicit): ``max_ld`` is a percentage of the target utilisation t (DESIGN.md
 load distance, so on the synthetic instances with mean node load 100 it reads as load units); ``max_pl`` and
@@ -48,17 +50,18 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
 from solvers import metrics
+from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, add_pairs_paper, balance_hint
+from solvers.albic.collocation_sets import collocated_sets, migration_cost_fraction, split_set
 from solvers.errors import InvalidInput
-from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, add_pairs_paper
-from solvers.graph_partitioning import metis_parts, symmetric_traffic
+from solvers.graph_partitioning import symmetric_traffic
 from solvers.model import Plan, Problem
 from solvers.registry import Param, register
 
@@ -124,76 +127,6 @@ def pair_scores(problem: Problem, score_factor: float = 1.5, assignment: np.ndar
     return Pairs(s, d, rate[cand], thr[cand], a[s] == a[d])
 
 
-# ---------------------------------------------------------------------------------------------- step 2: sets
-def collocated_sets(n_key_groups: int, src: np.ndarray, dst: np.ndarray) -> list[np.ndarray]:
-    """Union the collocated pairs ``(src[p], dst[p])`` into the minimum number of disjoint sets (Algorithm 2,
-    ``calcSets``): two sets that share a key group become their union. Connected components with networkx;
-    only sets of ≥ 2 key groups are returned, each sorted, largest first. O(P α(P))."""
-    g = nx.Graph()
-    g.add_edges_from(zip(np.asarray(src).tolist(), np.asarray(dst).tolist()))
-    sets = [np.array(sorted(c), dtype=np.int64) for c in nx.connected_components(g) if len(c) >= 2]
-    sets.sort(key=lambda s: (-len(s), int(s[0])))
-    return sets
-
-
-def migration_cost_fraction(problem: Problem) -> np.ndarray | None:
-    """(m,) mc_k / maxMigrCost, the share of one round's budget a key group's move uses (max over the count and
-    byte budgets); ``None`` when the budget is unlimited. A zero budget gives ``inf``."""
-    parts = []
-    if problem.max_migrations is not None:
-        mm = problem.max_migrations
-        parts.append(np.full(problem.n_key_groups, (1.0 / mm) if mm > 0 else math.inf))
-    if problem.max_migration_bytes is not None:
-        mb = problem.max_migration_bytes
-        with np.errstate(divide="ignore", invalid="ignore"):
-            frac = problem.state_bytes / mb if mb > 0 else np.where(problem.state_bytes > 0, math.inf, 0.0)
-        parts.append(np.asarray(frac, dtype=np.float64))
-    if not parts:
-        return None
-    return np.maximum.reduce(parts)
-
-
-def split_set(members: np.ndarray, load: np.ndarray, mc: np.ndarray | None, adj: sp.csr_matrix, max_pl: float,
-              *, seed: int = 0, _depth: int = 0) -> list[np.ndarray]:
-    """Step 2 of Algorithm 2: split one collocated set into parts that each respect both caps.
-
-    The number of parts is max(p1, p2), p1 = ⌈Σ mc / maxMigrCost⌉, p2 = ⌈Σ load / maxPL⌉ (``mc`` is already
-    divided by maxMigrCost; ``None`` = unlimited budget). Vertex weight = mc when Pmc/maxMigrCost > PL/maxPL,
-    else load; edge weight = traffic (``adj`` is the symmetric traffic of the whole problem). A part that still
-    breaks a cap is split again ("it may need to be applied again on some partitions"); single key groups are
-    always accepted. ``max_pl`` ≤ 0 means one part per key group (the pure MILP).
-
-    Returns:
-        list of parts (arrays of key group indices), covering ``members`` exactly once.
-    """
-    members = np.asarray(members, dtype=np.int64)
-    if members.size <= 1:
-        return [members] if members.size else []
-    if max_pl <= 0:
-        return [members[i:i + 1] for i in range(members.size)]
-    pl = float(load[members].sum())
-    pmc = float(mc[members].sum()) if mc is not None else 0.0
-    ratio_pl = pl / max_pl
-    if not math.isfinite(pmc):
-        return [members[i:i + 1] for i in range(members.size)]
-    if pmc <= 1 + _EPS and pl <= max_pl * (1 + _EPS):
-        return [members]
-    k = max(math.ceil(pmc - _EPS), math.ceil(ratio_pl - _EPS), 2)
-    if k >= members.size:
-        return [members[i:i + 1] for i in range(members.size)]
-    weights = mc[members] if (mc is not None and pmc > ratio_pl) else load[members]
-    sub = adj[members][:, members]
-    part = metis_parts(sub, k, weights, seed=seed + _depth)
-    out: list[np.ndarray] = []
-    groups = [members[part == p] for p in range(k)]
-    groups = [g for g in groups if g.size]
-    if len(groups) == 1:  # METIS could not split (should not happen): force a split in order
-        groups = [g for g in np.array_split(members, k) if g.size]
-    for g in groups:
-        out.extend(split_set(g, load, mc, adj, max_pl, seed=seed, _depth=_depth + 1))
-    return out
-
-
 # ---------------------------------------------------------------------------------------------- step 3: pairs
 @dataclass
 class CollocationUnits:
@@ -256,6 +189,10 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         band=None if max_ld_band is None else max_ld_band * t_util,
         max_moves=None if problem.max_migrations is None else math.floor(problem.max_migrations * share + _EPS),
         max_bytes=None if problem.max_migration_bytes is None else problem.max_migration_bytes * share, pin=pin)
+    if order == "gain" and st.band is not None and st.max_moves is not None:
+        # balance first: every active node already out of the band needs about one MILP move to come back
+        out = int(np.count_nonzero(problem.active & (np.abs(st.util - t_util) > st.band + _EPS)))
+        st.max_moves = max(0, st.max_moves - min(out, st.max_moves // 2))
     limit = math.inf if pairs_per_round is None else pairs_per_round
     if max_pl_abs > 0 and len(pairs) and limit > 0 and (st.max_moves is None or st.max_moves > 0):
         todo = np.flatnonzero(~pairs.collocated)
@@ -268,12 +205,14 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
             add_pairs_paper(st, todo, pairs.src, pairs.dst, limit)
     unit_of, hint, target, choice, added = st.unit_of, st.hint, st.target, st.choice, st.added
     moves, nbytes = st.moves, st.nbytes
+    if order == "gain" and max_pl_abs > 0:  # a balanced warm start from the migrations the pairs left
+        balance_hint(st, problem.max_migrations, problem.max_migration_bytes)
     # contiguous unit ids
     uniq, inv = np.unique(unit_of, return_inverse=True)
     pos = {int(u): i for i, u in enumerate(uniq)}
     allowed = {pos[u]: np.array(sorted(choice[u]), dtype=np.int64) for u in target}
-    return CollocationUnits(unit_of=inv.astype(np.int64), allowed=allowed, hint=hint, n_set_parts=n_parts, n_sets=len(sets),
-                 pairs_added=added, moves_committed=moves, bytes_committed=nbytes)
+    return CollocationUnits(unit_of=inv.astype(np.int64), allowed=allowed, hint=hint, n_set_parts=n_parts,
+                            n_sets=len(sets), pairs_added=added, moves_committed=moves, bytes_committed=nbytes)
 
 
 # ---------------------------------------------------------------------------------------------- step 4: solve
@@ -292,7 +231,7 @@ def _feasible_hint(problem: Problem, a: np.ndarray, units: CollocationUnits) -> 
     return metrics.within_budget(problem, a)
 
 
-def _solve_grouped():
+def _solve_grouped() -> Callable[..., Plan]:
     from solvers.albic.milp import solve_grouped  # lazy: OR-tools is imported only when ALBIC runs
 
     return solve_grouped

@@ -1,30 +1,24 @@
 """Step 3 of ALBIC's Algorithm 2 (Madsen, Zhou, Cao, §4.3.2, lines 24–37): which to-be-collocated pairs are
-constrained onto one node this round, and where.
+constrained onto one node this round, and where (parameter ``pair_order`` of :func:`solvers.albic.collocation.albic`).
 
-Two orders (parameter ``pair_order`` of :func:`solvers.albic.collocation.albic`):
+* ``"paper"`` — as printed: the highest-traffic pair first (ties at random); case 1 (neither end in a part) on the
+  less loaded of the two nodes, case 2 (one end in a part) on that part's node, case 3 (both in parts) the parts
+  merged on the less loaded node. The paper adds one pair per round; ``pairs_per_round`` allows more.
+* ``"gain"`` (default; a multi-round view beyond the paper) — ALBIC should reach a re-optimiser's (COLA's)
+  collocation over budgeted rounds (§5.3–5.4, Figs. 10–12), so each round's budget should buy as much collocation
+  as it can. A pair offers two *moves*: the unit of one end (a key group, or a METIS part moved whole) joins the
+  node of the other, so a pair needs one move (or the smaller part), never both. Gain = traffic made node-local −
+  traffic cut (all edges of the unit); cost = migrations added. Moves go greedily by gain per migration ×
+  (1 + BALANCE_WEIGHT · b), b ∈ [−1, 1] = how much the move narrows its two nodes' distance to the target (b = 1:
+  overloaded → underloaded node), re-scored lazily. A move that breaks the band is taken with its best
+  compensating move (a swap); the budget of nodes already out of the band is kept for the MILP; the migrations
+  left after the pairs make a balanced warm start (:func:`balance_hint`).
 
-* ``"paper"`` — Algorithm 2 as printed: the highest-traffic pair first (ties at random); case 1 (neither end in a
-  part) on the less loaded of the two nodes, case 2 (one end in a part) on that part's node, case 3 (both in parts)
-  the two parts merged on the less loaded node. The paper adds one pair per round; ``pairs_per_round`` allows more.
-* ``"gain"`` (default, a multi-round view beyond the paper) — ALBIC is meant to reach a re-optimiser's (COLA's)
-  collocation over many budgeted rounds (§5.3–5.4, Figs. 10–12), so the budget of every round should buy as much
-  collocation as it can. Every pair offers two *moves*: the unit of one end joins the node of the other (a unit is a
-  key group or a METIS part of a collocated set, moved whole; a pair therefore needs one move, or the size of the
-  smaller part, never both). A move's *gain* is the traffic it makes node-local minus the traffic it cuts (all
-  edges of the moved unit, not only the scored pair); its *cost* is the migrations it adds to the round. Moves are
-  taken greedily by gain per migration, weighted by ``1 + BALANCE_WEIGHT · b`` where b ∈ [−1, 1] is how much the
-  move narrows the two nodes' distance to the target utilisation (b = 1: from an overloaded node to an underloaded
-  one), so collocation moves also do balancing work and leave the MILP's share of the budget for the rest. Scores
-  are re-evaluated lazily (a popped move is re-scored on the current plan and committed only if it still beats the
-  next one).
-
-Both orders share the budget accounting (moves and bytes relative to the current assignment, ``pair_budget_share``
-of the budget), the load band (a move may not push a node more than ``band`` from the target utilisation, or further
-if it already is; if that rejects everything, the best move that fits the budget is taken anyway, the paper's one
-pair) and the exact load change of a move (moved key group loads plus ``communication_cost`` × the rate of the edges
-that become cut or local, charged to both ends as :func:`solvers.metrics.node_loads` does).
-
-Complexity: O(P log P) for P candidate pairs plus, per evaluation of a move, O(deg) of the moved unit's edges.
+Shared: budget accounting relative to the current assignment (``pair_budget_share`` of the budget); the band (a
+move may not push a node more than ``band`` from the target utilisation, or further if it already is; if that
+rejects everything, the best move that fits is taken anyway — the paper's one pair); the exact load change of a
+move (key group loads plus ``communication_cost`` × the rate of edges that become cut or local, both ends, as
+:func:`solvers.metrics.node_loads`). Cost: O(P log P) for P pairs plus O(deg) per evaluation of a move.
 """
 
 from __future__ import annotations
@@ -42,6 +36,8 @@ _EPS = 1e-9
 #: weight of the balance term b ∈ [−1, 1] in a move's score: gain/migration × (1 + BALANCE_WEIGHT · b)
 BALANCE_WEIGHT = 0.5
 ORDERS = ("gain", "paper")
+#: compensation searches per level, per unit of the migration budget
+COMPENSATION_TRIES = 2
 
 
 @dataclass
@@ -68,9 +64,7 @@ class PairState:
     def unit(self, g: int) -> tuple[int, np.ndarray, int]:
         """(unit id, members, planned node) of key group ``g``."""
         u = int(self.unit_of[g])
-        mem = self.members.get(u)
-        if mem is None:
-            mem = np.array([g], dtype=np.int64)
+        mem = self.members.get(u, np.array([g], dtype=np.int64))
         return u, mem, int(self.target.get(u, int(self.hint[g])))
 
     def budget_full(self) -> bool:
@@ -86,37 +80,43 @@ class Move:
     s: int
     v: int
     t: int
-    gain: float
+    gain: float  # traffic made local − traffic cut
     d_moves: int
     d_bytes: float
-    delta: dict[int, float]
-    balance: float
+    delta: dict[int, float]  # utilisation change per node
+    balance: float  # b ∈ [−1, 1]
 
 
 def evaluate(st: PairState, u: int, mem: np.ndarray, s: int, v: int, t: int) -> Move:
     """The exact effect of moving unit ``u`` from ``s`` to ``t`` on the current plan: collocation gain (rate made
     local − rate cut), migrations and bytes added, utilisation change per node and balance term b."""
-    p = st.problem
-    cur = p.current
-    rows = st.adj[mem]
-    cols, data = rows.indices, rows.data
-    ext = ~np.isin(cols, mem)
-    cols, data = cols[ext], data[ext]
+    p, cur = st.problem, st.problem.current
+    ip, ix, dx = st.adj.indptr, st.adj.indices, st.adj.data
+    if mem.size == 1:
+        k = int(mem[0])
+        cols, data = ix[ip[k]:ip[k + 1]], dx[ip[k]:ip[k + 1]]
+    else:
+        cols = np.concatenate([ix[ip[k]:ip[k + 1]] for k in mem.tolist()])
+        data = np.concatenate([dx[ip[k]:ip[k + 1]] for k in mem.tolist()])
+        ext = ~np.isin(cols, mem)
+        cols, data = cols[ext], data[ext]
     hn = st.hint[cols]
     r_t = float(data[hn == t].sum())
     r_s = float(data[hn == s].sum())
     r_o = float(data.sum()) - r_t - r_s
-    w = float(p.load[mem].sum())
-    c = p.communication_cost
-    d_moves = int((cur[mem] != t).sum() - (cur[mem] != s).sum())
+    w, c = float(p.load[mem].sum()), p.communication_cost
+    cm = cur[mem]
+    away_t, away_s = cm != t, cm != s
+    d_moves = int(away_t.sum()) - int(away_s.sum())
     sb = p.state_bytes[mem]
-    d_bytes = float(sb[cur[mem] != t].sum() - sb[cur[mem] != s].sum())
+    d_bytes = float(sb[away_t].sum() - sb[away_s].sum()) if st.max_bytes is not None else 0.0
     dl_s = -w - c * r_t + c * r_s - c * r_o
     dl_t = w - c * r_t + c * r_s + c * r_o
-    delta = {s: dl_s / p.capacity[s], t: dl_t / p.capacity[t]}
+    delta = {s: dl_s / float(p.capacity[s]), t: dl_t / float(p.capacity[t])}
     T = st.t_util
-    before = abs(st.util[s] - T) + abs(st.util[t] - T)
-    after = abs(st.util[s] + delta[s] - T) + abs(st.util[t] + delta[t] - T)
+    us, ut = float(st.util[s]), float(st.util[t])
+    before = abs(us - T) + abs(ut - T)
+    after = abs(us + delta[s] - T) + abs(ut + delta[t] - T)
     scale = abs(delta[s]) + abs(delta[t])
     bal = (before - after) / scale if scale > _EPS else 0.0
     return Move(u, mem, s, v, t, r_t - r_s, d_moves, d_bytes, delta, bal)
@@ -141,10 +141,7 @@ def commit(st: PairState, mv: Move, gi: int, gj: int, case: int, options: list[i
     """Apply ``mv``: the moved unit joins unit ``v`` on node ``t``, which is pinned there (``options``)."""
     mem_v = st.members.get(mv.v, np.array([mv.v], dtype=np.int64))
     merged = np.concatenate([mem_v, mv.mem])
-    st.moves += mv.d_moves
-    st.nbytes += mv.d_bytes
-    for nd, dv in mv.delta.items():
-        st.util[nd] += dv
+    _account(st, mv)
     st.hint[merged] = mv.t
     st.unit_of[mv.mem] = mv.v
     st.members[mv.v] = merged
@@ -156,6 +153,13 @@ def commit(st: PairState, mv: Move, gi: int, gj: int, case: int, options: list[i
     st.added.append((gi, gj, mv.t, case))
 
 
+def _account(st: PairState, mv: Move) -> None:
+    st.moves += mv.d_moves
+    st.nbytes += mv.d_bytes
+    for nd, dv in mv.delta.items():
+        st.util[nd] += dv
+
+
 def _score(mv: Move) -> float:
     if mv.gain <= _EPS:
         return -math.inf
@@ -163,37 +167,80 @@ def _score(mv: Move) -> float:
     return per * (1.0 + BALANCE_WEIGHT * mv.balance)
 
 
-def _options(st: PairState, gi: int, gj: int) -> list[Move]:
-    ui, mi, ni = st.unit(gi)
-    uj, mj, nj = st.unit(gj)
+def _option(st: PairState, gi: int, gj: int, k: int) -> Move | None:
+    """Move ``k`` of the pair: 0 = the unit of ``gj`` joins the node of ``gi``, 1 = the other way round; None when
+    both ends already share a unit or node, or the target node is being removed."""
+    (ui, mi, ni), (uj, mj, nj) = st.unit(gi), st.unit(gj)
     if ui == uj or ni == nj:
-        return []
-    out = []
+        return None
+    if k == 0:
+        return None if st.problem.removing[ni] else evaluate(st, uj, mj, nj, ui, ni)
+    return None if st.problem.removing[nj] else evaluate(st, ui, mi, ni, uj, nj)
+
+
+@dataclass
+class _Snapshot:
+    unit_of: np.ndarray
+    hint: np.ndarray
+    util: np.ndarray
+    members: dict[int, np.ndarray]
+    target: dict[int, int]
+    choice: dict[int, list[int]]
+    n_added: int
+    moves: int
+    nbytes: float
+
+
+def _snapshot(st: PairState) -> _Snapshot:
+    return _Snapshot(st.unit_of.copy(), st.hint.copy(), st.util.copy(), dict(st.members), dict(st.target),
+                     dict(st.choice), len(st.added), st.moves, st.nbytes)
+
+
+def _restore(st: PairState, snap: _Snapshot) -> None:
+    st.unit_of[:] = snap.unit_of
+    st.hint[:] = snap.hint
+    st.util[:] = snap.util
+    st.members, st.target, st.choice = snap.members, snap.target, snap.choice
+    del st.added[snap.n_added:]
+    st.moves, st.nbytes = snap.moves, snap.nbytes
+
+
+def _in_band(st: PairState, nodes: set[int], util0: np.ndarray) -> bool:
+    """Every node of ``nodes`` within the band, or no further out than it was (utilisation ``util0``)."""
+    T = st.t_util
+    band = st.band if st.band is not None else math.inf
     removing = st.problem.removing
-    if not removing[ni]:
-        out.append(evaluate(st, uj, mj, nj, ui, ni))
-    if not removing[nj]:
-        out.append(evaluate(st, ui, mi, ni, uj, nj))
-    return out
+    return all(bool(removing[nd]) or abs(float(st.util[nd]) - T) <= max(band, abs(float(util0[nd]) - T)) + _EPS
+               for nd in nodes)
 
 
 def add_pairs_gain(st: PairState, src: np.ndarray, dst: np.ndarray, limit: float) -> None:
-    """The ``"gain"`` order (module docstring): lazy greedy over the two moves of every pair ``src[p] → dst[p]``."""
+    """The ``"gain"`` order (module docstring): lazy greedy over the two moves of every pair ``src[p] → dst[p]``.
+
+    A move that would push a node out of the band is tried together with its best *compensating* move — another
+    pair's move out of the node it overloads or into the node it underloads — and the two are taken together when
+    both nodes end within the band (a swap of collocation moves keeps balance at two migrations for two pairs)."""
     heap: list[tuple[float, int, int]] = []
+    by_node: dict[int, list[tuple[int, int]]] = {}
     for p in range(src.size):
-        for k, mv in enumerate(_options(st, int(src[p]), int(dst[p]))):
-            sc = _score(mv)
-            if sc > -math.inf:
+        for k in (0, 1):
+            mv = _option(st, int(src[p]), int(dst[p]), k)
+            sc = -math.inf if mv is None else _score(mv)
+            if mv is not None and sc > -math.inf:
                 heap.append((-sc, p, k))
+                by_node.setdefault(mv.s, []).append((p, k))
+                by_node.setdefault(mv.t, []).append((p, k))
     heapq.heapify(heap)
     fallback: tuple[float, int, int] | None = None
+    # compensation searches cost O(pairs per node) evaluations each: at most this many per level
+    tries = COMPENSATION_TRIES * (st.max_moves if st.max_moves is not None else 20)
     while heap and len(st.added) < limit and not st.budget_full():
         neg, p, k = heapq.heappop(heap)
         gi, gj = int(src[p]), int(dst[p])
-        opts = _options(st, gi, gj)
-        if k >= len(opts):
+        got = _option(st, gi, gj, k)
+        if got is None:
             continue
-        mv = opts[k]
+        mv = got
         sc = _score(mv)
         if sc == -math.inf:
             continue
@@ -204,21 +251,60 @@ def add_pairs_gain(st: PairState, src: np.ndarray, dst: np.ndarray, limit: float
         if verdict == "band":
             if fallback is None:
                 fallback = (sc, p, k)
+            if len(st.added) + 2 <= limit and tries > 0:
+                tries -= 1
+                _compensated(st, mv, gi, gj, src, dst, by_node)
             continue
         if verdict != "ok":
             continue
         _commit_pair(st, mv, gi, gj)
-    if not st.added and fallback is not None:  # every move breaks the band: the best one anyway (one pair)
-        _, p, k = fallback
+    if not st.added and fallback is not None:  # every move breaks the band: the best one anyway (one pair) if it
+        _, p, k = fallback                      # moves a single key group (a whole part would unbalance the round)
         gi, gj = int(src[p]), int(dst[p])
-        opts = _options(st, gi, gj)
-        if k < len(opts) and fits(st, opts[k], False) == "ok":
-            _commit_pair(st, opts[k], gi, gj)
+        got = _option(st, gi, gj, k)
+        if got is not None and got.d_moves <= 1 and fits(st, got, False) == "ok":
+            _commit_pair(st, got, gi, gj)
+
+
+def _compensated(st: PairState, mv: Move, gi: int, gj: int, src: np.ndarray, dst: np.ndarray,
+                 by_node: dict[int, list[tuple[int, int]]]) -> bool:
+    """Take ``mv`` (which breaks the band) with the best second move that brings its nodes back; False (and the
+    plan unchanged) when there is none within the budget."""
+    if fits(st, mv, False) != "ok":
+        return False
+    util0 = st.util.copy()
+    snap = _snapshot(st)
+    _commit_pair(st, mv, gi, gj)
+    best: tuple[float, Move, int, int] | None = None
+    seen: set[tuple[int, int]] = set()
+    for nd in (mv.t, mv.s):
+        for p2, k2 in by_node.get(nd, ()):
+            if (p2, k2) in seen:
+                continue
+            seen.add((p2, k2))
+            g2i, g2j = int(src[p2]), int(dst[p2])
+            mv2 = _option(st, g2i, g2j, k2)
+            if mv2 is None:
+                continue
+            sc2 = _score(mv2)
+            if sc2 == -math.inf or fits(st, mv2, False) != "ok":
+                continue
+            for node, dv in mv2.delta.items():
+                st.util[node] += dv
+            ok = _in_band(st, set(mv.delta) | set(mv2.delta), util0)
+            for node, dv in mv2.delta.items():
+                st.util[node] -= dv
+            if ok and (best is None or sc2 > best[0]):
+                best = (sc2, mv2, g2i, g2j)
+    if best is None:
+        _restore(st, snap)
+        return False
+    _commit_pair(st, best[1], best[2], best[3])
+    return True
 
 
 def _commit_pair(st: PairState, mv: Move, gi: int, gj: int) -> None:
-    in_u = mv.mem.size >= 2
-    in_v = mv.v in st.members
+    in_u, in_v = mv.mem.size >= 2, mv.v in st.members
     case = 3 if (in_u and in_v) else 2 if (in_u or in_v) else 1
     options = [mv.t] if st.pin == "paper" else sorted({mv.s, mv.t})
     commit(st, mv, gi, gj, case, options)
@@ -241,8 +327,7 @@ def add_pairs_paper(st: PairState, order: np.ndarray, src: np.ndarray, dst: np.n
 
 
 def _paper_pair(st: PairState, gi: int, gj: int, use_band: bool) -> str:
-    ui, mi, ni = st.unit(gi)
-    uj, mj, nj = st.unit(gj)
+    (ui, mi, ni), (uj, mj, nj) = st.unit(gi), st.unit(gj)
     if ui == uj:
         return "skip"
     in_i, in_j = mi.size >= 2, mj.size >= 2
@@ -267,3 +352,49 @@ def _paper_pair(st: PairState, gi: int, gj: int, use_band: bool) -> str:
         return verdict
     commit(st, mv, gi, gj, case, options)
     return "ok"
+
+
+def balance_hint(st: PairState, max_moves: int | None, max_bytes: float | None) -> int:
+    """Warm start for the MILP (``"gain"`` order): spend the migrations the pairs left on greedy balancing moves —
+    repeatedly a unit that is not pinned (a key group or a METIS part, moved whole) from the most to the least
+    utilised active node when that lowers the larger of the two nodes' distances to the target, preferring the
+    unit whose move keeps the most collocated traffic per migration. The MILP (§4.3.1) still decides: these moves
+    are not pinned, they only make its start (and its answer when the time limit is too short to improve on it)
+    balanced. Returns the moves made."""
+    p = st.problem
+    active = np.flatnonzero(p.active)
+    if active.size < 2:
+        return 0
+    T = st.t_util
+    made = 0
+    while max_moves is None or st.moves < max_moves:
+        ua = st.util[active]
+        hi, lo = int(active[int(np.argmax(ua))]), int(active[int(np.argmin(ua))])
+        worst = max(abs(float(st.util[hi]) - T), abs(float(st.util[lo]) - T))
+        best: tuple[float, Move] | None = None
+        seen: set[int] = set()
+        for k in np.flatnonzero(st.hint == hi).tolist():
+            u, mem, node = st.unit(k)
+            if u in seen or u in st.target or node != hi:
+                continue
+            seen.add(u)
+            mv = evaluate(st, u, mem, hi, u, lo)
+            if mv.d_moves <= 0 and mem.size > 1:
+                continue
+            if max_moves is not None and st.moves + mv.d_moves > max_moves:
+                continue
+            if max_bytes is not None and st.nbytes + mv.d_bytes > max_bytes * (1 + _EPS):
+                continue
+            after = max(abs(float(st.util[hi]) + mv.delta[hi] - T), abs(float(st.util[lo]) + mv.delta[lo] - T))
+            if after >= worst - _EPS:
+                continue
+            key = mv.gain / max(mv.d_moves, 1) - 1e-6 * after  # least collocation lost, then the better balance
+            if best is None or key > best[0]:
+                best = (key, mv)
+        if best is None:
+            break
+        mv = best[1]
+        _account(st, mv)
+        st.hint[mv.mem] = lo
+        made += 1
+    return made

@@ -59,7 +59,7 @@ def map_parts_to_nodes(problem: Problem, part: np.ndarray, nodes: np.ndarray, sa
     rows, cols = linear_sum_assignment(overlap, maximize=True)
     node_of_part = np.empty(k, dtype=np.int64)
     node_of_part[rows] = nodes[cols]
-    return node_of_part[part]
+    return np.asarray(node_of_part[part], dtype=np.int64)
 
 
 def _lpt(part_load: np.ndarray, nodes: np.ndarray, capacity: np.ndarray) -> np.ndarray:
@@ -119,7 +119,7 @@ def cola_split(problem: Problem, *, max_ld: float = 10.0, seed: int = 0, deadlin
                 break
         if deadline is not None and time.perf_counter() > deadline and best is not None:
             break
-        big = int(np.argmax([ld_ if mem.size > 1 else -1.0 for ld_, mem in zip(loads, parts)]))
+        big = int(np.argmax([ld_ if mem.size > 1 else -1.0 for ld_, mem in zip(loads, parts, strict=False)]))
         if parts[big].size <= 1:
             if best is None:  # fewer key groups than nodes
                 a = np.empty(m, dtype=np.int64)
@@ -154,8 +154,8 @@ def cola_kway(problem: Problem, *, max_ld: float = 10.0, seed: int = 0, deadline
     place."""
     nodes = np.flatnonzero(problem.active)
     adj = symmetric_traffic(problem)
-    tpw = problem.capacity[nodes]
-    tpw = None if np.allclose(tpw, tpw[0]) else tpw
+    cap = problem.capacity[nodes]
+    tpw = None if np.allclose(cap, cap[0]) else cap
     best: tuple[float, np.ndarray, int] | None = None
     tried = []
     for uf in UFACTORS:

@@ -140,12 +140,12 @@ def flux_moves(problem: Problem, time_limit: float = 1.0, start: np.ndarray | No
     best_len = 0
     if monotone and moves:
         mk = np.array([k for k, _ in moves], dtype=np.int64)
-        w = problem.load[mk]
+        wm = problem.load[mk]
         src, dst = np.array(moves_from, dtype=np.int64), np.array([j for _, j in moves], dtype=np.int64)
 
         def score_at(length: int) -> tuple[float, float]:
-            loads = loads0 - np.bincount(src[:length], weights=w[:length], minlength=problem.n_nodes)
-            loads += np.bincount(dst[:length], weights=w[:length], minlength=problem.n_nodes)
+            loads = loads0 - np.bincount(src[:length], weights=wm[:length], minlength=problem.n_nodes)
+            loads += np.bincount(dst[:length], weights=wm[:length], minlength=problem.n_nodes)
             return score_of(loads)
 
         final = score_at(len(moves))

@@ -11,6 +11,8 @@ Cost: O(total bytes / 8) numpy element operations, about 30–60 ns per short ke
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from solvers.hashing import mixed_seed  # the seed mixing of the shared definition
@@ -103,7 +105,7 @@ def hash_lines(data: bytes, seed: int = 0) -> np.ndarray:
     return hash_spans(data, starts, lengths, seed)
 
 
-def concat_keys(keys) -> tuple[bytes, np.ndarray, np.ndarray]:
+def concat_keys(keys: Iterable[str | bytes]) -> tuple[bytes, np.ndarray, np.ndarray]:
     """UTF-8 encode ``keys`` (str or bytes) into one buffer; returns (buffer, starts, lengths)."""
     enc = [k.encode("utf-8") if isinstance(k, str) else bytes(k) for k in keys]
     lengths = np.fromiter((len(b) for b in enc), dtype=np.int64, count=len(enc))
@@ -113,7 +115,7 @@ def concat_keys(keys) -> tuple[bytes, np.ndarray, np.ndarray]:
     return b"".join(enc), starts, lengths
 
 
-def hash_strings(keys, seed: int = 0) -> np.ndarray:
+def hash_strings(keys: Iterable[str | bytes], seed: int = 0) -> np.ndarray:
     """``hash64(k, seed)`` for a list of str/bytes keys (one join, then :func:`hash_spans`)."""
     buf, starts, lengths = concat_keys(keys)
     return hash_spans(buf, starts, lengths, seed)

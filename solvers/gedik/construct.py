@@ -22,7 +22,8 @@ moves per item, §4.2.4); R = |D_p^{t+1}|.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -41,12 +42,12 @@ class Instance:
     freqs: np.ndarray             # (R,) f of the tracked items D_p^{t+1}
     old: np.ndarray               # (R,) p^t(d), -1 when there is no previous function
     hc_new: np.ndarray            # (R,) H_c^{t+1}(d)
-    o_freqs: np.ndarray | None = None   # (Ro,) f of D_o (tracked before, not now)
-    o_old: np.ndarray | None = None     # (Ro,) p^t(d) for D_o
-    o_hc_new: np.ndarray | None = None  # (Ro,) H_c^{t+1}(d) for D_o
+    o_freqs: np.ndarray = field(default_factory=lambda: np.empty(0))   # (Ro,) f of D_o (tracked before, not now)
+    o_old: np.ndarray = field(default_factory=lambda: np.empty(0))     # (Ro,) p^t(d) for D_o
+    o_hc_new: np.ndarray = field(default_factory=lambda: np.empty(0))  # (Ro,) H_c^{t+1}(d) for D_o
     has_previous: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self.freqs = np.asarray(self.freqs, dtype=np.float64)
         self.old = np.asarray(self.old, dtype=np.int64)
         self.hc_new = np.asarray(self.hc_new, dtype=np.int64)
@@ -69,7 +70,7 @@ class _Ctx:
         self.n = inst.channels
         self.cfg = cfg
         act = cfg.active
-        groups: dict = {}
+        groups: dict[tuple[str, float], list[int]] = {}
         for k in act:
             groups.setdefault((cfg.resources[k], float(cfg.alpha[k])), []).append(k)
         keys = list(groups)
@@ -86,19 +87,19 @@ class _Ctx:
         self.mbar = float(self.s.sum() + s_o.sum()) / self.n
         self.U = cfg.utility
 
-    def gamma(self, m):
+    def gamma(self, m: Any) -> np.ndarray:
         if not self.mig or self.mbar <= 0:
             return np.zeros_like(np.asarray(m, dtype=np.float64))
         return np.asarray(m, dtype=np.float64) / self.mbar
 
-    def combine(self, rk):
+    def combine(self, rk: np.ndarray) -> Any:
         """ρ from per-resource penalties rk (K, ...): weighted geometric mean (Eq. 20)."""
         if self.K == 1:
             return rk[0]
         w = self.w.reshape((self.K,) + (1,) * (rk.ndim - 1))
         return np.prod(rk ** w, axis=0)
 
-    def rho(self, newmax, newmin, total):
+    def rho(self, newmax: np.ndarray, newmin: np.ndarray, total: np.ndarray) -> Any:
         """ρ from (K, ...) arrays of new max/min and (K, ...) totals (geometric mean over K)."""
         if self.K == 0:
             return np.zeros(newmax.shape[1:])
@@ -109,7 +110,7 @@ class _Ctx:
         return self.combine(rk)
 
 
-def _add_eval(ctx: _Ctx, L: np.ndarray, V: np.ndarray):
+def _add_eval(ctx: _Ctx, L: np.ndarray, V: np.ndarray) -> Any:
     """ρ after adding an item with values V (K, C) to each channel: returns (C, N)."""
     K, n = L.shape
     if K == 0:
@@ -131,12 +132,12 @@ def _tie_load(L: np.ndarray, cnt: np.ndarray) -> np.ndarray:
     its total) then its item count — the least loaded channel wins instead of the lowest index."""
     tot = L.sum(axis=1, keepdims=True)
     norm = np.divide(L, tot, out=np.zeros_like(L), where=tot > 0).sum(axis=0)
-    return norm + 1e-9 * cnt / max(cnt.sum(), 1)
+    return np.asarray(norm + 1e-9 * cnt / max(cnt.sum(), 1), dtype=np.float64)
 
 
 def _tied(u: np.ndarray) -> np.ndarray:
     umin = np.min(u)
-    return u <= umin + 1e-12 * max(1.0, abs(float(umin)))
+    return np.asarray(u <= umin + 1e-12 * max(1.0, abs(float(umin))))
 
 
 def scan(inst: Instance, cfg: Config) -> np.ndarray:
@@ -145,8 +146,10 @@ def scan(inst: Instance, cfg: Config) -> np.ndarray:
 
     Ties: ρ (Eq. 19) only sees the max and min channel, so many placements have exactly the same utility (with two
     or more empty channels, all of them). The listing keeps the first (lowest index), which piles a from-scratch
-    build onto the first channels; we keep the least loaded of the tied channels instead.
+    build onto the first channels; we keep the least loaded of the tied channels instead (``cfg.tie_break="index"``
+    restores the listing's first, for the ablation in ``benchmarks.bench_gedik``).
     """
+    by_load = cfg.tie_break != "index"
     ctx = _Ctx(inst, cfg)
     n, R = inst.channels, len(inst.freqs)
     out = np.full(R, -1, dtype=np.int64)
@@ -159,7 +162,7 @@ def scan(inst: Instance, cfg: Config) -> np.ndarray:
         g = ctx.gamma(m + ctx.s[d] * (lanes != ctx.old[d]))
         u = utility(ctx.U, a, g)
         tied = np.flatnonzero(_tied(u))
-        j = int(tied[np.argmin(_tie_load(L, cnt)[tied])]) if len(tied) > 1 else int(tied[0])
+        j = int(tied[np.argmin(_tie_load(L, cnt)[tied])]) if len(tied) > 1 and by_load else int(tied[0])
         out[d] = j
         L[:, j] += ctx.B[:, d]
         cnt[j] += 1
@@ -171,7 +174,8 @@ def scan(inst: Instance, cfg: Config) -> np.ndarray:
 def redist(inst: Instance, cfg: Config) -> np.ndarray:
     """Algorithm 3 (redist, §4.2.3): at each step, among all unplaced items and all channels, place the one with
     the lowest U(ρ, γ)/f(c) (best utility per volume). O(R²·N). Ties: the most frequent tied item, on the least
-    loaded of its tied channels (see :func:`scan`)."""
+    loaded of its tied channels (see :func:`scan`; ``cfg.tie_break="index"``: the lowest tied channel)."""
+    by_load = cfg.tie_break != "index"
     ctx = _Ctx(inst, cfg)
     n, R = inst.channels, len(inst.freqs)
     out = np.full(R, -1, dtype=np.int64)
@@ -189,7 +193,7 @@ def redist(inst: Instance, cfg: Config) -> np.ndarray:
         tied = _tied(u)
         ci = int(np.argmax(tied.any(axis=1)))
         row = np.flatnonzero(tied[ci])
-        j = int(row[np.argmin(_tie_load(L, cnt)[row])]) if len(row) > 1 else int(row[0])
+        j = int(row[np.argmin(_tie_load(L, cnt)[row])]) if len(row) > 1 and by_load else int(row[0])
         d = cand[ci]
         out[d] = j
         L[:, j] += ctx.B[:, d]
@@ -200,7 +204,7 @@ def redist(inst: Instance, cfg: Config) -> np.ndarray:
     return out
 
 
-def _top3(L: np.ndarray, largest: bool):
+def _top3(L: np.ndarray, largest: bool) -> tuple[np.ndarray, np.ndarray]:
     """Top-3 (or bottom-3) values and indices per row of a (K, N) matrix, padded with ∓inf / -1."""
     K, n = L.shape
     order = np.argsort(-L if largest else L, axis=1)[:, :3]
@@ -212,7 +216,7 @@ def _top3(L: np.ndarray, largest: bool):
     return vals, order
 
 
-def _excl(vals, idx, i, j):
+def _excl(vals: np.ndarray, idx: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
     """Per candidate (i, j): first of the top-3 values whose channel is neither i nor j → (K, C)."""
     out = vals[:, 2:3] + 0.0 * i[None, :]
     for r in (1, 0):
@@ -221,7 +225,7 @@ def _excl(vals, idx, i, j):
     return out
 
 
-def readj(inst: Instance, cfg: Config, stats: dict | None = None) -> np.ndarray:
+def readj(inst: Instance, cfg: Config, stats: dict[str, Any] | None = None) -> np.ndarray:
     """Algorithm 4 (readj, §4.2.4): start from the old placement and apply moves ⟨i, d1, j, ∅⟩ and swaps
     ⟨i, d1, j, d2⟩ (Eq. 21) while one of them strictly reduces the balance penalty ρ; among those, apply the one
     with the best gain (u − u')/|f(d1) − f(d2)|, u' = U(ρ', (m + M(p^t, w))/m̄) with M from Eq. 22.
@@ -301,7 +305,7 @@ def readj(inst: Instance, cfg: Config, stats: dict | None = None) -> np.ndarray:
                 continue
             d1 = np.where(rr < len(D1), D1[np.minimum(rr, len(D1) - 1)] if len(D1) else -1, -1)
             d2 = np.where(cc < len(D2), D2[np.minimum(cc, len(D2) - 1)] if len(D2) else -1, -1)
-            j = jcol[cc]
+            jj = jcol[cc]
             av = a[rr, cc]
             f1 = np.where(d1 >= 0, f[np.maximum(d1, 0)], 0.0)
             f2 = np.where(d2 >= 0, f[np.maximum(d2, 0)], 0.0)
@@ -310,7 +314,7 @@ def readj(inst: Instance, cfg: Config, stats: dict | None = None) -> np.ndarray:
                 s2 = np.where(d2 >= 0, s[np.maximum(d2, 0)], 0.0)
                 o1 = np.where(d1 >= 0, old[np.maximum(d1, 0)], -1)
                 o2 = np.where(d2 >= 0, old[np.maximum(d2, 0)], -1)
-                M = s1 * (o1 == i) - s1 * (o1 == j) + s2 * (o2 == j) - s2 * (o2 == i)   # Eq. 22
+                M = s1 * (o1 == i) - s1 * (o1 == jj) + s2 * (o2 == jj) - s2 * (o2 == i)   # Eq. 22
             else:
                 M = np.zeros(len(rr))
             u_new = utility(ctx.U, av, ctx.gamma(m + M))
@@ -323,7 +327,7 @@ def readj(inst: Instance, cfg: Config, stats: dict | None = None) -> np.ndarray:
                 continue
             if best is None or gain[bidx] > best[0]:
                 best = (float(gain[bidx]), float(av[bidx]), float(u_new[bidx]), float(M[bidx]), int(d1[bidx]),
-                        int(d2[bidx]), i, int(j[bidx]), delta[:, rr[bidx], cc[bidx]].copy())
+                        int(d2[bidx]), i, int(jj[bidx]), delta[:, rr[bidx], cc[bidx]].copy())
         if best is None:
             break
         _, a_b, u_b, M_b, x, y, i, j, dvec = best
@@ -346,7 +350,7 @@ def readj(inst: Instance, cfg: Config, stats: dict | None = None) -> np.ndarray:
     return ch
 
 
-def construct(algorithm: str, inst: Instance, cfg: Config, stats: dict | None = None) -> np.ndarray:
+def construct(algorithm: str, inst: Instance, cfg: Config, stats: dict[str, Any] | None = None) -> np.ndarray:
     """Run one of ``scan``, ``redist``, ``readj`` (channels of the tracked items)."""
     if inst.channels == 1:
         return np.zeros(len(inst.freqs), dtype=np.int64)

@@ -133,8 +133,8 @@ class SlidingLossyCounter:
         """Entries held in all three counters (the memory of the sliding counter)."""
         return sum(len(c) for c in self.counters)
 
-    def estimates(self):
+    def estimates(self) -> tuple[np.ndarray, np.ndarray]:
         return self.active.estimates()
 
-    def frequent(self, support: float):
+    def frequent(self, support: float) -> tuple[np.ndarray, np.ndarray]:
         return self.active.frequent(support)

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -71,7 +72,9 @@ class PartitionFunction:
         self.seed = int(seed)
         self.replicas = replicas
         self.explicit = dict(explicit)
-        self.ring = ConsistentHash(self.channels, replicas, self.seed) if lookup != "uniform" else None
+        self.frequencies: dict[str, float] = {}
+        self.ring = ConsistentHash(self.channels, DEFAULT_REPLICAS if replicas is None else replicas, self.seed) \
+            if lookup != "uniform" else None
         keys = list(self.explicit)
         pos = hash_strings(keys, self.seed)
         order = np.argsort(pos, kind="stable")
@@ -101,7 +104,7 @@ class PartitionFunction:
             out[cand[hit]] = self._exp_ch[idx[hit]]
         return out
 
-    def route_keys(self, keys) -> np.ndarray:
+    def route_keys(self, keys: Iterable[str | bytes]) -> np.ndarray:
         """Channels of a list of str/bytes keys."""
         return self.route_positions(hash_strings(list(keys), self.seed))
 
@@ -113,11 +116,11 @@ class PartitionFunction:
 
 # ----------------------------------------------------------------------------------------------------------
 # validation
-def _num(x) -> bool:
+def _num(x: object) -> TypeGuard[int | float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def _int(x) -> bool:
+def _int(x: object) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
@@ -170,14 +173,14 @@ def load_function(doc: Any, where: str = "function") -> PartitionFunction:
     return fn
 
 
-def validate_spec(spec: Any) -> dict:
+def validate_spec(spec: Any) -> dict[str, Any]:
     """Check a build spec (the format of ``partition build``) and return it normalised with defaults."""
     if not isinstance(spec, dict):
         raise InvalidInput("", "the spec must be a JSON object")
     for k in spec:
         if k not in SPEC_FIELDS:
             raise InvalidInput(str(k), f"unknown field (expected one of {', '.join(sorted(SPEC_FIELDS))})")
-    out: dict = {}
+    out: dict[str, Any] = {}
     alg = spec.get("algorithm", "readj")
     if alg not in ALGORITHMS:
         raise InvalidInput("algorithm", f"unknown algorithm {alg!r} (one of {', '.join(ALGORITHMS)})")
@@ -216,7 +219,7 @@ def validate_spec(spec: Any) -> dict:
     res = spec.get("resources", {}) or {}
     if not isinstance(res, dict):
         raise InvalidInput("resources", "must be an object {state|computation|communication: function}")
-    defaults = dict(zip(RESOURCES, Config().resources))
+    defaults = dict(zip(RESOURCES, Config().resources, strict=False))
     for k, v in res.items():
         if k not in RESOURCES:
             raise InvalidInput(f"resources.{k}", f"unknown resource (one of {', '.join(RESOURCES)})")
@@ -276,13 +279,13 @@ def validate_spec(spec: Any) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------------
-def _config(s: dict) -> Config:
+def _config(s: dict[str, Any]) -> Config:
     return Config(resources=tuple(s["resources"][k] for k in RESOURCES),
                   alpha=tuple(s["imbalance_tolerance"][k] for k in RESOURCES),
                   sigma=s["sigma"], utility=s["utility"], move_limit=s["move_limit"])
 
 
-def build_document(spec: dict) -> dict:
+def build_document(spec: dict[str, Any]) -> dict[str, Any]:
     """Validate ``spec`` and build the partitioning function document (see the module docstring).
 
     Spec (``partition build --input``): ``{"algorithm": "readj", "channels": 10, "previous": null | document,
@@ -311,7 +314,7 @@ def build_document(spec: dict) -> dict:
     tracked_now = {keys[i] for i in np.flatnonzero(mask).tolist()}
     o_keys = [k for k in prev.explicit if k not in tracked_now] if prev is not None else []
     assign = np.empty(0, dtype=np.int64)
-    stats: dict = {}
+    stats: dict[str, Any] = {}
     if alg in CONSTRUCTIONS and len(tracked):
         tpos = pos[tracked]
         hc_new = new.base_lookup(tpos)
@@ -324,7 +327,7 @@ def build_document(spec: dict) -> dict:
                         o_hc_new=new.base_lookup(o_pos_new) if o_keys else np.empty(0, np.int64),
                         has_previous=prev is not None)
         assign = construct(alg, inst, cfg, stats)
-    explicit = {keys[i]: int(c) for i, c in zip(tracked.tolist(), assign.tolist())}
+    explicit = {keys[i]: int(c) for i, c in zip(tracked.tolist(), assign.tolist(), strict=False)}
     new = PartitionFunction(n, lookup, s["seed"], new.replicas, explicit)
     seconds = time.perf_counter() - t0
     metrics = _estimate_metrics(new, prev, s, cfg, keys, f, pos, o_keys, prev_f)
@@ -368,7 +371,9 @@ def _moved_fraction(prev: PartitionFunction, new: PartitionFunction) -> float:
     return float(np.mean(prev.base_lookup(pos) != new.base_lookup(pos)))
 
 
-def _estimate_metrics(new: PartitionFunction, prev, s, cfg: Config, keys, f, pos, o_keys, prev_f) -> dict:
+def _estimate_metrics(new: PartitionFunction, prev: PartitionFunction | None, s: dict[str, Any], cfg: Config,
+                      keys: list[str], f: np.ndarray, pos: np.ndarray, o_keys: list[str],
+                      prev_f: dict[str, float]) -> dict[str, Any]:
     n = new.channels
     known_ch = new.route_positions(pos) if len(keys) else np.empty(0, dtype=np.int32)
     rest_n = max(s["domain_size"] - len(keys), 0)
@@ -405,7 +410,7 @@ def _estimate_metrics(new: PartitionFunction, prev, s, cfg: Config, keys, f, pos
     return out
 
 
-def route_keys(function, keys) -> np.ndarray:
+def route_keys(function: Any, keys: Iterable[str | bytes]) -> np.ndarray:
     """Channels (``np.int32``) of ``keys`` (list of str/bytes) under a function document or
     :class:`PartitionFunction` — vectorised Algorithm 1 (for the Spark adapter and the controller)."""
     return load_function(function).route_keys(keys)

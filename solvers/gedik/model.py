@@ -21,7 +21,9 @@ Paper: B. Gedik, "Partitioning functions for stateful data parallelism in stream
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -45,7 +47,8 @@ class Config:
     utility: str = "APM"
     move_limit: int = 5            # readj: c, moves per item (§4.2.4)
     readj_require_gain: bool = False  # see solvers.gedik.construct.readj
-    extra: dict = field(default_factory=dict)
+    tie_break: str = "load"        # scan/redist among equal utilities: "load" (least loaded) or "index" (listing)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def active(self) -> list[int]:
@@ -61,7 +64,7 @@ def beta(fn: str, f: np.ndarray) -> np.ndarray:
     if fn == "linear":
         return f.copy()
     if fn == "quadratic":
-        return f * f
+        return np.asarray(f * f, dtype=np.float64)
     raise ValueError(f"unknown resource function {fn!r}")
 
 
@@ -83,7 +86,8 @@ def delta_for(fn: str, sigma: float, th: float, n: int, domain_size: float) -> f
     raise ValueError(f"unknown resource function {fn!r}")
 
 
-def select_tracked(freqs: np.ndarray, n: int, cfg: Config, domain_size: float) -> tuple[float, dict, np.ndarray]:
+def select_tracked(freqs: np.ndarray, n: int, cfg: Config, domain_size: float
+                   ) -> tuple[float, dict[str, float], np.ndarray]:
     """The frequency threshold δ and the items to track, D_p = {d : f(d) ≥ δ} (§4.1, §4.1.3).
 
     δ_k from Eq. 17 per resource and δ = min_k δ_k. For a quadratic resource the post-processing step of §4.1.3
@@ -111,7 +115,7 @@ def select_tracked(freqs: np.ndarray, n: int, cfg: Config, domain_size: float) -
     return delta, dk, f >= delta
 
 
-def utility(name: str, rho, gamma):
+def utility(name: str, rho: Any, gamma: Any) -> Any:
     """U(ρ, γ) of §4.3 (vectorised): A = ρ; APM = ρ+γ; APLM = ρ+log(1+γ); ATM = ρ(1+γ); ATLM = ρ(1+log(1+γ))."""
     if name == "A":
         return rho + 0.0 * gamma
@@ -137,7 +141,7 @@ def rho_of_loads(loads: np.ndarray, thetas: np.ndarray) -> float:
     return float(np.prod(rk) ** (1.0 / len(rk)))
 
 
-def balance_metrics(loads: np.ndarray, alpha) -> dict:
+def balance_metrics(loads: np.ndarray, alpha: Sequence[float]) -> dict[str, Any]:
     """r_k, b_k (Eq. 2/4/6, 11) and b for a (3, N) matrix of channel loads (rows: state, computation,
     communication). A channel with zero load makes r_k infinite: reported as ``None`` (JSON has no ∞)."""
     out_r, out_b = {}, {}

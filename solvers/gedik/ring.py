@@ -108,6 +108,8 @@ class ConsistentHash:
             c = cuts.astype(np.float64)
             arcs = np.diff(np.concatenate(([c[-1] - 2.0**64], c)))
             return float(arcs[a != b].sum() / 2.0**64)
+        if other_uniform is None:
+            raise ValueError("give exactly one of other, other_uniform")
         pos = hash64_array(np.arange(samples, dtype=np.uint64), 0x5EED)
         return float(np.mean(self.lookup(pos) != uniform_lookup(pos, int(other_uniform))))
 

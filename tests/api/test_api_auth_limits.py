@@ -31,7 +31,7 @@ ROUTES = [("GET", "/v1/jobs"), ("GET", "/v1/jobs/j1"), ("PUT", "/v1/jobs/j1"), (
           ("GET", "/v1/jobs/j1/history"), ("POST", "/v1/plans"), ("POST", "/v1/evaluate"),
           ("POST", "/v1/what-if/scaling"), ("POST", "/v1/partitioning"), ("GET", "/v1/algorithms"),
           ("GET", "/metrics")]
-OPEN = ["/healthz", "/readyz", "/docs", "/openapi.json", "/docs-assets/swagger-ui-bundle.js"]
+OPEN = ["/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/docs-assets/swagger-ui-bundle.js"]
 
 
 @pytest.mark.parametrize("method, path", ROUTES)
@@ -68,6 +68,8 @@ def test_openapi_declares_the_bearer_scheme(secured):
     if importlib.util.find_spec("fastapi_offline") is None:
         pytest.skip("fastapi-offline (the Swagger UI assets) is not installed: /docs uses the CDN")
     assert 'src="/docs-assets/swagger-ui-bundle.js"' in page and "cdn" not in page.lower()
+    redoc = httpx.get(secured.url + "/redoc").text
+    assert 'src="/docs-assets/redoc.standalone.js"' in redoc and "cdn" not in redoc.lower()
 
 
 def test_auth_off_by_default(client):

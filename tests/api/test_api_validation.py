@@ -231,3 +231,10 @@ def test_errors_do_not_echo_huge_names(client):
     assert _field(r) == "algorithm" and len(r.text) < 2000
     r = client.post("/v1/plans", json={"problem": {**PROBLEM, huge: 1}})
     assert r.status_code == 422 and len(r.text) < 2000
+
+
+def test_time_limit_given_as_a_param_names_the_right_field(client):
+    # issue 14.3: the API lists time_limit_s; a params.time_limit says where it belongs instead of "unknown"
+    r = client.post("/v1/plans", json={"problem": PROBLEM, "algorithm": "flux", "params": {"time_limit": 5}})
+    assert _field(r) == "params.time_limit"
+    assert "time_limit_s" in r.json()["detail"][0]["reason"]

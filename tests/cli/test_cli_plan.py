@@ -15,7 +15,8 @@ def rb(*args, stdin=None):
 
 def test_generate_plan_evaluate(tmp_path):
     prob = tmp_path / "p.json"
-    r = rb("generate", "albic-synthetic", "--nodes", "20", "--max-migrations", "10", "--seed", "3", "--output", str(prob))
+    r = rb("generate", "albic-synthetic", "--nodes", "20", "--max-migrations", "10", "--seed", "3",
+           "--output", str(prob))
     assert r.returncode == 0, r.stderr
     doc = json.loads(prob.read_text())
     assert len(doc["nodes"]) == 20 and len(doc["key_groups"]) == 400

@@ -106,7 +106,7 @@ def test_track_reports_heavy_keys_within_epsilon(tmp_path):
     assert r.returncode == 0, r.stderr.decode()
     doc = json.loads(r.stdout)
     u, c = np.unique(np.array(keys), return_counts=True)
-    true = dict(zip(u.tolist(), (c / len(keys)).tolist()))
+    true = dict(zip(u.tolist(), (c / len(keys)).tolist(), strict=True))
     for k, f in true.items():
         if f >= 0.002:
             assert k in doc["frequencies"]

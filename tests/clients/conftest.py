@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,16 @@ from tests.helpers.server import InProcessServer, ServerProcess, free_port
 
 
 def _controller(db: Path) -> ServerProcess:
-    """The server's own defaults (two solver workers, 5 s request wait), no tokens, a fresh SQLite file."""
-    return ServerProcess(f"sqlite:///{db}", test_settings=False, log_path=db.with_suffix(".log")).start()
+    """The server's own defaults (two solver workers, 5 s request wait), no tokens, a fresh SQLite file; returned
+    once both solver workers have answered a plan, so that a test's first solve does not wait for a worker's
+    imports (drivers here use timeouts of 1.5 s; on a loaded machine a cold worker took longer)."""
+    srv = ServerProcess(f"sqlite:///{db}", test_settings=False, log_path=db.with_suffix(".log")).start()
+    problem = {"nodes": [{"id": "a"}, {"id": "b"}], "key_groups": [{"id": "k", "node": "a", "load": 1.0}]}
+    with ThreadPoolExecutor(2) as ex, srv.client(timeout=120) as c:
+        codes = list(ex.map(lambda _: c.post("/v1/plans", json={"problem": problem, "algorithm": "flux"}).status_code,
+                            range(2)))
+    assert codes == [200, 200], codes
+    return srv
 
 
 @pytest.fixture(scope="session")

@@ -48,7 +48,7 @@ def test_a_node_the_query_has_no_partition_for_is_refused_and_every_batch_comple
     rc = RebalancerClient(controller.url, timeout=10, retries=1)
     driver = RebalancingDriver(spark, key="key", aggregations={"count": ("count", None)}, client=rc, job_id=jid,
                                key_groups=12, partitions=3, algorithm="flux", budget={"max_migrations": 4},
-                               window_batches=1, min_gain=0.0)
+                               window_batches=1, min_gain=0.0, async_plans=False)
     assert driver.start()
     rng = np.random.default_rng(3)
     frames = [_batch(rng)]
@@ -77,7 +77,8 @@ def test_a_controller_that_comes_back_empty_gets_the_current_assignment(spark, c
     jid = _jid()
     rc = RebalancerClient(controller.url, timeout=10, retries=1)
     driver = RebalancingDriver(spark, key="key", client=rc, job_id=jid, key_groups=12, partitions=3,
-                               algorithm="flux", budget={"max_migrations": 4}, window_batches=1, min_gain=0.0)
+                               algorithm="flux", budget={"max_migrations": 4}, window_batches=1, min_gain=0.0,
+                               async_plans=False)
     driver.start()
     rng = np.random.default_rng(4)
     b = 0
@@ -102,6 +103,39 @@ def test_a_controller_that_comes_back_empty_gets_the_current_assignment(spark, c
     assert r1.migrations == 0 and r2.migrations == 0          # nothing moved back to the default layout
     assert r2.controller == "ok"
     driver.close()
+
+
+def test_plans_are_computed_off_the_batch_and_applied_at_a_later_boundary(spark, controller):
+    rc = RebalancerClient(controller.url, timeout=10, retries=1)
+    driver = RebalancingDriver(spark, key="key", aggregations={"count": ("count", None)}, client=rc, job_id=_jid(),
+                               key_groups=12, partitions=3, algorithm="flux", budget={"max_migrations": 4},
+                               window_batches=1, min_gain=0.0)  # async_plans by default
+    driver.start()
+    rng = np.random.default_rng(9)
+    frames = [_batch(rng), _batch(rng)]
+    r0 = driver.process(spark.createDataFrame(frames[0]), 0)
+    assert r0.controller == "ok" and driver._inflight is not None   # the batch returned; the plan is on its way
+    driver.wait_for_plan(120)
+    assert driver.pending is not None and driver.epoch == 0
+    epoch = driver.pending[0]
+    r1 = driver.process(spark.createDataFrame(frames[1]), 1)        # applied at the next boundary
+    assert r1.epoch == epoch >= 1 and r1.migrations >= 1
+    got = driver.state_frame().toPandas().set_index("key")["count"].sort_index()
+    assert got.tolist() == pd.concat(frames).groupby("key").size().sort_index().tolist()
+    driver.close()
+
+
+def test_job_ids_are_sent_encoded_and_an_id_the_controller_refuses_fails_start(spark, controller):
+    rc = RebalancerClient(controller.url, timeout=10, retries=1)
+    jid = "team.a:clicks-" + uuid.uuid4().hex[:4]
+    driver = RebalancingDriver(spark, key="key", client=rc, job_id=jid, key_groups=12, partitions=3)
+    assert driver.start()
+    r = driver.process(spark.createDataFrame(_batch(np.random.default_rng(8))), 0)
+    assert r.controller == "ok" and rc.get_job(jid).window.get("batches") == [0]
+    driver.close()
+    for bad, why in (("team a?x=1#", "job_id"), ("a/b", "no route")):   # 422 / 404: configuration, not "down"
+        with pytest.raises(ConfigurationError, match=why.replace("?", "")):
+            RebalancingDriver(spark, key="key", client=rc, job_id=bad, key_groups=12, partitions=3).start()
 
 
 def test_back_off_is_in_time_not_in_batches(caplog):
@@ -144,3 +178,14 @@ def test_the_example_does_nothing_on_import(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "False"                 # no Spark imported, let alone started
     assert list(tmp_path.iterdir()) == []                # no files written
+
+
+def test_an_imbalance_that_sampling_noise_explains_is_not_chased():
+    from clients.spark.control import worth_executing
+
+    # 8 nodes of ~1250 records: Poisson noise alone gives a load distance of about 2 × √1250 ≈ 70
+    assert not worth_executing(70.0, 10.0, 1250.0, min_gain=0.02, noise_sigmas=3.0)
+    assert worth_executing(400.0, 50.0, 1250.0, min_gain=0.02, noise_sigmas=3.0)      # real skew
+    assert worth_executing(70.0, 10.0, 1250.0, min_gain=0.02, noise_sigmas=None)      # guard off
+    assert not worth_executing(400.0, 390.0, 1250.0, min_gain=0.02)                   # gain below 2% of the mean
+    assert not worth_executing(400.0, 50.0, 1250.0, min_gain=0.02, threshold=500.0)

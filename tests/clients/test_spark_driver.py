@@ -39,7 +39,7 @@ def test_stale_epoch_is_refused_and_the_driver_recovers(spark, controller):
     driver = RebalancingDriver(spark, key="key", aggregations={"count": ("count", None), "total": ("sum", "v")},
                                client=rc, job_id=jid, key_groups=12, partitions=3, algorithm="flux",
                                budget={"max_migrations": 3}, window_batches=2, cooldown_batches=1,
-                               extra_operators=[{"id": "src", "key_groups": 4}],
+                               extra_operators=[{"id": "src", "key_groups": 4}], async_plans=False,
                                communication=lambda df: communication_stats(
                                    df, "v", "key", src_operator="src", dst_operator="agg", src_key_groups=4,
                                    dst_key_groups=12))

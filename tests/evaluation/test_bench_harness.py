@@ -121,3 +121,27 @@ def test_fig5_draws_the_checked_points_at_the_paper_scale(tmp_path):
     checked = [ln for ln in top.get_lines() if ln.get_label().endswith("(checked)")]
     assert len(checked) == 2 and all(list(ln.get_xdata()) == zs for ln in checked)
     assert all(max(ln.get_ydata()) < 2 for ln in top.get_lines())  # measured / measured PKG: the other panel
+
+
+@pytest.mark.slow  # runs a reduced benchmark (about 20 s)
+def test_bench_groupings_quick_run_writes_json_and_plots(tmp_path):
+    from benchmarks.bench_groupings import main
+
+    assert main(["--quick", "--only", "dkg", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "groupings.json").read_text())
+    assert doc["benchmark"] == "groupings" and doc["quick"] is True and "dkg" in doc
+    assert doc["targets"] and all(set(t) == {"target", "value", "threshold", "holds", "note"} for t in doc["targets"])
+    assert doc["plots"] == [str(tmp_path / "groupings_dkg.png")] and (tmp_path / "groupings_dkg.png").exists()
+
+
+@pytest.mark.slow  # starts a real server and loads it for a few seconds
+def test_bench_api_quick_run_against_a_real_server(tmp_path):
+    from benchmarks.bench_api import main
+
+    argv = ["--quick", "--seconds", "1", "--soak-seconds", "2", "--clients", "4", "--key-groups", "50",
+            "--workers", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "api.json").read_text())
+    assert doc["healthz"]["requests"] > 0 and doc["healthz"]["errors"] == 0
+    assert doc["stats_saturation"]["errors"] == 0 and doc["soak"]["errors"] == 0
+    assert len(doc["targets"]) == 4 and (tmp_path / "api_soak.png").exists()

@@ -9,7 +9,11 @@ Two kinds, one shape (``url``, ``client()``, ``stop()``, usable as context manag
   synchronous ``httpx.Client``. No port, no process start: use it for API behaviour tests.
 * :class:`ServerProcess` — ``python -m cli.main serve`` on a free 127.0.0.1 port, in its own process group (so
   ``kill9()`` also takes the forkserver and the solver workers). Use it only where the process matters: kill -9 and
-  restart, PostgreSQL, Spark drivers, HTTP benchmarks.
+  restart, signals and shutdown, PostgreSQL, Spark drivers, HTTP benchmarks.
+* :func:`app_client` — the app on the CALLER's event loop (an async context manager yielding an
+  ``httpx.AsyncClient`` and the controller), for async tests that order requests precisely (races).
+
+Process trees (``alive``, ``descendants``, ``wait_gone``, …) are in :mod:`tests.helpers.procs`.
 
 :data:`TEST_SETTINGS` are the settings tests run with (one solver worker, a 2 s cap on solves, and requests that
 wait long enough on a loaded CI machine that they never answer 202 unless asked to); benchmarks pass their own.
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import signal
 import socket
@@ -27,12 +32,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import httpx
+
+from tests.helpers.procs import alive, descendants, group_pids
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
@@ -46,21 +53,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
-
-
-def group_pids(pgid: int) -> list[int]:
-    """The live (not zombie) processes of a process group, from /proc."""
-    out = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
-            out.append(int(p.name))
-    return out
 
 
 def settings_env(settings: Mapping[str, Any]) -> dict[str, str]:
@@ -241,19 +233,36 @@ class InProcessServer(_Server):
         return self if self._life is not None else self.start()
 
 
+@contextlib.asynccontextmanager
+async def app_client(settings: Any, warm: bool = False) -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
+    """``create_app(settings)`` on the caller's event loop, lifespan run: ``async with app_client(s) as (c, ctl)``
+    gives an ``httpx.AsyncClient`` (``httpx.ASGITransport``) and the app's controller. ``settings`` is a
+    :class:`controller.settings.Settings`."""
+    from api.app import create_app
+
+    app = create_app(settings, warm=warm)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url=InProcessServer.url, timeout=60) as c:
+            yield c, app.state.controller
+
+
 # ---------------------------------------------------------------------------------------------- a process
 class ServerProcess(_Server):
     """``python -m cli.main serve --database URL`` on a free port of 127.0.0.1, in its own process group.
 
     ``settings`` become ``REBALANCER_*`` variables (over :data:`TEST_SETTINGS` unless ``test_settings=False``);
     ``env`` is added last, verbatim. ``REBALANCER_API_TOKENS`` of the caller's environment is dropped (tests and
-    benchmarks decide authentication themselves). Output goes to ``log_path`` (else nowhere).
+    benchmarks decide authentication themselves). ``args`` are more ``serve`` options; ``database_url=None`` leaves
+    ``--database`` out (the server's default or ``REBALANCER_DATABASE_URL``). Output goes to ``log_path`` (else
+    nowhere; :meth:`log_text` reads it).
     """
 
-    def __init__(self, database_url: str, *, settings: Mapping[str, Any] | None = None,
+    def __init__(self, database_url: str | None, *, settings: Mapping[str, Any] | None = None,
                  env: Mapping[str, str] | None = None, log_path: Path | None = None, test_settings: bool = True,
-                 log_level: str = "warning", port: int | None = None):
+                 log_level: str = "warning", port: int | None = None, args: Sequence[str] = ()):
         self.database_url = database_url
+        self.args = list(args)
         self.env = {**settings_env({**(TEST_SETTINGS if test_settings else {}), **(settings or {})}),
                     **dict(env or {})}
         self.port = port or free_port()
@@ -272,10 +281,12 @@ class ServerProcess(_Server):
         env.update({"PYTHONUNBUFFERED": "1", **self.env})
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cli.main", "serve", "--host", HOST, "--port", str(self.port),
-                 "--database", self.database_url, "--log-level", self.log_level],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            argv = [sys.executable, "-m", "cli.main", "serve", "--host", HOST, "--port", str(self.port),
+                    "--log-level", self.log_level, *self.args]
+            if self.database_url is not None:
+                argv += ["--database", self.database_url]
+            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()  # type: ignore[union-attr]
@@ -295,10 +306,28 @@ class ServerProcess(_Server):
         except httpx.HTTPError:
             return False
 
-    def _log_tail(self) -> str:
+    def log_text(self) -> str:
+        """Everything the server wrote so far (empty without ``log_path``)."""
         if self.log_path is None or not self.log_path.exists():
             return ""
-        return f"; {self.log_path}:\n" + self.log_path.read_text(errors="replace")[-2000:]
+        return self.log_path.read_text(errors="replace")
+
+    def _log_tail(self) -> str:
+        return f"; {self.log_path}:\n" + self.log_text()[-2000:] if self.log_path else ""
+
+    def descendants(self) -> list[int]:
+        """The server's live child processes and theirs (resource tracker, forkserver, solver workers)."""
+        return [p for p in descendants(self.pid) if alive(p)]
+
+    def wait_children(self, n: int, timeout: float = 90.0) -> list[int]:
+        """Wait until the server has at least ``n`` live descendants; return them."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            kids = self.descendants()
+            if len(kids) >= n:
+                return kids
+            time.sleep(0.2)
+        raise AssertionError(f"only {self.descendants()} below the server after {timeout} s")
 
     def kill9(self) -> None:
         """kill -9 the server and its solver workers (its whole process group)."""

@@ -3,12 +3,14 @@ a server process leaves nothing of its process group behind."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.server import InProcessServer, ServerProcess, group_pids
+from tests.helpers.procs import group_pids, wait_gone
+from tests.helpers.server import InProcessServer, ServerProcess, app_client
 
 JOB = {"nodes": ["a", "b"], "operators": [{"id": "agg", "key_groups": 4}], "algorithm": "flux"}
 
@@ -46,12 +48,26 @@ def test_in_process_requests_from_threads_run_concurrently(tmp_path: Path):
             assert len(c.get("/v1/jobs").json()) >= 8
 
 
+def test_app_client_runs_on_the_callers_loop(tmp_path: Path):
+    from controller.settings import Settings
+
+    async def main() -> None:
+        async with app_client(Settings(database_url=f"sqlite:///{tmp_path}/db.sqlite", solver_workers=1)) as (c, ctl):
+            assert (await c.put("/v1/jobs/j1", json=JOB)).status_code == 201
+            assert "j1" in ctl.jobs and ctl.pool is not None  # the lifespan ran on this loop
+
+    asyncio.run(main())
+
+
 @pytest.mark.slow  # starts a real server process
 def test_server_process_stop_leaves_no_process_of_its_group(tmp_path: Path):
-    srv = ServerProcess(f"sqlite:///{tmp_path}/db.sqlite", log_path=tmp_path / "server.log").start()
+    srv = ServerProcess(f"sqlite:///{tmp_path}/db.sqlite", log_path=tmp_path / "server.log", log_level="info",
+                        args=("--access-log",)).start()
     with srv.client() as c:
         assert c.put("/v1/jobs/j1", json=JOB).status_code == 201
+    kids = srv.wait_children(1)  # resource tracker, forkserver, workers
     pgid = srv.pid
     assert group_pids(pgid), "the server runs in its own process group"
+    assert "PUT /v1/jobs/j1" in srv.log_text()
     srv.stop()
-    assert group_pids(pgid) == []
+    assert group_pids(pgid) == [] and wait_gone(kids, timeout=0) == []

@@ -47,6 +47,7 @@ def test_no_child_outlives_the_server(tmp_path: Path, sig: signal.Signals) -> No
         srv.cleanup(kids)
 
 
+@pytest.mark.slow
 def test_sigterm_during_warm_up(tmp_path: Path) -> None:
     srv = Serve(tmp_path)
     kids: list[int] = []
@@ -64,6 +65,7 @@ def test_sigterm_during_warm_up(tmp_path: Path) -> None:
         srv.cleanup(kids)
 
 
+@pytest.mark.slow
 def test_restarts_do_not_accumulate_processes(tmp_path: Path) -> None:
     """Three kill -9 / restart cycles on one database: nothing of the earlier servers survives."""
     everything: list[int] = []

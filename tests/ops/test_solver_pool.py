@@ -5,6 +5,8 @@ a crashed worker fails only its request, admission reserves a share for automati
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -124,3 +126,66 @@ def test_planner_import_errors_surface(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ModuleNotFoundError):
         _import_planners()
 
+
+
+def test_pools_started_on_other_threads_do_not_take_each_other_down() -> None:
+    """An in-process test server runs its loop on a thread: the forkserver it starts must not die with that thread
+    (the parent-death signal follows the thread) while another pool still uses it."""
+    a_ready, b_ready, a_done = threading.Event(), threading.Event(), threading.Event()
+    result: dict[str, Any] = {}
+
+    async def a() -> None:
+        pool = SolverPool(1, 4, 1.0)
+        await pool.warm()
+        a_ready.set()
+        b_ready.wait(120)
+        pool.shutdown()
+
+    async def b() -> None:
+        a_ready.wait(120)
+        pool = SolverPool(1, 4, 1.0)
+        try:
+            await pool.warm()
+            b_ready.set()
+            a_done.wait(120)
+            await asyncio.sleep(0.5)  # a parent-death signal would have arrived by now
+            result["doc"] = await pool.solve("flux", small_problem(), 0.5, {})
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            result["error"] = exc
+        finally:
+            pool.shutdown()
+
+    t1 = threading.Thread(target=asyncio.run, args=(a(),))
+    t2 = threading.Thread(target=asyncio.run, args=(b(),))
+    t1.start()
+    t2.start()
+    t1.join(180)
+    a_done.set()
+    t2.join(180)
+    assert "error" not in result, result
+    assert result["doc"]["algorithm"] == "flux"
+
+
+def test_a_solve_over_the_memory_limit_fails_alone() -> None:
+    """Issue 12 item 6: a request that would take the machine's memory gets a clear error; the worker lives on."""
+    import resource
+
+    async def body(pool: SolverPool) -> None:
+        limit = 700 * 2**20
+        assert tuple(await pool.call("resource", "getrlimit", resource.RLIMIT_DATA)) == (limit, limit)
+        before = pool.pids()
+        with pytest.raises(RuntimeError, match=r"memory limit \(700 MB, REBALANCER_SOLVER_MEMORY_LIMIT_MB\)"):
+            await pool.call("numpy", "ones", 2 * 10**8)  # 1.6 GB
+        assert pool.pids() == before and pool.died == 0
+        assert await pool.call("time", "sleep", 0) is None
+
+    run(body, workers=1, memory_limit_mb=700)
+
+
+def test_memory_limit_setting() -> None:
+    from controller.solving import memory_limit_bytes
+
+    assert memory_limit_bytes(512, 2) == 512 * 2**20
+    assert memory_limit_bytes(-1, 2) == 0
+    auto = memory_limit_bytes(0, 2)
+    assert 0 < auto < os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

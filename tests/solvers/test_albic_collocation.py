@@ -26,7 +26,7 @@ def test_constrained_pairs_end_on_one_node_within_budget():
     idx = {kid: k for k, kid in enumerate(p.kg_ids)}
     new = plan.details["new_pairs"]
     assert new, "an all one-to-one instance must offer pairs to collocate"
-    for gi, gj, node, case in new:
+    for gi, gj, _node, case in new:
         assert a[idx[gi]] == a[idx[gj]], (gi, gj)
         assert case in (1, 2, 3)
     for unit in plan.details["units"]:  # every unit handed to the MILP ends on one node

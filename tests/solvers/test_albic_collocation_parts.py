@@ -44,14 +44,14 @@ def test_scores_and_threshold_on_hand_made_graph():
     ops = ["A", "A", "B", "B", "B", "C"]
     p = _problem([1] * 6, [0, 1, 1, 0, 1, 0], 2, edges, ops)
     pr = pair_scores(p, 1.5)
-    assert list(zip(pr.src.tolist(), pr.dst.tolist())) == [(0, 2)]
+    assert list(zip(pr.src.tolist(), pr.dst.tolist(), strict=False)) == [(0, 2)]
     assert pr.threshold[0] == pytest.approx(6.0)
     assert pr.collocated.tolist() == [False]  # 0 on node 0, 2 on node 1
     # sF = 0.5: thresholds 2 (a0) and 1.5 (a1); every a1 edge (3) and a0's 10 score; b→c (4 > 2) scores too
     pr = pair_scores(p, 0.5)
-    got = set(zip(pr.src.tolist(), pr.dst.tolist()))
+    got = set(zip(pr.src.tolist(), pr.dst.tolist(), strict=False))
     assert got == {(0, 2), (1, 2), (1, 3), (1, 4), (2, 5), (3, 5)}
-    col = {(int(s), int(d)): bool(c) for s, d, c in zip(pr.src, pr.dst, pr.collocated)}
+    col = {(int(s), int(d)): bool(c) for s, d, c in zip(pr.src, pr.dst, pr.collocated, strict=False)}
     assert col[(1, 2)] and col[(1, 4)] and not col[(1, 3)] and col[(3, 5)] and not col[(2, 5)]
 
 
@@ -239,7 +239,6 @@ def test_pairs_fill_the_budget_best_first_and_pairs_per_round_limits():
 
 
 def test_no_pair_is_pinned_to_a_removing_node():
-    edges = [(0, 1, 10.0)]
     p = Problem.from_arrays([1.0, 1.0], [0, 1], np.ones(2), removing=[True, False],
                             comm=sp.csr_matrix(([10.0], ([0], [1])), shape=(2, 2)), operator=["A", "B"],
                             max_migrations=5)

@@ -79,7 +79,7 @@ def test_bucketed_lookup_equals_binary_search(n, replicas, seed):
     assert np.array_equal(ring.lookup(pos), ring.lookup_bisect(pos))
     # the definition: owner of the smallest point >= position, wrapping around
     for p in pos[:50].tolist():
-        above = [(pt, int(o)) for pt, o in zip(ring.points.tolist(), ring.owner.tolist()) if pt >= p]
+        above = [(pt, int(o)) for pt, o in zip(ring.points.tolist(), ring.owner.tolist(), strict=False) if pt >= p]
         expect = above[0][1] if above else int(ring.owner[0])
         assert int(ring.lookup(np.array([p], dtype=np.uint64))[0]) == expect
 
@@ -131,8 +131,8 @@ def test_quadratic_post_processing_raises_delta():
     cfg = Config(resources=("linear", "quadratic", "linear"))
     th = theta(1.2, n)
     d0 = math.sqrt(sigma * th / (dom * n))
-    I = f[f >= d0]
-    lbar = (np.sum(I**2) + (dom - len(I)) * ((1 - I.sum()) / (dom - len(I)))**2) / n
+    tracked = f[f >= d0]
+    lbar = (np.sum(tracked**2) + (dom - len(tracked)) * ((1 - tracked.sum()) / (dom - len(tracked)))**2) / n
     d, dk, mask = select_tracked(f, n, cfg, dom)
     assert dk["computation"] == pytest.approx(math.sqrt(sigma * th * lbar))
     assert dk["computation"] > d0
@@ -153,9 +153,9 @@ def test_lossy_counting_bounds(stream, eps, extra, chunk):
     for i in range(0, len(stream), chunk):  # chunking must not matter
         lc.update(stream[i:i + chunk])
     u, c = np.unique(stream, return_counts=True)
-    true = dict(zip(u.tolist(), (c / len(stream)).tolist()))
+    true = dict(zip(u.tolist(), (c / len(stream)).tolist(), strict=False))
     keys, est = lc.frequent(support)
-    got = dict(zip(keys.tolist(), est.tolist()))
+    got = dict(zip(keys.tolist(), est.tolist(), strict=False))
     for k, f in true.items():
         if f >= support:
             assert k in got, "a key above the support was missed"
@@ -178,9 +178,9 @@ def test_sliding_lossy_counting_bounds_over_its_window(stream, eps, extra, windo
         assert w <= n <= 1.5 * w
     recent = stream[len(stream) - n:]
     u, c = np.unique(recent, return_counts=True)
-    true = dict(zip(u.tolist(), (c / n).tolist()))
+    true = dict(zip(u.tolist(), (c / n).tolist(), strict=False))
     keys, est = slc.frequent(support)
-    got = dict(zip(keys.tolist(), est.tolist()))
+    got = dict(zip(keys.tolist(), est.tolist(), strict=False))
     for k, f in true.items():
         if f >= support:
             assert k in got
@@ -236,7 +236,8 @@ def test_readj_never_applies_a_step_that_increases_rho(n, r, seed, res, prev):
     B = np.array([f if cfg.resources[k] == "linear" else f * f for k in act])
     th = np.array([theta(1.2, n)] * len(act))
     ch = np.array(stats["readj_start"])
-    loads = lambda c: np.array([np.bincount(c, weights=b, minlength=n) for b in B])
+    def loads(c):
+        return np.array([np.bincount(c, weights=b, minlength=n) for b in B])
     rho = _rho(loads(ch), th)
     for d1, d2, i, j in stats["readj_trace"]:
         assert ch[d1] == i and (d2 < 0 or ch[d2] == j)

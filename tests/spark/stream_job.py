@@ -76,7 +76,7 @@ def main() -> int:
                                client=client, job_id=args.job_id, key_groups=12, partitions=3, algorithm="flux",
                                budget={"max_migrations": 3}, window_batches=1, min_gain=0.0,
                                checkpoint_location=args.chk, snapshot_every=3, output=BatchIdSink(args.out),
-                               on_store_event=store_event, backoff_s=0.5)
+                               on_store_event=store_event, backoff_s=0.5, async_plans=False)
     if point == "migration":
         original = driver.state.apply_routing
 

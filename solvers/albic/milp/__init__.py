@@ -60,8 +60,8 @@ import numpy as np
 
 from solvers import metrics
 from solvers.albic.milp.bounds import analytic_bound
-from solvers.albic.milp.search import State, drain_floor, improve
-from solvers.albic.milp.state import Pool, cheapest_feasible_units, hint_place, placement_ok
+from solvers.albic.milp.search import improve
+from solvers.albic.milp.state import Pool, State, cheapest_feasible_units, drain_floor, hint_place, placement_ok
 from solvers.albic.milp.submodel import full_model, neighbourhood_search
 from solvers.albic.milp.units import Units, build_units
 from solvers.errors import InvalidInput
@@ -73,7 +73,7 @@ FULL_MODEL_MAX = 6000          # units × nodes up to which the whole MILP is bu
 FLUX_MAX_KEY_GROUPS = 200_000  # Flux as a warm start up to this size
 RUIN_SHARE = 0.3               # share of the best plan's migrations undone by one ruin-and-recreate round
 # time shares (fractions of the time limit, measured from the start of the call)
-FLUX_SHARE = 0.5               # Flux runs to completion unless it needs more than this
+FLUX_SHARE = 1.0               # Flux runs to completion unless it needs more than this (1.0: up to the stop margin)
 GREEDY_SHARE = 0.25            # the greedy local search from the cheapest placement, after Flux
 WARM_END = 0.1                 # local search from the other starts ends here (small instances) …
 WARM_END_LARGE = 0.6           # … or here (large instances)
@@ -117,7 +117,7 @@ def _warm_start(run: _Run, base_place: np.ndarray, flux: bool, hint: np.ndarray 
     units, pool = run.units, run.pool
     if flux:
         from solvers.baselines.flux import flux_moves
-        fl = flux_moves(run.p, max(0.001, run.at(FLUX_SHARE) - time.perf_counter()))
+        fl = flux_moves(run.p, max(0.001, min(run.at(FLUX_SHARE), run.stop) - time.perf_counter()))
         if placement_ok(units, fl):
             run.starts.append((fl, "flux"))
             pool.offer(fl, "flux")
@@ -213,9 +213,11 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
         cannot all be collocated within the budget, the most expensive are left split (``details["split_units"]``).
 
     Communication costs: :func:`solvers.metrics.node_loads` charges ``communication_cost × rate`` to both ends
-    of every cut edge, which is not linear in the placement. The MILP and the local search charge each unit the
-    cost of all its edges that leave the unit, as if cut (pessimistic; edges inside a unit are never cut).
-    Candidate plans are compared and returned with the exact ``metrics.node_loads``; the lower bound is then 0.
+    of every cut edge, which is not linear in the placement. The local search and the neighbourhood sub-models
+    charge each unit the cost of all its edges that leave the unit, as if cut (pessimistic; edges inside a unit
+    are never cut); the full model (small instances, CP-SAT) charges cut edges exactly and its proven bound is
+    reported (else the bound is 0). Candidate plans are compared and returned with the exact
+    ``metrics.node_loads``. With ``unit_of`` the bound is one of this *grouped* problem (units restrict plans).
     """
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not math.isfinite(time_limit) \
             or time_limit <= 0:
@@ -255,7 +257,7 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     # phase 1: warm start; phase 2: the analytic bound (Lemma 2, budget, granularity)
     flux = unit_of is None and not allowed and p.n_key_groups <= FLUX_MAX_KEY_GROUPS
     _warm_start(run, base_place, flux, hint)
-    run.lb = analytic_bound(p)
+    run.lb = analytic_bound(p, deadline=max(run.stop, time.perf_counter() + 0.01))
     details["analytic_bound"] = run.lb
     # phase 3: restarts; phase 4: the exact model (small) or neighbourhood search (large, long limits)
     _restarts(run, min(run.at(RESTART_END_SMALL if full else RESTART_END), run.stop))

@@ -26,6 +26,7 @@ Complexity: O(m log m) to sort, then O(n log m) per bisection step (≤ 60 steps
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -35,9 +36,9 @@ from solvers.model import Problem
 PATTERN_MAX = 24
 
 
-def analytic_bound(problem: Problem, steps: int = 60) -> float:
+def analytic_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) -> float:
     """The larger of :func:`band_bound` and :func:`lemma2_bound` (both valid lower bounds on the load distance)."""
-    return max(band_bound(problem, steps), lemma2_bound(problem))
+    return max(band_bound(problem, steps, deadline), lemma2_bound(problem))
 
 
 def lemma2_bound(problem: Problem) -> float:
@@ -79,10 +80,11 @@ def lemma2_bound(problem: Problem) -> float:
     return rest / float(p.capacity[p.active].sum()) * (1 - 1e-9)
 
 
-def band_bound(problem: Problem, steps: int = 60) -> float:
-    """The bisection on the band conditions of the module docstring."""
+def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) -> float:
+    """The bisection on the band conditions of the module docstring. It may stop at ``deadline``
+    (``time.perf_counter()``): the lower end of the bisection is a valid bound at every step."""
     p = problem
-    if p.communication_cost > 0 and p.comm.nnz:
+    if p.communication_cost > 0 and p.comm.nnz or time.perf_counter() > deadline:
         return 0.0
     m, n = p.n_key_groups, p.n_nodes
     if m == 0:
@@ -139,7 +141,7 @@ def band_bound(problem: Problem, steps: int = 60) -> float:
         before_b = float(bs[:k].sum())
         if ws[k] <= 0:
             return before_b
-        return before_b + (need - before_l) / ws[k] * bs[k]
+        return float(before_b + (need - before_l) / ws[k] * bs[k])
 
     # patterns (a own key groups out, b key groups in): the net loss lies in
     # [Σ a lightest own − Σ b heaviest anywhere, Σ a heaviest own − Σ b lightest anywhere]
@@ -228,6 +230,8 @@ def band_bound(problem: Problem, steps: int = 60) -> float:
     if not feasible(hi_d):  # cannot happen (the current assignment is feasible); stay safe
         return lo_d
     for _ in range(steps):
+        if time.perf_counter() > deadline:
+            break
         mid = 0.5 * (lo_d + hi_d)
         if feasible(mid):
             hi_d = mid
@@ -236,3 +240,41 @@ def band_bound(problem: Problem, steps: int = 60) -> float:
         if hi_d - lo_d <= 1e-7 * max(t, 1e-300):
             break
     return max(0.0, lo_d)
+
+
+def comm_granularity_bound(problem: Problem) -> float:
+    """A bound that holds with communication costs: a key group now on an active node ends on an active node
+    (Lemma 1), whose utilisation is then at least ``load_k / max capacity``, while the target is at most
+    ``(Σ load + 2·cc·Σ rate) / Σ_{j∈A} c_j`` (every edge cut): ``d ≥ max_k load_k / c_max − t_max``."""
+    p = problem
+    on_active = p.active[p.current]
+    if not on_active.any():
+        return 0.0
+    _, _, rate = p.edges()
+    t_max = (float(p.load.sum()) + 2 * p.communication_cost * float(rate.sum())) / float(p.capacity[p.active].sum())
+    return max(0.0, (float(p.load[on_active].max()) / float(p.capacity[p.active].max()) - t_max) * (1 - 1e-9))
+
+
+def proven_bound(problem: Problem, seconds: float = 1.0) -> float:
+    """A valid lower bound on the load distance of ``problem`` (every key group its own unit), for planners that
+    report one (``albic``). Without communication costs: :func:`analytic_bound`. With them: the larger of
+    :func:`comm_granularity_bound` and, when the instance is small enough, the proven bound of the exact
+    §4.3.1 model with exact cut indicators (:func:`solvers.albic.milp.cpsat.build`, ``exact_comm=True``)
+    solved by CP-SAT for at most ``seconds``."""
+    p = problem
+    if not (p.communication_cost > 0 and p.comm.nnz):
+        return analytic_bound(p, deadline=time.perf_counter() + seconds)
+    lb = comm_granularity_bound(p)
+    from solvers.albic.milp.submodel import EXACT_COMM_MAX
+    from solvers.albic.milp.units import build_units
+    units = build_units(p)
+    if units.n_units * p.n_nodes > 6000 or seconds <= 0.05:
+        return lb
+    from solvers.albic.milp.cpsat import build, solve_cpsat, unit_edges
+    from solvers.albic.milp.state import State
+    if len(unit_edges(units)[0]) * p.n_nodes > EXACT_COMM_MAX:
+        return lb
+    state = State(units, p.current.copy(), float(units.load.sum() / p.capacity[p.active].sum()))
+    sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True, exact_comm=True)
+    res = solve_cpsat(state, sm, seconds)
+    return max(lb, res.d_bound or 0.0)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any
 
 import numpy as np
 import pulp
 
 from solvers.albic.milp.cpsat import SubModel, SubResult
-from solvers.albic.milp.search import State
+from solvers.albic.milp.state import State
 
 
 def solve_cbc(state: State, sm: SubModel, time_limit: float, workers: int = 1, seed: int = 0) -> SubResult:
@@ -30,7 +31,7 @@ def solve_cbc(state: State, sm: SubModel, time_limit: float, workers: int = 1, s
     maxU = float(sm.base.max() + (np.where(sm.mask, sm.coef, 0).sum(axis=0).max() if nc else 0)) + 1
     maxU = max(maxU, sm.T, sm.hi_fixed or 0) + 1
     W1 = 2 * maxU + 1
-    xs: list[list] = [[] for _ in range(nn)]
+    xs: list[list[Any]] = [[] for _ in range(nn)]
     cost_c, cost_b = [], []
     for a in range(nc):
         cols = np.flatnonzero(sm.mask[a])
@@ -58,7 +59,7 @@ def solve_cbc(state: State, sm: SubModel, time_limit: float, workers: int = 1, s
         prob += pulp.lpSum(c * v for v, c in cost_c) <= sm.room_c
     if sm.room_b is not None and cost_b:
         prob += pulp.lpSum(c * v for v, c in cost_b) <= sm.room_b
-    if sm.res_coef is not None:
+    if sm.res_coef is not None and sm.res_room is not None:
         for b in range(nn):
             for r in range(sm.res_coef.shape[1]):
                 if sm.res_room[b, r] >= 0 and xs[b]:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
-from solvers.albic.milp.search import State
+from solvers.albic.milp.state import State
 from solvers.albic.milp.units import Units
 
 SCALE_MEAN = 4e6
@@ -211,6 +211,7 @@ def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False
             room_b = max(room_b, int(cb[np.arange(cand.size), cur_pos].sum()))
     res_coef = res_room = None
     if state.res is not None:
+        assert U.res_load is not None and U.res_limit is not None
         fixed_res = _bincount2(np.searchsorted(nodes, state.place[in_sub]), U.res_load[in_sub], nodes.size)
         res_coef, res_room = _int_costs(U.res_load[cand], U.res_limit[nodes] - fixed_res, relax)
         if not relax:
@@ -293,7 +294,7 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         model.add(hi >= sm.hi_fixed)
         model.add(lo <= sm.lo_fixed)
     cur_pos = np.searchsorted(sm.nodes, state.place[sm.cand])
-    xs: list[list] = [[] for _ in range(nn)]       # per node: (var, row)
+    xs: list[list[Any]] = [[] for _ in range(nn)]       # per node: (var, row)
     cost_terms_v, cost_terms_c, cost_terms_b = [], [], []
     hint_vals = []
     for a in range(nc):
@@ -315,7 +316,7 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
     const_u = sm.base.copy()
     const_c = 0
     const_b = 0
-    for a in np.flatnonzero(single):
+    for a in np.flatnonzero(single).tolist():
         b = int(cur_pos[a])
         const_u[b] += sm.coef[a, b]
         const_c += int(sm.cc[a, b])
@@ -326,7 +327,7 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
             e = cp_model.LinearExpr.weighted_sum([v for v, _ in xs[b]], [int(sm.coef[a, b]) for _, a in xs[b]])
             e = e + int(const_u[b])
         else:
-            e = int(const_u[b])
+            e = int(const_u[b])  # type: ignore[assignment]
         if comm_u[b]:
             e = e + sum(c * y for c, y in comm_u[b])
         if not act[b]:
@@ -342,7 +343,7 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         model.add(cp_model.LinearExpr.weighted_sum(cost_terms_v, cost_terms_c) <= sm.room_c - const_c)
     if sm.room_b is not None and cost_terms_v:
         model.add(cp_model.LinearExpr.weighted_sum(cost_terms_v, cost_terms_b) <= sm.room_b - const_b)
-    if sm.res_coef is not None:
+    if sm.res_coef is not None and sm.res_room is not None:
         for b in range(nn):
             for r in range(sm.res_coef.shape[1]):
                 if sm.res_room[b, r] >= 0 and xs[b]:
@@ -354,10 +355,8 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
     # hint = incumbent
     for v, val in hint_vals:
         model.add_hint(v, val)
-    inc_u = []
-    for b in range(nn if sm.edges is None else 0):
-        inc_u.append(int(const_u[b] + sum(int(sm.coef[a, b]) for v, a in xs[b] if cur_pos[a] == b)))
-    inc_u = np.array(inc_u, dtype=np.int64)
+    inc_u = np.array([int(const_u[b] + sum(int(sm.coef[a, b]) for v, a in xs[b] if cur_pos[a] == b))
+                      for b in range(nn if sm.edges is None else 0)], dtype=np.int64)
     act_u = inc_u[act] if inc_u.size and act.any() else inc_u
     if act_u.size:  # the incumbent's d, hi and lo (without exact communication costs)
         hd = max([sm.d_fixed] + [abs(int(x) - sm.T) for x in act_u])

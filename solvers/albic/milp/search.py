@@ -10,99 +10,14 @@ vectorised with numpy. It is the warm start of the MILP and, alone, the fallback
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 
-from solvers.albic.milp.units import Units
+from solvers.albic.milp.state import State, drain_floor
 
 EPS = 1e-12
 SWAP_PAIRS_MAX = 200_000   # unit pairs scored per swap step
-
-
-def drain_floor(units: Units, place: np.ndarray) -> float:
-    """The load distance below which draining removing nodes takes priority over balancing further.
-
-    Lemma 2 of §4.3.1 (the optimum empties B) holds for divisible load; with key groups of finite size the last
-    ones on B can only move by pushing a node up by their load, so a pure min-d model may keep them on B for
-    ever. Draining a unit ``u`` raises some node by at least ``load_u / max capacity``; the planner therefore
-    treats distances below ``max over units on B of load_u / max active capacity`` as balanced enough and then
-    prefers less load on B (0 when nothing is on B: the paper's model unchanged).
-    """
-    p = units.problem
-    if not units.drain or not p.removing.any():
-        return 0.0
-    on_b = p.removing[place]
-    if not on_b.any():
-        return 0.0
-    return float(units.load[on_b].max() / p.capacity[p.active].max())
-
-
-class State:
-    """A unit placement with its linear-model node loads and budget usage."""
-
-    def __init__(self, units: Units, place: np.ndarray, t: float):
-        p = units.problem
-        self.units = units
-        self.place = np.asarray(place, dtype=np.int64).copy()
-        self.n = p.n_nodes
-        self.cap = p.capacity
-        self.act = p.active
-        self.t = t
-        self.L = np.bincount(self.place, weights=units.load, minlength=self.n).astype(np.float64)
-        self.used_c, self.used_b = units.placement_cost(self.place)
-        self.max_c = float("inf") if p.max_migrations is None else float(p.max_migrations)
-        self.max_b = float("inf") if p.max_migration_bytes is None else float(p.max_migration_bytes) * (1 + 1e-12)
-        self.floor = drain_floor(units, self.place)
-        self.res = None
-        if units.res_load is not None:
-            self.res = np.zeros((self.n, units.res_load.shape[1]))
-            np.add.at(self.res, self.place, units.res_load)
-
-    def copy(self) -> State:
-        s = State.__new__(State)
-        s.__dict__.update(self.__dict__)
-        s.place = self.place.copy()
-        s.L = self.L.copy()
-        s.res = None if self.res is None else self.res.copy()
-        return s
-
-    # ------------------------------------------------------------------ objective
-    def util(self) -> np.ndarray:
-        return self.L / self.cap
-
-    def devs(self) -> np.ndarray:
-        return np.where(self.act, np.abs(self.util() - self.t), -1.0)
-
-    def key(self) -> tuple[float, float, float, float]:
-        """(max(d, drain floor), load on removing nodes, d, utilisation range) of the linear model (see
-        :func:`drain_floor`)."""
-        u = self.util()[self.act]
-        d = float(np.max(np.abs(u - self.t)))
-        on_b = float(self.L[~self.act].sum()) if not self.act.all() else 0.0
-        return max(d, self.floor), round(on_b, 9), d, float(u.max() - u.min())
-
-    def feasible_budget(self) -> bool:
-        return self.used_c <= self.max_c + 1e-9 and self.used_b <= self.max_b
-
-    # ------------------------------------------------------------------ moves
-    def move(self, u: int, j: int) -> None:
-        i = int(self.place[u])
-        if i == j:
-            return
-        U = self.units
-        w = U.load[u]
-        self.L[i] -= w
-        self.L[j] += w
-        self.used_c += int(U.cost_count_to(np.array([u]), j)[0] - U.cost_count_to(np.array([u]), i)[0])
-        self.used_b += float(U.cost_bytes_to(np.array([u]), j)[0] - U.cost_bytes_to(np.array([u]), i)[0])
-        if self.res is not None:
-            self.res[i] -= U.res_load[u]
-            self.res[j] += U.res_load[u]
-        self.place[u] = j
-
-    def set_place(self, place: np.ndarray) -> None:
-        fresh = State(self.units, place, self.t)
-        self.__dict__.update(fresh.__dict__)
 
 
 def _rest(dev: np.ndarray, h: int, nodes: np.ndarray) -> np.ndarray:
@@ -122,12 +37,15 @@ def _res_ok(s: State, us: np.ndarray, dests: np.ndarray) -> np.ndarray:
     if s.res is None:
         return np.ones((us.size, dests.size), dtype=bool)
     lim = s.units.res_limit
+    assert lim is not None and s.units.res_load is not None
     after = s.res[dests][None, :, :] + s.units.res_load[us][:, None, :]
-    return np.all(after <= lim[dests][None, :, :] + 1e-9, axis=2)
+    ok: np.ndarray = np.all(after <= lim[dests][None, :, :] + 1e-9, axis=2)
+    return ok
 
 
 def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: float, scale: float,
-          rng: np.random.Generator | None = None, topk: int = 1, land: np.ndarray | None = None):
+          rng: np.random.Generator | None = None, topk: int = 1, land: np.ndarray | None = None
+          ) -> tuple[tuple[Any, ...] | None, bool]:
     """Index of the best improving candidate: lowest new d, then lowest budget use, then lowest Σc·dev².
 
     With ``rng`` one of the ``topk`` best is drawn at random (the randomised greedy of the restarts).
@@ -264,7 +182,7 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
     return steps
 
 
-def _apply(s: State, op) -> None:
+def _apply(s: State, op: tuple[Any, ...]) -> None:
     if op[0] == "move":
         s.move(op[1], op[2])
     elif op[0] == "swap":
@@ -280,7 +198,8 @@ def _apply(s: State, op) -> None:
         s.floor = drain_floor(s.units, s.place)
 
 
-def _drain_step(s: State, u: np.ndarray, dev: np.ndarray, limit: float, room_c: float, room_b: float, near: int):
+def _drain_step(s: State, u: np.ndarray, dev: np.ndarray, limit: float, room_c: float, room_b: float,
+                near: int) -> tuple[Any, ...] | None:
     """A move of a unit off a removing node that keeps every active node within ``limit`` of the target: the
     heaviest such unit; else a chain x: B → j, y: j → k (two migrations) that does."""
     U = s.units
@@ -340,7 +259,7 @@ def _drain_step(s: State, u: np.ndarray, dev: np.ndarray, limit: float, room_c: 
 
 def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_c: float, room_b: float,
                k: int, scale: float, rng: np.random.Generator | None = None, topk: int = 1,
-               target: float | None = None):
+               target: float | None = None) -> tuple[tuple[Any, ...] | None, bool]:
     """Best swap of a unit on the critical node ``h`` with a unit on one of the ``k`` most opposite nodes."""
     U = s.units
     W = U.load
@@ -388,6 +307,7 @@ def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_
     if s.res is not None:
         rl = U.res_load
         lim = U.res_limit
+        assert rl is not None and lim is not None
         after_h = s.res[h][None, None, :] - rl[R][:, None, :] + rl[Q][None, :, :]
         after_j = s.res[jq][None, :, :] + rl[R][:, None, :] - rl[Q][None, :, :]
         ok &= np.all(after_h <= lim[h] + 1e-9, axis=2) & np.all(after_j <= lim[jq][None, :, :] + 1e-9, axis=2)

@@ -1,4 +1,7 @@
-"""Candidate plans of the ALBIC MILP planner (§4.3.1): feasibility, the exact comparison key and the pool.
+"""The incumbent and the candidate plans of the ALBIC MILP planner (§4.3.1).
+
+:class:`State` is a unit placement with its linear-model node loads and budget use (what the search and the
+sub-models work on); :func:`drain_floor` is the distance below which draining removing nodes comes first.
 
 Every plan the phases of :func:`solvers.albic.milp.solve_grouped` produce (starts, local search, restarts, MILP
 solutions) is *offered* to a :class:`Pool`; it enters only if it keeps the real budget, the real resource limits
@@ -18,6 +21,94 @@ from solvers.errors import InvalidInput
 from solvers.model import Problem
 
 Key = tuple[float, float, float, float]
+
+
+def drain_floor(units: Units, place: np.ndarray) -> float:
+    """The load distance below which draining removing nodes takes priority over balancing further.
+
+    Lemma 2 of §4.3.1 (the optimum empties B) holds for divisible load; with key groups of finite size the last
+    ones on B can only move by pushing a node up by their load, so a pure min-d model may keep them on B for
+    ever. Draining a unit ``u`` raises some node by at least ``load_u / max capacity``; the planner therefore
+    treats distances below ``max over units on B of load_u / max active capacity`` as balanced enough and then
+    prefers less load on B (0 when nothing is on B: the paper's model unchanged).
+    """
+    p = units.problem
+    if not units.drain or not p.removing.any():
+        return 0.0
+    on_b = p.removing[place]
+    if not on_b.any():
+        return 0.0
+    return float(units.load[on_b].max() / p.capacity[p.active].max())
+
+
+class State:
+    """A unit placement with its linear-model node loads and budget usage."""
+
+    def __init__(self, units: Units, place: np.ndarray, t: float):
+        p = units.problem
+        self.units = units
+        self.place = np.asarray(place, dtype=np.int64).copy()
+        self.n = p.n_nodes
+        self.cap = p.capacity
+        self.act = p.active
+        self.t = t
+        self.L = np.bincount(self.place, weights=units.load, minlength=self.n).astype(np.float64)
+        self.used_c, self.used_b = units.placement_cost(self.place)
+        self.max_c = float("inf") if p.max_migrations is None else float(p.max_migrations)
+        self.max_b = float("inf") if p.max_migration_bytes is None else float(p.max_migration_bytes) * (1 + 1e-12)
+        self.floor = drain_floor(units, self.place)
+        self.res = None
+        if units.res_load is not None:
+            self.res = np.zeros((self.n, units.res_load.shape[1]))
+            np.add.at(self.res, self.place, units.res_load)
+
+    def copy(self) -> State:
+        s = State.__new__(State)
+        s.__dict__.update(self.__dict__)
+        s.place = self.place.copy()
+        s.L = self.L.copy()
+        s.res = None if self.res is None else self.res.copy()
+        return s
+
+    # ------------------------------------------------------------------ objective
+    def util(self) -> np.ndarray:
+        out: np.ndarray = self.L / self.cap
+        return out
+
+    def devs(self) -> np.ndarray:
+        return np.where(self.act, np.abs(self.util() - self.t), -1.0)
+
+    def key(self) -> tuple[float, float, float, float]:
+        """(max(d, drain floor), load on removing nodes, d, utilisation range) of the linear model (see
+        :func:`drain_floor`)."""
+        u = self.util()[self.act]
+        d = float(np.max(np.abs(u - self.t)))
+        on_b = float(self.L[~self.act].sum()) if not self.act.all() else 0.0
+        return max(d, self.floor), round(on_b, 9), d, float(u.max() - u.min())
+
+    def feasible_budget(self) -> bool:
+        return self.used_c <= self.max_c + 1e-9 and self.used_b <= self.max_b
+
+    # ------------------------------------------------------------------ moves
+    def move(self, u: int, j: int) -> None:
+        i = int(self.place[u])
+        if i == j:
+            return
+        U = self.units
+        w = U.load[u]
+        self.L[i] -= w
+        self.L[j] += w
+        self.used_c += int(U.cost_count_to(np.array([u]), j)[0] - U.cost_count_to(np.array([u]), i)[0])
+        self.used_b += float(U.cost_bytes_to(np.array([u]), j)[0] - U.cost_bytes_to(np.array([u]), i)[0])
+        if self.res is not None:
+            assert U.res_load is not None
+            self.res[i] -= U.res_load[u]
+            self.res[j] += U.res_load[u]
+        self.place[u] = j
+
+    def set_place(self, place: np.ndarray) -> None:
+        fresh = State(self.units, place, self.t)
+        self.__dict__.update(fresh.__dict__)
 
 
 def exact_key(problem: Problem, assignment: np.ndarray, floor: float = 0.0) -> Key:

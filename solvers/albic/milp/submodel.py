@@ -22,8 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from solvers.albic.milp.search import State
-from solvers.albic.milp.state import Pool, placement_ok
+from solvers.albic.milp.state import Pool, State, placement_ok
 from solvers.albic.milp.units import Units
 
 SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
@@ -73,8 +72,8 @@ def _edge_count(units: Units) -> int:
     return len(unit_edges(units)[0])
 
 
-def neighbourhood_search(state: State, pool: Pool, deadline: float, budget_total: float, backend: str,
-                         workers: int, rng: np.random.Generator, done: Callable[[], bool]) -> tuple[State, dict]:
+def neighbourhood_search(state: State, pool: Pool, deadline: float, budget_total: float, backend: str, workers: int,
+                         rng: np.random.Generator, done: Callable[[], bool]) -> tuple[State, dict[str, int]]:
     """LNS rounds until ``deadline`` (or ``done()``); the neighbourhood grows after a proven sub-optimum."""
     if deadline - time.perf_counter() < LNS_MIN_SECONDS or done():
         return state, {"lns_iterations": 0, "lns_improved": 0}

@@ -116,7 +116,8 @@ class Units:
 
     def assignment(self, place: np.ndarray) -> np.ndarray:
         """Key group assignment of a unit placement (every member on its unit's node)."""
-        return np.asarray(place, dtype=np.int64)[self.of]
+        out: np.ndarray = np.asarray(place, dtype=np.int64)[self.of]
+        return out
 
     def cheapest_node(self, u: int) -> int:
         """The allowed node of unit ``u`` that needs the fewest migrations (its home when it has one)."""
