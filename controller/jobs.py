@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from controller.errors import TooLarge
 from controller.settings import Settings
 from controller.windows import Window
-from solvers import metrics
+from solvers import documents, metrics
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 
@@ -229,7 +229,7 @@ def topology(spec: Mapping[str, Any], s: Settings) -> Topology:
         registration = {"nodes": node_docs, "operators": [{"id": o["id"], "key_groups": int(o["key_groups"])}
                                                           for o in ops]}
     try:
-        problem = Problem.from_dict({"nodes": node_docs, "key_groups": kg_docs})
+        problem = documents.problem_from_dict({"nodes": node_docs, "key_groups": kg_docs})
     except InvalidInput as exc:
         if kgs is None and exc.field.startswith("key_groups"):
             raise InvalidInput("operators", exc.reason) from None

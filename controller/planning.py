@@ -14,14 +14,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from controller.context import Context
 from controller.errors import TooLarge, Unavailable
 from controller.solving import Kind
-from solvers import metrics, registry, scaling
+from solvers import documents, registry, scaling
 from solvers.errors import InvalidInput
-from solvers.model import Problem, _int_if_whole, plan_from_dict
+from solvers.model import Problem
 
 log = logging.getLogger("rebalancer.controller")
 
@@ -108,7 +106,7 @@ class Planning:
     def problem_from_doc(self, doc: dict[str, Any], where: str = "problem") -> Problem:
         self.check_problem_size(doc, where)
         try:
-            return Problem.from_dict(doc)
+            return documents.problem_from_dict(doc)
         except InvalidInput as exc:
             raise prefixed(exc, where) from None
 
@@ -122,15 +120,8 @@ class Planning:
     async def evaluate(self, problem_doc: dict[str, Any], plan_doc: dict[str, Any]) -> dict[str, Any]:
         problem = self.problem_from_doc(problem_doc)
 
-        def work() -> dict[str, Any]:
-            plan = plan_from_dict(problem, plan_doc)
-            out = metrics.plan_metrics(problem, plan.assignment)
-            moved = np.flatnonzero(plan.assignment != problem.current)
-            out["moves"] = [{"key_group": problem.kg_ids[int(k)], "from": problem.node_ids[int(problem.current[k])],
-                             "to": problem.node_ids[int(plan.assignment[k])],
-                             "state_bytes": _int_if_whole(problem.state_bytes[k])} for k in moved]
-            out["within_budget"] = metrics.within_budget(problem, plan.assignment)
-            return out
+        def work() -> dict[str, Any]:  # the evaluation document of `rebalancer evaluate` too
+            return documents.evaluation(problem, documents.plan_from_dict(problem, plan_doc))
 
         return await asyncio.to_thread(work)
 

@@ -118,10 +118,16 @@ class Proposals:
         try:
             doc = await self.planning.solve(prop.algorithm, problem, prop.time_limit_s, prop.params, admit=False)
             status, plan, error = "ready", doc, None
+            op = repo.finish_proposal(prop.id, status, plan, error)  # a plan that is not JSON fails here too
         except Exception as exc:  # a task boundary: whatever fails, the proposal ends as failed with the reason
             status, plan, error = "failed", None, f"{type(exc).__name__}: {exc}"
             log.warning("proposal %s failed: %s", prop.id, error)
-        await self.ctx.writer.run(repo.finish_proposal(prop.id, status, plan, error))
+            op = repo.finish_proposal(prop.id, status, plan, error)
+        try:
+            await self.ctx.writer.run(op)
+        except Exception:  # the database refused: the proposal is failed in memory (and at the next start)
+            log.exception("proposal %s: its result could not be stored", prop.id)
+            status, plan, error = "failed", None, "the result could not be stored"
         if prop.status == "pending":
             prop.status, prop.plan, prop.error = status, plan, error
 

@@ -49,7 +49,7 @@ from controller.database import (
 )
 from controller.jobs import Job, JobConfig, Node
 from controller.windows import Batch, Window
-from solvers.model import _int_if_whole
+from solvers.model import int_if_whole
 
 if TYPE_CHECKING:
     from controller.proposals import Proposal
@@ -109,7 +109,7 @@ def job_row(job: Job) -> dict[str, Any]:
     return {"job_id": job.job_id, "generation": job.generation, "spec": dumps(job.config.as_dict()),
             "registration": dumps(job.registration),
             "kgs": dumps({"ids": job.kg_ids, "operators": job.operators,
-                          "state_bytes": [_int_if_whole(x) for x in job.reg_state.tolist()]}),
+                          "state_bytes": [int_if_whole(x) for x in job.reg_state.tolist()]}),
             "nodes": nodes_json(job.nodes), "assignment": assignment_json(job), "epoch": job.epoch,
             "last_round_batch": job.last_round_batch, "created_at": job.created_at, "updated_at": job.updated_at}
 

@@ -152,8 +152,12 @@ class Rounds:
                         status="executed", algorithm=job.config.algorithm, params=job.config.params,
                         time_limit_s=float(tl), window=job.window.state(), plan=doc, error=None,
                         executed_epoch=job.epoch + 1, created_at=time.time())
-        res = await self.advance(job, doc["assignment"], kind="auto", plan=doc, proposal=prop,
-                                 last_round_batch=batch_id)
+        try:  # the batch is counted already: a round that cannot be committed is skipped, not a failed post
+            res = await self.advance(job, doc["assignment"], kind="auto", plan=doc, proposal=prop,
+                                     last_round_batch=batch_id)
+        except (Conflict, ValueError) as exc:
+            log.warning("auto round of %s not executed: %s", job.job_id, exc)
+            return None
         return {"proposal_id": prop.id, "base_epoch": res["base_epoch"], "epoch": res["epoch"],
                 "assignment": res["assignment"], "moves": doc["moves"], "metrics": doc["metrics"],
                 "solver": doc["solver"], "algorithm": doc["algorithm"]}

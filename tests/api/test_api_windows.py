@@ -86,3 +86,26 @@ def test_a_far_future_batch_id_does_not_freeze_the_window(tmp_path):
         assert r.json()["counted"] is False and r.json()["duplicate"] is True
 
     run(tmp_path / "r.db", main)
+
+
+def test_a_batch_id_beyond_64_bits_is_a_422_on_a_live_keep_alive_connection(tmp_path):
+    """Over real HTTP (``rebalancer serve``): the 422 comes back and the same connection serves the next request
+    (the attack saw a 500 and a dropped keep-alive connection)."""
+    from tests.helpers.server import ServerProcess
+
+    with ServerProcess(f"sqlite:///{tmp_path}/r.db", log_path=tmp_path / "server.log").start() as srv:
+        ports: set[int] = set()
+        with httpx.Client(base_url=srv.url, timeout=30) as c:
+            def note(r: httpx.Response) -> None:
+                stream = r.extensions.get("network_stream")
+                sock = stream.get_extra_info("socket") if stream is not None else None
+                if sock is not None:
+                    ports.add(sock.getsockname()[1])
+
+            c.event_hooks["response"] = [note]
+            assert c.put("/v1/jobs/w", json=job(1)).status_code == 201
+            r = c.post("/v1/jobs/w/stats", json=stats(2**64, KGS))
+            assert r.status_code == 422 and r.json()["detail"][0]["field"] == "batch_id", r.text
+            r = c.post("/v1/jobs/w/stats", json=stats(1, KGS))
+            assert r.status_code == 202 and r.json()["counted"] is True
+        assert len(ports) == 1  # one connection (one local port) for the three requests
