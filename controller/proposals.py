@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from controller import repository as repo
 from controller.errors import Conflict, NotFound
+from solvers.errors import InvalidInput
 from solvers.model import Problem
 
 if TYPE_CHECKING:
@@ -101,7 +102,10 @@ class Proposals:
             ctx.still_registered(job)
             if not job.window.batches:
                 raise Conflict(f"job {job_id!r} has no statistics yet (0 of {job.window.size} batches in the window)")
-            problem = job.problem()
+            try:  # the window's numbers, checked as a problem document's are (e.g. load / capacity overflow)
+                problem = job.problem().check()
+            except InvalidInput as exc:
+                raise Conflict(f"job {job_id!r} cannot be planned from its window: {exc.field}: {exc.reason}") from exc
             prop = Proposal(id=uuid.uuid4().hex, job_id=job_id, generation=job.generation, base_epoch=job.epoch,
                             status="pending", algorithm=name, params=params, time_limit_s=ctx.pool.cap(tl),
                             window=job.window.state(), plan=None, error=None, executed_epoch=None,

@@ -128,7 +128,11 @@ class Rounds:
         last = job.last_round_batch
         if last is not None and 0 <= batch_id - last < auto.cooldown_batches:  # ids going back: a new count
             return None
-        problem = job.problem()
+        try:  # the window's numbers, checked as a problem document's are (e.g. load / capacity overflow)
+            problem = job.problem().check()
+        except InvalidInput as exc:
+            log.warning("auto round of %s skipped: %s: %s", job.job_id, exc.field, exc.reason)
+            return None
         loads = metrics.node_loads(problem, problem.current)
         ld = metrics.load_distance_of_loads(problem, loads)
         on_removing = float(loads[problem.removing].sum()) if problem.removing.any() else 0.0
