@@ -1,5 +1,7 @@
-"""The full flow over real HTTP: register -> stats x N -> proposal -> execute -> stats with the new epoch, plus
-duplicates, stale executes, concurrent executes, scaling, history and the stateless endpoints."""
+"""The full flow through the app (in process, lifespan run: the ``client`` fixture): register -> stats x N ->
+proposal -> execute -> stats with the new epoch, plus duplicates, stale executes, concurrent executes (threads on
+one event loop, as under uvicorn), scaling, history and the stateless endpoints. The same flow over real HTTP, with
+kill -9 and restart: test_api_restart.py and test_api_postgres.py."""
 
 from __future__ import annotations
 

@@ -76,6 +76,7 @@ def test_busy_port_fails_before_loading_the_database(tmp_path: Path) -> None:
     assert not db.parent.exists()  # refused before the database was touched
 
 
+@pytest.mark.slow  # real server processes (31 s at load 15)
 def test_one_server_per_database_and_the_default_path(tmp_path: Path) -> None:
     """A server started in a directory without --database: its log names the absolute path of the default
     SQLite file; a second server on the same file is refused naming the first; after kill -9 of the first, a new
