@@ -18,13 +18,15 @@ inside ``time_limit``:
    plan. The current assignment and every start are candidates (:class:`~solvers.albic.milp.state.Pool`), so the
    planner never returns anything worse than them.
 2. **Proven bound** — :func:`bounds.analytic_bound`: the heaviest movable key groups, the budget and the
-   band widths give, by bisection, the smallest distance any plan within the budget can reach.
+   band widths give, by bisection, the smallest distance any plan within the budget can reach; Lemma 2 under the
+   budget (load that cannot leave the removing nodes) gives another.
 3. **Randomised restarts and ruin-and-recreate** (most of the time limit): GRASP restarts of the greedy, and
    rounds that undo ~30 % of the best plan's migrations and spend the freed budget again — either greedily or
    with a budget-aware repair that lands each critical node inside a slightly tighter band at the lowest cost.
    Stops as soon as the plan meets the bound.
 4. **Exact model on small instances** — when units × nodes ≤ 6,000 the full MILP is solved by CP-SAT (or CBC),
-   hinted with the incumbent; its proven bound is combined with the analytic one
+   hinted with the incumbent; its proven bound is combined with the analytic one; with communication costs CP-SAT
+   charges cut edges exactly, so the plan and the bound are those of the true objective
    (:func:`solvers.albic.milp.submodel.full_model`).
 5. **Large-neighbourhood search** with long time limits — the MILP restricted to the nodes with the largest
    deviation (plus removing nodes and a few random ones) and the units on them, everything else fixed
@@ -46,7 +48,7 @@ Status (issue 16): ``optimal`` only when the plan's distance meets a *valid* low
 the full model's proven bound minus its rounding tolerance, both valid for the problem as given (fractional bytes
 included: see :mod:`solvers.albic.milp.cpsat`) — within ``OPTIMALITY_TOL`` × the mean utilisation; ``feasible``
 when a proof was attempted but the time ran out; ``heuristic`` when no bound could be attempted (communication
-costs without an exact model).
+costs without an exact model). A plan with distance 0 is ``optimal`` without a proof.
 """
 
 from __future__ import annotations
