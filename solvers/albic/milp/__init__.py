@@ -47,8 +47,9 @@ for picking and checking the plan. OR-tools and PuLP are imported only when a MI
 Status (issue 16): ``optimal`` only when the plan's distance meets a *valid* lower bound — the analytic bound or
 the full model's proven bound minus its rounding tolerance, both valid for the problem as given (fractional bytes
 included: see :mod:`solvers.albic.milp.cpsat`) — within ``OPTIMALITY_TOL`` × the mean utilisation; ``feasible``
-when a proof was attempted but the time ran out; ``heuristic`` when no bound could be attempted (communication
-costs without an exact model). A plan with distance 0 is ``optimal`` without a proof.
+otherwise (the time ran out before plan and bound met). With communication costs the analytic bound is the
+granularity bound of :func:`~solvers.albic.milp.bounds.comm_granularity_bound` (weak) and the full model's bound
+(exact cut costs) is the real one; ``heuristic`` is never reported.
 """
 
 from __future__ import annotations
@@ -263,36 +264,28 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     details["analytic_bound"] = run.lb
     # phase 3: restarts; phase 4: the exact model (small) or neighbourhood search (large, long limits)
     _restarts(run, min(run.at(RESTART_END_SMALL if full else RESTART_END), run.stop))
-    milp_ran = False
-    exact_loads = p.communication_cost == 0 or not p.comm.nnz
-    proved = exact_loads  # the analytic bound holds without communication; with it only an exact model proves
     if not run.reached():
         remaining = run.stop - time.perf_counter()
         if full and remaining > 0.02:
             run.best, bound, status = full_model(run.best, pool, remaining, backend, workers, seed)
-            milp_ran = True
             details["full_model"] = status
             if bound is not None:
                 run.lb = max(run.lb, bound)
-                proved = True
         elif not full:
             run.best, info = neighbourhood_search(run.best, pool, run.stop, time_limit, backend, workers, run.rng,
                                                   run.reached)
-            milp_ran = info["lns_iterations"] > 0
             details.update(info)
-    # phase 5: pick the best by the exact metric; "optimal" only against a valid bound
+    # phase 5: pick the best by the exact metric; "optimal" only against a valid bound (every bound here is one)
     assert pool.best is not None
     key, place, origin = pool.best
     d = key[2]
     lb = min(run.lb, d)  # every bound is ≤ the optimum ≤ d; only float noise can put it above d
     t_plan = float(metrics.node_loads(p, units.assignment(place)).sum() / p.capacity[p.active].sum())
     tol = OPTIMALITY_TOL * max(min(t_lin, t_plan), 1e-300)
-    if (proved or d <= tol) and d <= lb + tol:  # d = 0 needs no proof: 0 is always a bound
+    if d <= lb + tol:
         status = "optimal"
-    elif milp_ran or proved:
-        status = "feasible"  # a proof was attempted (MILP and/or the analytic bound) and the time ran out
     else:
-        status = "heuristic"
+        status = "feasible"  # a proof was attempted (MILP and/or the analytic bound) and the time ran out
     details["origin"] = origin
     return Plan("albic-milp", units.assignment(place), status=status, lower_bound=float(lb),
                 seconds=time.perf_counter() - t_start, details=details)
