@@ -104,8 +104,11 @@ def flux_moves(problem: Problem, time_limit: float = 1.0, start: np.ndarray | No
             if tr.can_afford(k, j):
                 do_move(k, j)
 
-    # 2. balance in passes
+    # 2. balance in passes. With communication costs a move's effect differs from its key group's load, so the
+    # potential argument fails and the passes can cycle: stop after a pass that did not improve the best score.
+    best_seen = best_score
     while time.perf_counter() <= deadline:
+        pass_start = len(history)
         u = tr.loads[active] / cap[active]
         ranked = active[np.argsort(-u, kind="stable")]
         moved_any = False
@@ -135,6 +138,11 @@ def flux_moves(problem: Problem, time_limit: float = 1.0, start: np.ndarray | No
                 break
         if not moved_any:
             break
+        if not monotone:
+            pass_best = min(history[pass_start:], default=best_seen)
+            if not pass_best < best_seen:
+                break
+            best_seen = pass_best
 
     # 3. best prefix
     best_len = 0

@@ -281,7 +281,9 @@ def small_grouped(draw):
 @given(small_grouped())
 def test_grouped_valid_and_optimal_when_collocation_fits(case):
     p, unit_of, allowed = case
-    plan = solve_grouped(p, unit_of=unit_of, allowed=allowed, time_limit=2.0)
+    # drain=False: the paper's objective, which enumerate_optimum computes (with the default drain floor the
+    # planner may empty a removing node at a larger distance, by design)
+    plan = solve_grouped(p, unit_of=unit_of, allowed=allowed, time_limit=2.0, drain=False)
     a = plan.assignment
     check_plan(p, a)
     d = metrics.load_distance(p, a)

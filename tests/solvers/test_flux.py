@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from evaluation.generators import albic_synthetic, skewed
 from solvers import metrics, registry
+from solvers.baselines.flux import flux_moves
 from solvers.model import Problem
 
 
@@ -82,3 +83,17 @@ def test_flux_keeps_only_the_best_prefix_when_communication_makes_moves_harmful(
     after = metrics.load_distance(p, registry.solve("flux", p).assignment)
     assert before == pytest.approx(1.9007, abs=1e-3)
     assert after <= before + 1e-9
+
+
+def test_flux_terminates_with_communication_costs():
+    # with communication costs the passes can cycle (a move's effect differs from its key group's load); Flux must
+    # stop after a pass without improvement instead of running until its time limit (it did: 30 s here)
+    import time as _time
+
+    from tests.solvers.albic_exact_reference import random_problem
+    p = random_problem(np.random.default_rng(399))
+    assert p.communication_cost > 0 and p.comm.nnz
+    t0 = _time.perf_counter()
+    a = flux_moves(p, 30.0)
+    assert _time.perf_counter() - t0 < 10.0
+    assert metrics.load_distance(p, a) <= metrics.load_distance(p, p.current) + 1e-9

@@ -37,7 +37,10 @@ PATTERN_MAX = 24
 
 
 def analytic_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) -> float:
-    """The larger of :func:`band_bound` and :func:`lemma2_bound` (both valid lower bounds on the load distance)."""
+    """The larger of :func:`band_bound` and :func:`lemma2_bound` (both valid lower bounds on the load distance);
+    with communication costs :func:`comm_granularity_bound`."""
+    if problem.communication_cost > 0 and problem.comm.nnz:
+        return comm_granularity_bound(problem)
     return max(band_bound(problem, steps, deadline), lemma2_bound(problem))
 
 
