@@ -117,6 +117,7 @@ def test_lemma2_bound_when_the_budget_cannot_drain_the_removing_node():
     assert plan.status == "optimal" and metrics.load_distance(p, plan.assignment) == pytest.approx(opt)
 
 
+@pytest.mark.slow  # a 20-instance sweep against exact optima (24 s of the fast layer at load 2)
 def test_proven_bound_with_communication_is_valid_and_not_trivial():
     positive = granular = 0
     for seed in range(20):
