@@ -118,7 +118,9 @@ def flux_moves(problem: Problem, time_limit: float = 1.0, start: np.ndarray | No
             gap = uh - uc
             if gap <= 1e-12:
                 break
-            limit = 2.0 * gap / (1.0 / cap[h] + 1.0 / cap[c])
+            # a move of exactly ``limit`` only mirrors the pair (no gain); in floating point it can look like a
+            # gain and then the passes swap it back and forth until the time limit: keep a relative margin
+            limit = 2.0 * gap / (1.0 / cap[h] + 1.0 / cap[c]) * (1.0 - 1e-9)
             # count budget spent: only moved key groups are affordable (see above)
             lst = moved[h] if count_cap is not None and tr.moves >= count_cap else members[h]
             pos = bisect.bisect_left(lst, (limit, -1)) - 1  # biggest with load < limit

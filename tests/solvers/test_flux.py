@@ -97,3 +97,18 @@ def test_flux_terminates_with_communication_costs():
     a = flux_moves(p, 30.0)
     assert _time.perf_counter() - t0 < 10.0
     assert metrics.load_distance(p, a) <= metrics.load_distance(p, p.current) + 1e-9
+
+
+def test_flux_terminates_when_a_move_would_only_mirror_a_pair():
+    # 8, 8, 0.8 on two nodes of capacity 0.5: after the first move the gap is 1.6 and moving the 0.8 only mirrors
+    # the pair; in floating point it looked like a gain (0.8 < 0.8000000000000007) and the passes swapped it back
+    # and forth until the time limit (which also cost albic-milp its proof on this 3-key-group instance)
+    import time as _time
+
+    p = Problem.from_arrays([8.0, 8.0, 0.8], [0, 0, 0], [0.5, 0.5])
+    t0 = _time.perf_counter()
+    a = flux_moves(p, 30.0)
+    assert _time.perf_counter() - t0 < 10.0
+    assert metrics.load_distance(p, a) == pytest.approx(0.8)
+    plan = registry.solve("albic-milp", p, time_limit=2.0, drain=False)
+    assert plan.status == "optimal" and plan.lower_bound == pytest.approx(0.8, rel=1e-5)
