@@ -8,6 +8,8 @@ does not work with pytest 9); the test then also checks that the app serves exac
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
@@ -26,8 +28,13 @@ CHECKS = [sc.not_a_server_error, sc.status_code_conformance, sc.content_type_con
 
 @pytest.fixture(scope="module")
 def session(server):
-    """requests (schemathesis' transport) into the in-process app."""
+    """requests (schemathesis' transport) into the in-process app, once it is ready: ``/readyz`` rightly answers
+    503 while the solver workers start, which is not a server error of the fuzzed operations."""
     with server.requests_session() as s:
+        deadline = time.monotonic() + 120
+        while s.get(f"{server.url}/readyz").status_code != 200:
+            assert time.monotonic() < deadline, "the in-process server never became ready"
+            time.sleep(0.2)
         yield s
 
 

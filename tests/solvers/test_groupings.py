@@ -24,7 +24,7 @@ def zipf_keys(z, keys, m, seed=0):
 
 def workers_per_key(keys, workers):
     seen = defaultdict(set)
-    for k, w in zip(keys.tolist(), workers.tolist()):
+    for k, w in zip(keys.tolist(), workers.tolist(), strict=True):
         seen[k].add(w)
     return seen
 
@@ -65,7 +65,7 @@ def test_pkg_matches_a_message_by_message_reference():
     keys = zipf_keys(1.5, 300, 4000, seed=2)
     out = make_grouping("pkg", n, seed=seed).route(keys)
     loads = [0] * n
-    for k, w in zip(keys.tolist(), out.tolist()):
+    for k, w in zip(keys.tolist(), out.tolist(), strict=True):
         a = hash64(k, derive_seed(seed, 0)) % n
         b = hash64(k, derive_seed(seed, 1)) % n
         expected = b if loads[b] < loads[a] else a  # least loaded, ties to the first choice
