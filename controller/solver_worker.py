@@ -30,10 +30,24 @@ def _import_planners() -> list[str]:
     return sorted(registry.PLANNER_MODULES)
 
 
+#: what the planners import lazily (the CLI should not pay for OR-tools when it runs Flux): a long-lived worker
+#: imports it at start-up, so a solve never spends its time limit importing (~1 s for OR-tools on a busy machine)
+LAZY_SOLVER_MODULES = ["solvers.albic.milp.cpsat", "solvers.albic.milp.cbc"]
+
+
 def _init_worker() -> None:
     for m in PRELOAD[1:]:
         importlib.import_module(m)
     _import_planners()
+    for m in LAZY_SOLVER_MODULES:
+        importlib.import_module(m)
+
+
+def loaded(names: list[str]) -> list[bool]:
+    """Which of ``names`` this process has imported (``SolverPool.call`` target for the readiness tests)."""
+    import sys
+
+    return [n in sys.modules for n in names]
 
 
 #: this worker's data-segment limit in bytes (0: none), for the out-of-memory message
