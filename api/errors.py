@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from controller.errors import Busy, Conflict, NotFound, TooLarge, Unavailable
+from controller.errors import Busy, Conflict, NotFound, TooLarge
 from solvers.errors import InvalidInput
 
 log = logging.getLogger("rebalancer.api")
@@ -128,10 +128,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Busy)
     async def _busy(_req: Request, exc: Busy) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=429, headers={"Retry-After": "1"})
-
-    @app.exception_handler(Unavailable)
-    async def _unavail(_req: Request, exc: Unavailable) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=501)
 
     @app.exception_handler(RuntimeError)
     async def _runtime(req: Request, exc: RuntimeError) -> JSONResponse:

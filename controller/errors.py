@@ -15,10 +15,6 @@ class TooLarge(Exception):
     """Request exceeds a configured size cap (413)."""
 
 
-class Unavailable(Exception):
-    """A feature whose implementation is not installed yet (501)."""
-
-
 class Busy(Exception):
     """Too many solves in flight (429)."""
 

@@ -8,14 +8,13 @@ is :mod:`solvers.scaling`.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import logging
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from controller.context import Context
-from controller.errors import TooLarge, Unavailable
+from controller.errors import TooLarge
 from controller.solving import Kind
 from solvers import documents, registry, scaling
 from solvers.errors import InvalidInput
@@ -127,12 +126,6 @@ class Planning:
 
     async def partitioning(self, spec: dict[str, Any]) -> Any:
         """The Gedik partitioning-function document (``solvers.gedik.build_document``), solved in the pool."""
-        try:
-            mod = importlib.import_module("solvers.gedik")
-        except ImportError as exc:
-            raise Unavailable(f"partitioning is not available: cannot import solvers.gedik ({exc})") from None
-        if not hasattr(mod, "build_document"):
-            raise Unavailable("partitioning is not available in this build: solvers.gedik.build_document is missing")
         t0 = time.perf_counter()
         doc = await self.ctx.pool.call("solvers.gedik", "build_document", spec)
         self.ctx.telemetry.solve_seconds.observe(time.perf_counter() - t0, "gedik")

@@ -71,8 +71,7 @@ async def what_if_scaling(body: ScalingRequest, ctl: Controller = Depends(get_co
                              body.algorithm, body.params, body.time_limit_s, body.max_utilisation)
 
 
-@router.post("/partitioning", dependencies=JSON_BODY, responses={**SOLVE_ERRORS, 501: {
-    "model": ErrorDoc, "description": "Gedik partitioning not installed"}})
+@router.post("/partitioning", dependencies=JSON_BODY, responses=SOLVE_ERRORS)
 async def partitioning(request: Request, spec: dict[str, Any] = Body(..., description="the Gedik partitioning spec"),
                        ctl: Controller = Depends(get_controller)) -> Any:
     """Build a Gedik partitioning-function document (scan / redist / readj) with

@@ -289,13 +289,14 @@ def test_what_if_scaling(client):
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "candidates[0].remove[0]"
 
 
-def test_partitioning_is_501_or_a_document(client):
+def test_partitioning_refuses_a_bad_spec_and_builds_a_document(client):
     r = client.post("/v1/partitioning", json={"nonsense": True})
-    assert r.status_code in (422, 501), r.text
-    if r.status_code == 501:
-        assert "gedik" in r.json()["detail"]
-    else:
-        assert r.json()["detail"][0]["field"]
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["field"]
+    r = client.post("/v1/partitioning", json={"algorithm": "readj", "channels": 3,
+                                              "frequencies": {"a": 0.5, "b": 0.2, "c": 0.1}})
+    assert r.status_code == 200, r.text
+    assert r.json()["channels"] == 3
 
 
 def test_metrics_endpoint(client):
