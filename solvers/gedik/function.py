@@ -46,7 +46,8 @@ from solvers.errors import InvalidInput
 from solvers.gedik._hash import hash_spans, hash_strings, split_lines
 from solvers.gedik.construct import ALGORITHMS as CONSTRUCTIONS
 from solvers.gedik.construct import Instance, construct
-from solvers.gedik.model import FUNCTIONS, RESOURCES, UTILITIES, Config, balance_metrics, beta, select_tracked
+from solvers.gedik.estimate import estimate_metrics
+from solvers.gedik.model import FUNCTIONS, RESOURCES, UTILITIES, Config, select_tracked
 from solvers.gedik.ring import DEFAULT_REPLICAS, DEFAULT_SEED, ConsistentHash, uniform_lookup
 
 __all__ = ["FORMAT", "ALGORITHMS", "PartitionFunction", "build_document", "route_keys", "validate_spec",
@@ -330,7 +331,7 @@ def build_document(spec: dict[str, Any]) -> dict[str, Any]:
     explicit = {keys[i]: int(c) for i, c in zip(tracked.tolist(), assign.tolist(), strict=False)}
     new = PartitionFunction(n, lookup, s["seed"], new.replicas, explicit)
     seconds = time.perf_counter() - t0
-    metrics = _estimate_metrics(new, prev, s, cfg, keys, f, pos, o_keys, prev_f)
+    metrics = estimate_metrics(new, prev, s, cfg, keys, f, pos, o_keys, prev_f)
     metrics["explicit_entries"] = len(explicit)
     metrics["construction_seconds"] = seconds
     if "readj_steps" in stats:
@@ -352,62 +353,6 @@ def build_document(spec: dict[str, Any]) -> dict[str, Any]:
                    "move_limit": s["move_limit"]},
         "metrics": metrics,
     }
-
-
-def _shares(fn: PartitionFunction) -> np.ndarray:
-    if fn.ring is None:
-        return np.full(fn.channels, 1.0 / fn.channels)
-    return fn.ring.arc_shares()
-
-
-def _moved_fraction(prev: PartitionFunction, new: PartitionFunction) -> float:
-    """Fraction of the (position) key space whose base channel changes between two functions."""
-    if prev.seed != new.seed:
-        return 1.0 - 1.0 / max(new.channels, 1)  # independent hashes: a random key keeps its channel w.p. ~1/N
-    if prev.ring is not None and new.ring is not None:
-        return prev.ring.moved_fraction(new.ring)
-    from solvers.hashing import hash64_array
-    pos = hash64_array(np.arange(1 << 18, dtype=np.uint64), 0x5EED)
-    return float(np.mean(prev.base_lookup(pos) != new.base_lookup(pos)))
-
-
-def _estimate_metrics(new: PartitionFunction, prev: PartitionFunction | None, s: dict[str, Any], cfg: Config,
-                      keys: list[str], f: np.ndarray, pos: np.ndarray, o_keys: list[str],
-                      prev_f: dict[str, float]) -> dict[str, Any]:
-    n = new.channels
-    known_ch = new.route_positions(pos) if len(keys) else np.empty(0, dtype=np.int32)
-    rest_n = max(s["domain_size"] - len(keys), 0)
-    rest_f = max(1.0 - float(f.sum()), 0.0)
-    q = rest_f / rest_n if rest_n else 0.0
-    shares = _shares(new)
-    loads = np.zeros((3, n))
-    for k in range(3):
-        fn = cfg.resources[k]
-        if len(keys):
-            loads[k] += np.bincount(known_ch, weights=beta(fn, f), minlength=n)
-        loads[k] += rest_n * float(beta(fn, np.array([q]))[0]) * shares
-    out = balance_metrics(loads, cfg.alpha)
-    bs = cfg.resources[0]
-    ideal = (float(beta(bs, f).sum()) + rest_n * float(beta(bs, np.array([q]))[0])) / n
-    out["model"] = ("keys with a frequency placed exactly; the other domain_size - #keys keys share the remaining "
-                    "frequency evenly and follow the consistent hash's arc shares")
-    if prev is None:
-        out["m"] = None
-        out["migration"] = {"moved": None, "ideal": ideal, "tracked_moved": None, "untracked_moved_expected": None}
-        return out
-    # keys known now or explicit before: exact; their frequency from the spec, else from the previous document
-    extra = [k for k in o_keys if k not in s["frequencies"]]
-    all_keys = list(keys) + extra
-    all_f = np.concatenate([f, np.array([prev_f.get(k, 0.0) for k in extra])])
-    old_ch = prev.route_keys(all_keys) if all_keys else np.empty(0)
-    new_ch = new.route_keys(all_keys) if all_keys else np.empty(0)
-    tracked_moved = float(beta(bs, all_f)[old_ch != new_ch].sum()) if all_keys else 0.0
-    untracked = rest_n * float(beta(bs, np.array([q]))[0]) * _moved_fraction(prev, new)
-    moved = tracked_moved + untracked
-    out["m"] = moved / ideal if ideal > 0 else None
-    out["migration"] = {"moved": moved, "ideal": ideal, "tracked_moved": tracked_moved,
-                        "untracked_moved_expected": untracked}
-    return out
 
 
 def route_keys(function: Any, keys: Iterable[str | bytes]) -> np.ndarray:
