@@ -66,7 +66,7 @@ from solvers.albic.milp.bounds import analytic_bound
 from solvers.albic.milp.search import improve
 from solvers.albic.milp.state import Pool, State, cheapest_feasible_units, drain_floor, hint_place, placement_ok
 from solvers.albic.milp.submodel import full_model, neighbourhood_search
-from solvers.albic.milp.units import Units, build_units
+from solvers.albic.milp.units import Units, build_units, split_units
 from solvers.errors import InvalidInput
 from solvers.model import Plan, Problem
 from solvers.registry import Param, register
@@ -239,6 +239,12 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     details: dict[str, Any] = {"backend": backend}
     units0 = build_units(p, unit_of, allowed)
     units, base_place = cheapest_feasible_units(p, units0, unit_of, allowed)
+    if unit_of is not None and not placement_ok(units, base_place):
+        # the grouped start breaks a resource limit (only the budget is repaired above): keep no unit together, so
+        # that the current assignment — always a plan — is a start, instead of searching from nothing
+        units = split_units(units, list(range(units.n_units)), unit_of, allowed)
+        base_place = np.array([units.cheapest_node(u) for u in range(units.n_units)], dtype=np.int64)
+        details["units_split_for_resources"] = True
     units.drain = bool(drain)
     if units.broken:
         details["split_units"] = [int(u) for u in units.broken]
