@@ -144,4 +144,5 @@ def test_bench_api_quick_run_against_a_real_server(tmp_path):
     doc = json.loads((tmp_path / "api.json").read_text())
     assert doc["healthz"]["requests"] > 0 and doc["healthz"]["errors"] == 0
     assert doc["stats_saturation"]["errors"] == 0 and doc["soak"]["errors"] == 0
-    assert len(doc["targets"]) == 4 and (tmp_path / "api_soak.png").exists()
+    assert len(doc["targets"]) == 5 and (tmp_path / "api_soak.png").exists()
+    assert doc["mixed"]["stats"]["errors"] == 0 and doc["mixed"]["heavy"]  # issue 12's mixed-load phase ran
