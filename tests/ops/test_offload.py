@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
+
+from benchmarks.bench_api import big_plan_body  # the benchmark's ~50 MB plan body, one generator
 
 sys.path.insert(0, str(Path(__file__).parent))
 from procs import Serve  # noqa: E402
@@ -113,19 +114,9 @@ def test_counts_are_checked_before_any_model_is_built(server: Serve) -> None:
     assert post(server.url, doc, pad=True).status_code == 413
 
 
-def big_plan(m: int, e: int, n: int = 100) -> bytes:
-    rng = np.random.default_rng(0)
-    kgs = [{"id": f"key-group-{i}", "node": f"n{i % n}", "load": round(float(x), 6)}
-           for i, x in enumerate(rng.random(m))]
-    src, dst = rng.integers(0, m, e).tolist(), rng.integers(0, m, e).tolist()
-    edges = [{"src": f"key-group-{a}", "dst": f"key-group-{b}", "rate": 1.5} for a, b in zip(src, dst, strict=True)]
-    return json.dumps({"problem": {"nodes": [{"id": f"n{j}"} for j in range(n)], "key_groups": kgs,
-                                   "communication": edges}, "algorithm": "flux", "time_limit_s": 1}).encode()
-
-
 @pytest.mark.slow
 def test_the_event_loop_answers_while_a_50mb_plan_is_handled(tmp_path: Path) -> None:
-    body = big_plan(150_000, 800_000)
+    body = big_plan_body(150_000, 800_000)
     assert 45e6 < len(body) < 64e6, len(body)
     srv = Serve(tmp_path, env={"REBALANCER_SOLVER_WORKERS": "1", "REBALANCER_MAX_TIME_LIMIT_S": "2"})
     try:
