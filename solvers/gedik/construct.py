@@ -140,6 +140,35 @@ def _tied(u: np.ndarray) -> np.ndarray:
     return np.asarray(u <= umin + 1e-12 * max(1.0, abs(float(umin))))
 
 
+class _Build:
+    """The state a from-scratch construction (scan, redist) grows: the assignment so far, per-channel loads and
+    item counts, the migration cost m so far, and the tie rule (see :func:`scan`)."""
+
+    def __init__(self, inst: Instance, cfg: Config):
+        self.ctx = _Ctx(inst, cfg)
+        self.by_load = cfg.tie_break != "index"
+        n = inst.channels
+        self.out = np.full(len(inst.freqs), -1, dtype=np.int64)
+        self.L = np.zeros((self.ctx.K, n))
+        self.cnt = np.zeros(n)
+        self.m = self.ctx.m0
+        self.lanes = np.arange(n)
+
+    def pick(self, tied: np.ndarray) -> int:
+        """Among channels of equal utility: the least loaded (``tie_break="index"``: the lowest index)."""
+        if len(tied) > 1 and self.by_load:
+            return int(tied[np.argmin(_tie_load(self.L, self.cnt)[tied])])
+        return int(tied[0])
+
+    def place(self, d: int, j: int) -> None:
+        ctx = self.ctx
+        self.out[d] = j
+        self.L[:, j] += ctx.B[:, d]
+        self.cnt[j] += 1
+        if ctx.mig and j != ctx.old[d]:
+            self.m += ctx.s[d]
+
+
 def scan(inst: Instance, cfg: Config) -> np.ndarray:
     """Algorithm 2 (scan, §4.2.2): items in decreasing frequency, each placed on the channel of best utility
     U(ρ(H_p ∪ {d⇒l}), γ). O(R·N).
@@ -149,59 +178,32 @@ def scan(inst: Instance, cfg: Config) -> np.ndarray:
     build onto the first channels; we keep the least loaded of the tied channels instead (``cfg.tie_break="index"``
     restores the listing's first, for the ablation in ``benchmarks.bench_gedik``).
     """
-    by_load = cfg.tie_break != "index"
-    ctx = _Ctx(inst, cfg)
-    n, R = inst.channels, len(inst.freqs)
-    out = np.full(R, -1, dtype=np.int64)
-    L = np.zeros((ctx.K, n))
-    cnt = np.zeros(n)
-    m = ctx.m0
-    lanes = np.arange(n)
+    b = _Build(inst, cfg)
+    ctx = b.ctx
     for d in np.argsort(-inst.freqs, kind="stable"):
-        a = _add_eval(ctx, L, ctx.B[:, d:d + 1])[0]
-        g = ctx.gamma(m + ctx.s[d] * (lanes != ctx.old[d]))
-        u = utility(ctx.U, a, g)
-        tied = np.flatnonzero(_tied(u))
-        j = int(tied[np.argmin(_tie_load(L, cnt)[tied])]) if len(tied) > 1 and by_load else int(tied[0])
-        out[d] = j
-        L[:, j] += ctx.B[:, d]
-        cnt[j] += 1
-        if ctx.mig and j != ctx.old[d]:
-            m += ctx.s[d]
-    return out
+        a = _add_eval(ctx, b.L, ctx.B[:, d:d + 1])[0]
+        g = ctx.gamma(b.m + ctx.s[d] * (b.lanes != ctx.old[d]))
+        b.place(int(d), b.pick(np.flatnonzero(_tied(utility(ctx.U, a, g)))))
+    return b.out
 
 
 def redist(inst: Instance, cfg: Config) -> np.ndarray:
     """Algorithm 3 (redist, §4.2.3): at each step, among all unplaced items and all channels, place the one with
     the lowest U(ρ, γ)/f(c) (best utility per volume). O(R²·N). Ties: the most frequent tied item, on the least
     loaded of its tied channels (see :func:`scan`; ``cfg.tie_break="index"``: the lowest tied channel)."""
-    by_load = cfg.tie_break != "index"
-    ctx = _Ctx(inst, cfg)
-    n, R = inst.channels, len(inst.freqs)
-    out = np.full(R, -1, dtype=np.int64)
-    L = np.zeros((ctx.K, n))
-    cnt = np.zeros(n)
-    m = ctx.m0
-    lanes = np.arange(n)
+    b = _Build(inst, cfg)
+    ctx = b.ctx
     cand = np.argsort(-inst.freqs, kind="stable")  # ties between items go to the more frequent one
     with np.errstate(divide="ignore"):
         inv_f = np.where(inst.freqs > 0, 1.0 / inst.freqs, np.inf)
     while len(cand):
-        a = _add_eval(ctx, L, ctx.B[:, cand])                              # (C, N)
-        g = ctx.gamma(m + ctx.s[cand, None] * (lanes[None, :] != ctx.old[cand, None]))
-        u = utility(ctx.U, a, g) * inv_f[cand, None]
-        tied = _tied(u)
+        a = _add_eval(ctx, b.L, ctx.B[:, cand])                              # (C, N)
+        g = ctx.gamma(b.m + ctx.s[cand, None] * (b.lanes[None, :] != ctx.old[cand, None]))
+        tied = _tied(utility(ctx.U, a, g) * inv_f[cand, None])
         ci = int(np.argmax(tied.any(axis=1)))
-        row = np.flatnonzero(tied[ci])
-        j = int(row[np.argmin(_tie_load(L, cnt)[row])]) if len(row) > 1 and by_load else int(row[0])
-        d = cand[ci]
-        out[d] = j
-        L[:, j] += ctx.B[:, d]
-        cnt[j] += 1
-        if ctx.mig and j != ctx.old[d]:
-            m += ctx.s[d]
+        b.place(int(cand[ci]), b.pick(np.flatnonzero(tied[ci])))
         cand = np.delete(cand, ci)
-    return out
+    return b.out
 
 
 def _top3(L: np.ndarray, largest: bool) -> tuple[np.ndarray, np.ndarray]:
