@@ -92,6 +92,14 @@ def server_error(req: Request, exc: BaseException, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail, "request_id": rid}, status_code=500, headers={"X-Request-ID": rid})
 
 
+def client_error(exc: InvalidInput | TooLarge) -> tuple[int, dict[str, Any]]:
+    """Status and body of a client error raised by the controller's checks (one mapping for the routes'
+    handlers and for the requests answered in a solver worker, :mod:`api.offload`)."""
+    if isinstance(exc, TooLarge):
+        return 413, {"detail": f"request too large: {exc}"}
+    return 422, {"detail": [{"field": exc.field or "body", "reason": exc.reason}]}
+
+
 def invalid(items: list[dict[str, str]]) -> JSONResponse:
     return JSONResponse({"detail": items}, status_code=422)
 
@@ -106,8 +114,10 @@ def install(app: FastAPI) -> None:
         return invalid(pydantic_errors(exc.errors()))
 
     @app.exception_handler(InvalidInput)
-    async def _invalid(_req: Request, exc: InvalidInput) -> JSONResponse:
-        return invalid([{"field": exc.field or "body", "reason": exc.reason}])
+    @app.exception_handler(TooLarge)
+    async def _client(_req: Request, exc: InvalidInput | TooLarge) -> JSONResponse:
+        status, body = client_error(exc)
+        return JSONResponse(body, status_code=status)
 
     @app.exception_handler(UnsupportedMediaType)
     async def _media(_req: Request, exc: UnsupportedMediaType) -> JSONResponse:
@@ -120,10 +130,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Conflict)
     async def _conflict(_req: Request, exc: Conflict) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=409)
-
-    @app.exception_handler(TooLarge)
-    async def _large(_req: Request, exc: TooLarge) -> JSONResponse:
-        return JSONResponse({"detail": f"request too large: {exc}"}, status_code=413)
 
     @app.exception_handler(Busy)
     async def _busy(_req: Request, exc: Busy) -> JSONResponse:

@@ -21,7 +21,10 @@ from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
-from controller.errors import Busy
+from api.errors import client_error
+from controller.errors import Busy, TooLarge
+from controller.planning import Caps, check_algorithm, check_problem_size, evaluation, problem_from_doc
+from solvers.errors import InvalidInput
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -36,95 +39,65 @@ def _json(status: int, doc: Any) -> tuple[str, int, bytes, str | None, str | Non
     return ("response", status, json.dumps(doc).encode(), None, None)
 
 
-def plan_task(raw: bytes, caps: dict[str, int], default_algorithm: str, max_time_limit: float) -> tuple[Any, ...]:
-    """Worker side of ``POST /v1/plans``: ``("response", status, body bytes, algorithm, solver status)``."""
-    from pydantic import TypeAdapter, ValidationError
+def _request(raw: bytes, model: Any, caps: Caps) -> Any:
+    """The body decoded and validated as FastAPI does for the route (``model``), after the size caps (413) are
+    checked on the decoded JSON; a ready error response instead when any of it fails."""
+    from pydantic import ValidationError
 
     from api.errors import pydantic_errors
-    from api.schemas import PlanDoc, PlanRequest
-    from solvers import registry
-    from solvers.documents import plan_to_dict, problem_from_dict
-    from solvers.errors import InvalidInput
 
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         return _json(422, {"detail": [{"field": "body", "reason": "invalid JSON: JSON decode error"}]})
-    problem = doc.get("problem") if isinstance(doc, dict) else None
-    too_large = _count(problem, caps)
-    if too_large is not None:
-        return too_large
     try:
-        req = PlanRequest.model_validate(doc, from_attributes=True)  # as FastAPI validates a body
+        check_problem_size(doc.get("problem") if isinstance(doc, dict) else None, caps)
+        return model.model_validate(doc, from_attributes=True)
+    except TooLarge as exc:
+        return _json(*client_error(exc))
     except ValidationError as exc:
         return _json(422, {"detail": pydantic_errors([dict(e) for e in exc.errors()])})
-    del doc, problem
+
+
+def _response(model: Any, out: Any) -> bytes:
+    from pydantic import TypeAdapter
+
+    ta = TypeAdapter(model)
+    return ta.dump_json(ta.validate_python(out), by_alias=True)
+
+
+def plan_task(raw: bytes, caps: Caps, default_algorithm: str, max_time_limit: float) -> tuple[Any, ...]:
+    """Worker side of ``POST /v1/plans``: ``("response", status, body bytes, algorithm, solver status)``; the
+    route's steps (:mod:`controller.planning`'s checks, the worker's solve), run here."""
+    from api.schemas import PlanDoc, PlanRequest
+    from controller.solver_worker import solve_document
+
+    req = _request(raw, PlanRequest, caps)
+    if isinstance(req, tuple):
+        return req
     try:
-        prob = problem_from_dict(req.problem)  # SkipValidation: decoded JSON, checked once here
-    except InvalidInput as exc:
-        return _json(422, {"detail": [{"field": f"problem.{exc.field}" if exc.field else "problem",
-                                       "reason": exc.reason}]})
-    name = req.algorithm or default_algorithm
-    try:
-        algo = registry.get(name)
-    except InvalidInput as exc:
-        return _json(422, {"detail": [{"field": "algorithm", "reason": exc.reason}]})
-    try:
-        algo.validate(req.params or {})
-        plan = registry.solve(name, prob, time_limit=min(req.time_limit_s, max_time_limit), **(req.params or {}))
-    except InvalidInput as exc:
-        return _json(422, {"detail": [{"field": exc.field or "params", "reason": exc.reason}]})
+        prob = problem_from_doc(req.problem, caps)
+        name, params = check_algorithm(req.algorithm or default_algorithm, req.params)
+        out = solve_document(name, prob, min(req.time_limit_s, max_time_limit), params)
+    except (InvalidInput, TooLarge) as exc:
+        return _json(*client_error(exc))
     except Exception as exc:  # a planner bug: the route answers 500 "planner failed" too
         return _json(500, {"detail": f"planner failed: {type(exc).__name__}: {exc}"})
-    out = plan_to_dict(prob, plan)
-    ta = TypeAdapter(PlanDoc)
-    body = ta.dump_json(ta.validate_python(out), by_alias=True)
-    return ("response", 200, body, name, str(out["solver"]["status"]))
+    return ("response", 200, _response(PlanDoc, out), name, str(out["solver"]["status"]))
 
 
-def _count(problem: Any, caps: dict[str, int]) -> tuple[Any, ...] | None:
-    """413 when the problem document has more key groups, edges or nodes than the caps (before any model)."""
-    if isinstance(problem, dict):
-        for key, cap, what in (("key_groups", caps["max_key_groups"], "key groups"),
-                               ("communication", caps["max_edges"], "edges"), ("nodes", caps["max_nodes"], "nodes")):
-            items = problem.get(key)
-            if isinstance(items, list) and len(items) > cap:
-                return _json(413, {"detail": f"request too large: problem.{key}: more than {cap} {what}"})
-    return None
-
-
-def evaluate_task(raw: bytes, caps: dict[str, int]) -> tuple[Any, ...]:
+def evaluate_task(raw: bytes, caps: Caps) -> tuple[Any, ...]:
     """Worker side of ``POST /v1/evaluate``: ``("response", status, body bytes, None, None)``."""
-    from pydantic import TypeAdapter, ValidationError
-
-    from api.errors import pydantic_errors
     from api.schemas import EvaluateRequest, EvaluateResponse
-    from solvers.documents import evaluation, plan_from_dict, problem_from_dict
-    from solvers.errors import InvalidInput
 
+    req = _request(raw, EvaluateRequest, caps)
+    if isinstance(req, tuple):
+        return req
     try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return _json(422, {"detail": [{"field": "body", "reason": "invalid JSON: JSON decode error"}]})
-    too_large = _count(doc.get("problem") if isinstance(doc, dict) else None, caps)
-    if too_large is not None:
-        return too_large
-    try:
-        req = EvaluateRequest.model_validate(doc, from_attributes=True)
-    except ValidationError as exc:
-        return _json(422, {"detail": pydantic_errors([dict(e) for e in exc.errors()])})
-    del doc
-    try:
-        prob = problem_from_dict(req.problem)
-    except InvalidInput as exc:
-        return _json(422, {"detail": [{"field": f"problem.{exc.field}" if exc.field else "problem",
-                                       "reason": exc.reason}]})
-    try:
-        out = evaluation(prob, plan_from_dict(prob, req.plan))
-    except InvalidInput as exc:
-        return _json(422, {"detail": [{"field": exc.field or "body", "reason": exc.reason}]})
-    ta = TypeAdapter(EvaluateResponse)
-    return ("response", 200, ta.dump_json(ta.validate_python(out), by_alias=True), None, None)
+        out = evaluation(problem_from_doc(req.problem, caps), req.plan)
+    except (InvalidInput, TooLarge) as exc:
+        return _json(*client_error(exc))
+    return ("response", 200, _response(EvaluateResponse, out), None, None)
 
 
 async def _answer(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -182,7 +155,7 @@ class OffloadMiddleware:
             ctl.pool.check_admission(1)
         except Busy as exc:
             return await _answer(send, 429, json.dumps({"detail": str(exc)}).encode(), [(b"retry-after", b"1")])
-        caps = {"max_key_groups": s.max_key_groups, "max_edges": s.max_edges, "max_nodes": s.max_nodes}
+        caps = ctl.planning.caps
         budget = s.max_time_limit_s + self.seconds_per_mb * len(raw) / 1e6
         t0 = time.perf_counter()
         try:

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from controller.context import Context
@@ -29,6 +30,57 @@ def prefixed(exc: InvalidInput, prefix: str) -> InvalidInput:
     """The same error with its field path under ``prefix`` (``problem`` + ``nodes[0].id``)."""
     field_ = f"{prefix}.{exc.field}" if exc.field else prefix
     return InvalidInput(field_, exc.reason)
+
+
+@dataclass(frozen=True)
+class Caps:
+    """The request-size caps a problem document is checked against (settings ``max_key_groups`` …)."""
+
+    max_key_groups: int
+    max_edges: int
+    max_nodes: int
+
+
+def check_problem_size(doc: Any, caps: Caps, where: str = "problem") -> None:
+    """TooLarge (413) when a problem document has more key groups, edges or nodes than the caps — counted on the
+    decoded JSON, before any model is built."""
+    if isinstance(doc, dict):
+        for key, cap, what in (("key_groups", caps.max_key_groups, "key groups"),
+                               ("communication", caps.max_edges, "edges"), ("nodes", caps.max_nodes, "nodes")):
+            items = doc.get(key)
+            if isinstance(items, list) and len(items) > cap:
+                raise TooLarge(f"{where}.{key}: more than {cap} {what}")
+
+
+def problem_from_doc(doc: Any, caps: Caps, where: str = "problem") -> Problem:
+    """The numeric problem of a problem document: size caps first (413), then :mod:`solvers.documents` (422 with
+    the field path under ``where``)."""
+    check_problem_size(doc, caps, where)
+    try:
+        return documents.problem_from_dict(doc)
+    except InvalidInput as exc:
+        raise prefixed(exc, where) from None
+
+
+def check_algorithm(name: str, params: Mapping[str, Any] | None, where: str = "") -> tuple[str, dict[str, Any]]:
+    """Registry name and validated parameters; InvalidInput (422) for unknown names or bad parameters."""
+    pre = f"{where}." if where else ""
+    try:
+        algo = registry.get(name)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{pre}algorithm", exc.reason) from None
+    except ImportError as exc:  # a planner module that does not import
+        raise InvalidInput(f"{pre}algorithm", f"planner {name!r} is not available: {type(exc).__name__}") from None
+    try:
+        algo.validate(dict(params or {}))
+    except InvalidInput as exc:
+        raise InvalidInput(f"{pre}{exc.field}", exc.reason) from None
+    return name, dict(params or {})
+
+
+def evaluation(problem: Problem, plan_doc: Any) -> dict[str, Any]:
+    """The evaluation document of a plan document for ``problem`` (the one of ``rebalancer evaluate`` too)."""
+    return documents.evaluation(problem, documents.plan_from_dict(problem, plan_doc))
 
 
 class Planning:
@@ -56,20 +108,8 @@ class Planning:
 
     def check_algorithm(self, name: str | None, params: Mapping[str, Any] | None,
                         where: str = "") -> tuple[str, dict[str, Any]]:
-        """Registry name and validated parameters; InvalidInput (422) for unknown names or bad parameters."""
-        name = name or self.default_algorithm()
-        pre = f"{where}." if where else ""
-        try:
-            algo = registry.get(name)
-        except InvalidInput as exc:
-            raise InvalidInput(f"{pre}algorithm", exc.reason) from None
-        except ImportError as exc:  # a planner module that does not import
-            raise InvalidInput(f"{pre}algorithm", f"planner {name!r} is not available: {type(exc).__name__}") from None
-        try:
-            algo.validate(dict(params or {}))
-        except InvalidInput as exc:
-            raise InvalidInput(f"{pre}{exc.field}", exc.reason) from None
-        return name, dict(params or {})
+        """:func:`check_algorithm` with the server's default planner when ``name`` is None."""
+        return check_algorithm(name or self.default_algorithm(), params, where)
 
     def algorithms(self) -> list[dict[str, Any]]:
         out = []
@@ -92,22 +132,16 @@ class Planning:
         return doc
 
     # ------------------------------------------------------------------ documents
-    def check_problem_size(self, doc: Any, where: str = "problem") -> None:
+    @property
+    def caps(self) -> Caps:
         s = self.ctx.settings
-        if isinstance(doc, dict):
-            if len(doc.get("key_groups") or []) > s.max_key_groups:
-                raise TooLarge(f"{where}.key_groups: more than {s.max_key_groups} key groups")
-            if len(doc.get("communication") or []) > s.max_edges:
-                raise TooLarge(f"{where}.communication: more than {s.max_edges} edges")
-            if len(doc.get("nodes") or []) > s.max_nodes:
-                raise TooLarge(f"{where}.nodes: more than {s.max_nodes} nodes")
+        return Caps(s.max_key_groups, s.max_edges, s.max_nodes)
+
+    def check_problem_size(self, doc: Any, where: str = "problem") -> None:
+        check_problem_size(doc, self.caps, where)
 
     def problem_from_doc(self, doc: dict[str, Any], where: str = "problem") -> Problem:
-        self.check_problem_size(doc, where)
-        try:
-            return documents.problem_from_dict(doc)
-        except InvalidInput as exc:
-            raise prefixed(exc, where) from None
+        return problem_from_doc(doc, self.caps, where)
 
     # ------------------------------------------------------------------ use cases
     async def plan(self, problem_doc: dict[str, Any], algorithm: str | None, params: dict[str, Any],
@@ -119,10 +153,7 @@ class Planning:
     async def evaluate(self, problem_doc: dict[str, Any], plan_doc: dict[str, Any]) -> dict[str, Any]:
         problem = self.problem_from_doc(problem_doc)
 
-        def work() -> dict[str, Any]:  # the evaluation document of `rebalancer evaluate` too
-            return documents.evaluation(problem, documents.plan_from_dict(problem, plan_doc))
-
-        return await asyncio.to_thread(work)
+        return await asyncio.to_thread(evaluation, problem, plan_doc)
 
     async def partitioning(self, spec: dict[str, Any]) -> Any:
         """The Gedik partitioning-function document (``solvers.gedik.build_document``), solved in the pool."""

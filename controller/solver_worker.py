@@ -100,14 +100,18 @@ def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0, memory_li
         conn.send(out)
 
 
-def _solve_task(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> tuple[Any, ...]:
-    """Worker side: ``registry.solve`` then ``plan_to_dict``; errors come back as data."""
+def solve_document(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> dict[str, Any]:
+    """The one solve of a plan request (in a worker): ``registry.solve`` then the plan document."""
     from solvers import registry
-    from solvers.model import plan_to_dict
+    from solvers.documents import plan_to_dict
 
+    return plan_to_dict(problem, registry.solve(name, problem, time_limit=time_limit, **params))
+
+
+def _solve_task(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> tuple[Any, ...]:
+    """Worker side of :meth:`controller.solving.SolverPool.solve`: errors come back as data."""
     try:
-        plan = registry.solve(name, problem, time_limit=time_limit, **params)
-        return ("ok", plan_to_dict(problem, plan))
+        return ("ok", solve_document(name, problem, time_limit, params))
     except InvalidInput as exc:
         return ("invalid", exc.field, exc.reason)
     except Exception as exc:  # a planner bug (or out of memory): reported, never crashes the server
