@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     from clients.python import RebalancerClient
 
     work = Path(tempfile.mkdtemp(prefix="bench-spark-state-"))
-    proc, url = start_controller(work / "rebalancer.db")
+    proc = start_controller(work / "rebalancer.db")
+    url = proc.url
     spark = (SparkSession.builder.master("local[2]").appName("bench_spark_state")
              .config("spark.sql.shuffle.partitions", "8").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g").getOrCreate())
@@ -179,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                            "not_measured": "the pandas function API (sessionisation) of issue 15 is not built yet"}
     finally:
         spark.stop()
-        proc.terminate()
-        proc.wait(10)
+        proc.stop()
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))

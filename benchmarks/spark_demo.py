@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,38 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.server import ServerProcess
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_controller(db_path: Path, port: int | None = None) -> tuple[subprocess.Popen, str]:
-    """Start ``rebalancer serve`` as a subprocess; returns (process, base URL) once ``/healthz`` answers."""
-    import httpx
-
-    port = port or _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = dict(os.environ)
-    env.pop("REBALANCER_API_TOKENS", None)
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", str(port),
-                             "--database", f"sqlite:///{db_path}", "--log-level", "warning"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the controller exited with status {proc.returncode}")
-        try:
-            if httpx.get(url + "/healthz", timeout=1.0).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.25)
-    proc.terminate()
-    raise RuntimeError("the controller did not become healthy within 90 s")
+def start_controller(db_path: Path) -> ServerProcess:
+    """``rebalancer serve`` on a free port of 127.0.0.1 with the SQLite file ``db_path``, once ``/healthz``
+    answers (:class:`tests.helpers.server.ServerProcess`, the one way tests and benchmarks start a server; its
+    ``stop()`` ends the server and its solver workers)."""
+    return ServerProcess(f"sqlite:///{db_path}", test_settings=False).start()
 
 
 def zipf_batches(out_dir: Path, *, batches: int, rows: int, keys: int, z: float, seed: int = 1) -> list[Path]:
@@ -155,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             url = args.controller
         else:
             say("starting the controller ...")
-            proc, url = start_controller(tmp / "rebalancer.db")
+            proc = start_controller(tmp / "rebalancer.db")
+            url = proc.url
         say(f"controller at {url}; writing {args.batches} batches of {args.rows} Zipf(z={args.zipf}) records ...")
         src = tmp / "events"
         src.mkdir()
@@ -263,12 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
         return 0
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        if proc is not None:
+            proc.stop()
 
 
 if __name__ == "__main__":

@@ -277,6 +277,11 @@ class ServerProcess(_Server):
         return self.proc.pid
 
     def start(self, timeout: float = 90.0) -> ServerProcess:
+        """Spawn the server and wait until ``/healthz`` answers."""
+        return self.spawn().wait_healthy(timeout)
+
+    def spawn(self) -> ServerProcess:
+        """Start the process without waiting (a test that expects it to exit, or signals it while it starts)."""
         env = {k: v for k, v in os.environ.items() if k != "REBALANCER_API_TOKENS"}
         env.update({"PYTHONUNBUFFERED": "1", **self.env})
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
@@ -290,6 +295,10 @@ class ServerProcess(_Server):
         finally:
             if log is not subprocess.DEVNULL:
                 log.close()  # type: ignore[union-attr]
+        return self
+
+    def wait_healthy(self, timeout: float = 90.0) -> ServerProcess:
+        assert self.proc is not None, "not spawned"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

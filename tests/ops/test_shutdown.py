@@ -73,13 +73,10 @@ def test_restarts_do_not_accumulate_processes(tmp_path: Path) -> None:
     try:
         for _ in range(3):
             srv = Serve(tmp_path, args=("--database", db))
-            try:
-                srv.wait_healthy()
-                everything += srv.wait_children(4)
-                srv.proc.kill()
-                srv.proc.wait(timeout=30)
-            finally:
-                srv.log.close()
+            srv.wait_healthy()
+            everything += srv.wait_children(4)
+            srv.proc.kill()  # the server alone (its own session): its children must follow it
+            srv.proc.wait(timeout=30)
         left = wait_gone(everything, timeout=10)
         assert not left, _describe(left)
     finally:
