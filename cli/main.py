@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "cli.partition",   # partition build | route | track  (Gedik)
     "cli.simulate",    # simulate (stream groupings)
     "cli.serve",       # serve (the controller)
+    "cli.db",          # db current | upgrade | history (schema migrations)
     "cli.spark",       # spark-stats (PySpark statistics pipeline)
 ]
 

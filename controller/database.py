@@ -1,13 +1,13 @@
 """The database: tables, engines (SQLite in WAL mode or PostgreSQL through psycopg 3) and the schema, created or
-brought up to date at startup.
+brought up to date at startup by the Alembic migrations in :mod:`controller.migrations` (:func:`create_schema`).
 
-Columns added after the first release are added to an existing database (``ALTER TABLE … ADD COLUMN``), and on
-PostgreSQL the ids first created as 32-bit ``INTEGER`` are widened to ``BIGINT`` (batch ids and epochs are signed
-64-bit integers; SQLite's INTEGER is 64-bit already).
+A database of a version before the migrations (no ``alembic_version`` table) is recognised by its columns and
+stamped with the revision it has, then upgraded like any other.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -25,9 +25,10 @@ from sqlalchemy import (
     create_engine,
     event,
     inspect,
-    text,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
+
+log = logging.getLogger("rebalancer.database")
 
 metadata = MetaData()
 
@@ -87,14 +88,6 @@ proposals = Table(
     Column("generation", String(32), nullable=True),  # the job's generation when it was proposed
 )
 
-#: columns added after the first release: ``create_schema`` adds them to an existing database.
-_ADDED_COLUMNS = {"jobs": ("generation", "VARCHAR(32)"), "proposals": ("generation", "VARCHAR(32)")}
-
-#: 64-bit id columns that a PostgreSQL database of an earlier version has as INTEGER.
-_WIDENED = {"jobs": ("epoch", "last_round_batch"), "epochs": ("epoch",), "stats_batches": ("batch_id", "epoch"),
-            "proposals": ("base_epoch", "executed_epoch")}
-
-
 def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:
     """An engine for ``url``; SQLite gets WAL, the chosen ``synchronous`` level and its directory created."""
     if url.startswith("sqlite"):
@@ -118,20 +111,66 @@ def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:
     return engine
 
 
-def create_schema(engine: Engine) -> None:
-    """Create the tables, and add the columns a database of an earlier version lacks."""
-    metadata.create_all(engine)
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def alembic_config(connection: Connection | None = None, url: str | None = None) -> Any:
+    """The Alembic configuration of :mod:`controller.migrations`, built in code (no ``alembic.ini``), running on
+    ``connection`` (or on ``url``)."""
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    if url is not None:
+        cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def current_revision(connection: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def legacy_revision(connection: Connection) -> str | None:
+    """The revision a database made before the migrations has (None: no tables of ours, a new database)."""
+    insp = inspect(connection)
+    tables = set(insp.get_table_names())
+    if "jobs" not in tables:
+        return None
+    if "generation" not in {c["name"] for c in insp.get_columns("jobs")}:
+        return "0001"
+    if connection.dialect.name == "postgresql":
+        epoch = {c["name"]: c["type"] for c in insp.get_columns("jobs")}["epoch"]
+        if isinstance(epoch, Integer) and not isinstance(epoch, BigInteger):
+            return "0002"
+    return "0003"
+
+
+def create_schema(engine: Engine) -> str:
+    """Bring the database to the newest revision (``alembic upgrade head``) and return it; a database of a
+    version before the migrations is stamped with the revision its columns show first."""
+    from alembic import command
+
     with engine.begin() as conn:
-        insp = inspect(conn)
-        for table, (col, sql_type) in _ADDED_COLUMNS.items():
-            if col not in {c["name"] for c in insp.get_columns(table)}:
-                conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {col} {sql_type}"))
-        if conn.dialect.name == "postgresql":
-            for table, cols in _WIDENED.items():
-                types = {c["name"]: c["type"] for c in insp.get_columns(table)}
-                for col in cols:
-                    if isinstance(types.get(col), Integer) and not isinstance(types[col], BigInteger):
-                        conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN {col} TYPE BIGINT"))
+        cfg = alembic_config(conn)
+        if current_revision(conn) is None:
+            legacy = legacy_revision(conn)
+            if legacy is not None:
+                log.info("database without migration history: its columns are revision %s; stamping it", legacy)
+                command.stamp(cfg, legacy)
+        command.upgrade(cfg, "head")
+        return current_revision(conn) or ""
 
 
 def database_kind(url: str) -> str:

@@ -119,7 +119,7 @@ class Controller:
         _tune_gc()  # freeze what the imports created too
 
     def _load(self) -> None:
-        repo.create_schema(self.ctx.engine)
+        log.info("database schema at revision %s (controller/migrations)", repo.create_schema(self.ctx.engine))
         failed = repo.fail_pending_proposals(self.ctx.engine)
         if failed:
             log.warning("%d proposals were pending at the last stop; marked failed", failed)

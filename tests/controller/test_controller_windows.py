@@ -157,13 +157,15 @@ def test_epoch_compare_and_set_exactly_one_wins(tmp_path):
 
 
 def test_a_database_of_the_previous_version_gets_the_new_columns_and_loads(tmp_path):
-    """Startup adds the ``generation`` columns to an existing database; its jobs load as one registration."""
+    """Startup adds the ``generation`` columns to a database of the version before them (and before the migration
+    history: no ``alembic_version``); its jobs load as one registration."""
     url = f"sqlite:///{tmp_path}/old.db"
     engine = repo.make_engine(url)
     repo.create_schema(engine)
     with engine.begin() as c:
         for table in ("jobs", "proposals"):
             c.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN generation")
+        c.exec_driver_sql("DROP TABLE alembic_version")
         c.exec_driver_sql(
             "INSERT INTO jobs (job_id, spec, registration, kgs, nodes, assignment, epoch, last_round_batch, "
             "created_at, updated_at) VALUES ('j', '{\"algorithm\": \"flux\", \"params\": {}, \"budget\": {}, "
