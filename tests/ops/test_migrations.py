@@ -43,8 +43,9 @@ def first_release(conn: sa.Connection) -> None:
         f"received_at {dbl} NOT NULL, PRIMARY KEY (job_id, batch_id))")
     conn.exec_driver_sql(
         f"CREATE TABLE proposals (id VARCHAR(64) NOT NULL PRIMARY KEY, job_id VARCHAR(200) NOT NULL, "
-        f"base_epoch INTEGER NOT NULL, status VARCHAR(20) NOT NULL, algorithm VARCHAR(100) NOT NULL, params TEXT NOT NULL, time_limit_s "
-        f"{dbl} NOT NULL, \"window\" TEXT, plan TEXT, error TEXT, executed_epoch INTEGER, created_at {dbl} NOT NULL)")
+        f"base_epoch INTEGER NOT NULL, status VARCHAR(20) NOT NULL, algorithm VARCHAR(100) NOT NULL, "
+        f"params TEXT NOT NULL, time_limit_s {dbl} NOT NULL, \"window\" TEXT, plan TEXT, error TEXT, "
+        f"executed_epoch INTEGER, created_at {dbl} NOT NULL)")
     conn.exec_driver_sql("CREATE INDEX ix_proposals_job_id ON proposals (job_id)")
     conn.execute(sa.text(
         "INSERT INTO jobs (job_id, spec, registration, kgs, nodes, assignment, epoch, last_round_batch, created_at, "
