@@ -1,5 +1,4 @@
-"""Job generations (issue 12): a job id registered again is a new generation; proposals carry the generation they
-were made for.
+"""Job generations (issue 12): a re-registered job id is a new generation; proposals carry theirs.
 
 Revision ID: 0002
 Revises: 0001
