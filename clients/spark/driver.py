@@ -33,6 +33,7 @@ import numpy as np
 
 from clients.python import RebalancerClient
 from clients.spark.control import ConfigurationError, ControllerLink
+from clients.spark.functions import FunctionState, KeyedFunction
 from clients.spark.reports import BatchReport, StateMismatchError
 from clients.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable, key_group_ids, partition_ids
 from clients.spark.state import KeyedState, MigrationReport
@@ -53,6 +54,9 @@ class RebalancingDriver(ControllerLink):
         spark: the SparkSession.
         key: key column name(s) of the stream.
         aggregations: ``{output: (count|sum|min|max, input column or None)}``; default ``{"count": ("count", None)}``.
+        function: instead of ``aggregations``, any per-key logic: a :class:`clients.spark.functions.KeyedFunction`
+            (``fn(key, rows, state) -> (output rows, new state)`` on pandas DataFrames, optional timeouts); the
+            ``output`` sink then gets the rows ``fn`` emitted.
         client: a :class:`RebalancerClient` (short timeouts recommended), or ``None`` to run without controller.
         job_id: the controller job id. operator: the operator name (key group ids ``<operator>/<k>``).
         key_groups: G, key groups of the operator (default 120; fewer than ``partitions`` leaves some empty).
@@ -94,6 +98,7 @@ class RebalancingDriver(ControllerLink):
         *,
         key: str | Sequence[str],
         aggregations: Mapping[str, tuple[str, str | None]] | None = None,
+        function: KeyedFunction | None = None,
         client: RebalancerClient | None = None,
         job_id: str = "spark-job",
         operator: str = "agg",
@@ -167,7 +172,10 @@ class RebalancingDriver(ControllerLink):
         self.node_ids = partition_ids(self.n)
         self.kg_ids = key_group_ids(operator, self.G)
         self.routing = RoutingTable.contiguous(operator, self.G, self.n)
-        self.state = KeyedState(spark, self.keys, aggregations or {"count": ("count", None)}, self.routing)
+        if function is not None and aggregations is not None:
+            raise ValueError("give either aggregations or function, not both")
+        self.state = (KeyedState(spark, self.keys, aggregations or {"count": ("count", None)}, self.routing)
+                      if function is None else FunctionState(spark, self.keys, function, self.routing))
         root = state_dir or (checkpoint_location.rstrip("/") + "/rebalancer-state" if checkpoint_location else None)
         self.store = None if root is None else StateStore(spark, root, snapshot_every=snapshot_every,
                                                           retain_versions=retain_versions,
@@ -241,6 +249,7 @@ class RebalancingDriver(ControllerLink):
                 f"groups and {max(rec.partition_of) + 1}+ partitions; this driver has keys {self.keys}, "
                 f"key_groups={self.G}, partitions={self.n}")
         routing = RoutingTable(self.operator, np.asarray(rec.partition_of), self.n, rec.epoch, self.node_ids)
+        self.state.restore_extra(rec.extra)
         self.state.restore(df, routing, dedup=True)
         self.routing, self.epoch, self.committed = routing, int(rec.epoch), int(rec.version)
         log.info("state version %d (epoch %d) loaded from %s in %.2f s", rec.version, rec.epoch, self.store.root,
@@ -256,7 +265,7 @@ class RebalancingDriver(ControllerLink):
                 f"while the query's checkpoint was kept?)")
 
     def _output_frame(self, df):
-        return df.select(*self.keys, *self.state.aggregations)
+        return self.state.output_frame(df)
 
     def _replay(self, batch_id: int, t0: float) -> BatchReport:
         log.warning("batch %d is a replay: state version %d is committed, not applied again", batch_id,
@@ -323,7 +332,7 @@ class RebalancingDriver(ControllerLink):
         if self.store is not None:
             rec = self.store.commit(batch_id, self.state.df, keys=self.keys, columns=self.state.stored_columns(),
                                     epoch=self.epoch, partition_of=self.routing.partition_of.tolist(),
-                                    delta_rows=partials.keys)
+                                    delta_rows=partials.keys, extra=self.state.commit_extra())
             self.committed = batch_id
         KeyedState.release(partials)
         if self.output is not None and self.state.df is not None:
@@ -366,9 +375,7 @@ class RebalancingDriver(ControllerLink):
     # ------------------------------------------------------------------ results
     def state_frame(self):
         """The keyed state as a DataFrame (keys and aggregates)."""
-        if self.state.df is None:
-            return None
-        return self.state.df.select(*self.keys, *self.state.aggregations)
+        return self.state.state_frame()
 
     def wait_for_plan(self, timeout: float | None = None) -> None:
         """Wait until a background proposal (``async_plans``) has finished (tests, orderly shutdown)."""

@@ -154,12 +154,39 @@ class KeyedState:
     def n_partitions(self) -> int:
         return self.routing.n_partitions
 
+    def value_columns(self) -> list[str]:
+        """The state's columns besides the keys (:class:`clients.spark.functions.FunctionState` has others)."""
+        return list(self.aggregations)
+
     def _state_columns(self) -> list[str]:
-        return [ROUTE_COL, KG_COL, *self.keys, *self.aggregations, VERSION_COL]
+        return [ROUTE_COL, KG_COL, *self.keys, *self.value_columns(), VERSION_COL]
 
     def stored_columns(self) -> list[str]:
         """The columns a durable store keeps (the route is derived from the key group and the routing)."""
-        return [KG_COL, *self.keys, *self.aggregations, VERSION_COL]
+        return [KG_COL, *self.keys, *self.value_columns(), VERSION_COL]
+
+    def output_frame(self, df):
+        """What the ``output`` sink gets of the rows of one version (``df``): keys and aggregates (update mode)."""
+        return df.select(*self.keys, *self.aggregations)
+
+    def state_frame(self):
+        """The keyed state as a DataFrame (keys and aggregates), None before the first batch."""
+        return None if self.df is None else self.df.select(*self.keys, *self.aggregations)
+
+    def commit_extra(self) -> dict:
+        """What the state needs besides its rows after a restart (stored in the commit record)."""
+        return {}
+
+    def restore_extra(self, extra: Mapping) -> None:
+        """The counterpart of :meth:`commit_extra`, called before :meth:`restore`."""
+
+    def _restorable(self, stored_df):
+        """Stored rows that take part in a restore (all of them here)."""
+        return stored_df
+
+    def _live(self, placed_df):
+        """Restored rows that are state (all of them here)."""
+        return placed_df
 
     def _placed_by_route(self, df) -> bool:
         """True when ``df``'s physical output partitioning is ``hashpartitioning(_rb_route, n)``."""
@@ -248,15 +275,15 @@ class KeyedState:
         self.routing = routing
         self.session = stored_df.sparkSession
         with _no_adaptive(self.session):
-            df = (stored_df.select(*self.stored_columns())
+            df = (self._restorable(stored_df.select(*self.stored_columns()))
                   .withColumn(ROUTE_COL, routing.route_column(F.col(KG_COL))))
             placed = routing.place(df)
             if dedup:
-                rest = [*self.aggregations, VERSION_COL]
+                rest = [*self.value_columns(), VERSION_COL]
                 newest = F.max_by(F.struct(*[F.col(c) for c in rest]), F.col(VERSION_COL)).alias("_rb_row")
                 placed = (placed.groupBy(ROUTE_COL, KG_COL, *self.keys).agg(newest)
                           .select(ROUTE_COL, KG_COL, *self.keys, *[F.col("_rb_row." + c).alias(c) for c in rest]))
-            self._replace(placed.select(*self._state_columns()))
+            self._replace(self._live(placed).select(*self._state_columns()))
 
     @staticmethod
     def release(partials: BatchPartials) -> None:
@@ -277,7 +304,7 @@ class KeyedState:
 
         if self.df is None:
             return {}
-        b = row_bytes_column(self.df, [*self.keys, *self.aggregations])
+        b = row_bytes_column(self.df, [*self.keys, *self.value_columns()])
         rows = (self.df.select(KG_COL, F.spark_partition_id().alias("p"), b.alias("b"))
                 .groupBy(KG_COL)
                 .agg(F.min("p").alias("lo"), F.max("p").alias("hi"), F.count(F.lit(1)).alias("n"),
@@ -336,11 +363,12 @@ class KeyedState:
 
     def to_pandas(self):
         """The state as a pandas DataFrame (keys and aggregates; small states only)."""
-        if self.df is None:
+        frame = self.state_frame()
+        if frame is None:
             import pandas as pd
 
             return pd.DataFrame(columns=[*self.keys, *self.aggregations])
-        return self.df.select(*self.keys, *self.aggregations).toPandas()
+        return frame.toPandas()
 
     def unpersist(self) -> None:
         if self.df is not None:
