@@ -16,6 +16,7 @@ from typing import Any
 
 from controller.context import Context
 from controller.errors import TooLarge
+from controller.solver_worker import Solved
 from controller.solving import Kind
 from solvers import documents, registry, scaling
 from solvers.errors import InvalidInput
@@ -121,15 +122,15 @@ class Planning:
         return out
 
     async def solve(self, name: str, problem: Problem, time_limit: float, params: Mapping[str, Any],
-                    admit: bool = True, kind: Kind = "adhoc") -> dict[str, Any]:
-        """A plan document from the pool; ``kind`` "auto" for the automatic rounds of registered jobs (they have
-        a reserved share of the solve slots), "adhoc" for everything a request asks for."""
+                    admit: bool = True, kind: Kind = "adhoc") -> Solved:
+        """The plan (document and numeric assignment) from the pool; ``kind`` "auto" for the automatic rounds of
+        registered jobs (they have a reserved share of the solve slots), "adhoc" for everything a request asks
+        for."""
         t0 = time.perf_counter()
-        doc: dict[str, Any] = await self.ctx.pool.solve(name, problem, time_limit, dict(params), admit=admit,
-                                                        kind=kind)
+        solved = await self.ctx.pool.solve(name, problem, time_limit, dict(params), admit=admit, kind=kind)
         self.ctx.telemetry.solve_seconds.observe(time.perf_counter() - t0, name)
-        self.ctx.telemetry.plans.inc(name, doc["solver"]["status"])
-        return doc
+        self.ctx.telemetry.plans.inc(name, solved.doc["solver"]["status"])
+        return solved
 
     # ------------------------------------------------------------------ documents
     @property
@@ -148,7 +149,7 @@ class Planning:
                    time_limit: float) -> dict[str, Any]:
         problem = self.problem_from_doc(problem_doc)
         name, params = self.check_algorithm(algorithm, params)
-        return await self.solve(name, problem, time_limit, params)
+        return (await self.solve(name, problem, time_limit, params)).doc
 
     async def evaluate(self, problem_doc: dict[str, Any], plan_doc: dict[str, Any]) -> dict[str, Any]:
         problem = self.problem_from_doc(problem_doc)
@@ -181,6 +182,7 @@ class Planning:
                 raise TooLarge(f"candidates[{j}]: more than {s.max_nodes} nodes")
             variants.append(v)
         self.ctx.pool.check_admission(len(variants))
-        plans = await asyncio.gather(*(self.solve(name, v.problem, time_limit, params, admit=False)
-                                       for v in variants))
+        solved = await asyncio.gather(*(self.solve(name, v.problem, time_limit, params, admit=False)
+                                        for v in variants))
+        plans = [s.doc for s in solved]
         return scaling.report(problem, candidates, variants, plans, name, target, max_utilisation)

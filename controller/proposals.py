@@ -120,7 +120,8 @@ class Proposals:
 
     async def _run(self, prop: Proposal, problem: Problem) -> None:
         try:
-            doc = await self.planning.solve(prop.algorithm, problem, prop.time_limit_s, prop.params, admit=False)
+            doc = (await self.planning.solve(prop.algorithm, problem, prop.time_limit_s, prop.params,
+                                             admit=False)).doc
             status, plan, error = "ready", doc, None
             op = repo.finish_proposal(prop.id, status, plan, error)  # a plan that is not JSON fails here too
         except Exception as exc:  # a task boundary: whatever fails, the proposal ends as failed with the reason

@@ -141,10 +141,11 @@ class Rounds:
             return None
         tl = auto.time_limit_s or job.config.time_limit_s
         try:
-            doc = await self.planning.solve(job.config.algorithm, problem, tl, job.config.params, kind="auto")
+            solved = await self.planning.solve(job.config.algorithm, problem, tl, job.config.params, kind="auto")
         except (Busy, RuntimeError, InvalidInput) as exc:
             log.warning("auto round of %s skipped: %s", job.job_id, exc)
             return None
+        doc = solved.doc
         before, after = doc["metrics"]["before"], doc["metrics"]["after"]
         improves = doc["moves"] and (after["load_distance"] < before["load_distance"] - 1e-9
                                      or after["load_on_removing"] < before["load_on_removing"] - 1e-9)
@@ -157,7 +158,7 @@ class Rounds:
                         time_limit_s=float(tl), window=job.window.state(), plan=doc, error=None,
                         executed_epoch=job.epoch + 1, created_at=time.time())
         try:  # the batch is counted already: a round that cannot be committed is skipped, not a failed post
-            res = await self.advance(job, doc["assignment"], kind="auto", plan=doc, proposal=prop,
+            res = await self.advance(job, solved.assignment, kind="auto", plan=doc, proposal=prop,
                                      last_round_batch=batch_id)
         except (Conflict, ValueError) as exc:
             log.warning("auto round of %s not executed: %s", job.job_id, exc)
@@ -167,19 +168,27 @@ class Rounds:
                 "solver": doc["solver"], "algorithm": doc["algorithm"]}
 
     # ------------------------------------------------------------------ epochs
-    async def advance(self, job: Job, assignment: Mapping[str, str], kind: str,
+    async def advance(self, job: Job, assignment: Mapping[str, str] | np.ndarray, kind: str,
                       plan: Mapping[str, Any] | None = None, proposal: Proposal | None = None,
                       proposal_id: str | None = None, last_round_batch: int | None = None,
                       nodes: list[Node] | None = None) -> dict[str, Any]:
         """Epoch compare-and-set (job lock held): commit ``assignment`` (key group id -> node id, and ``nodes``)
-        as epoch + 1; 409 when the job is no longer at its epoch or the plan does not fit its topology."""
+        as epoch + 1; 409 when the job is no longer at its epoch or the plan does not fit its topology.
+        ``assignment`` as a solve returned it (node indices in the job's order: committed as is) or as a plan
+        document has it (ids: a stored proposal's)."""
         new_nodes = job.nodes if nodes is None else nodes
-        node_index = {nd.id: i for i, nd in enumerate(new_nodes)}
-        try:
-            a = np.array([node_index[assignment[k]] for k in job.kg_ids], dtype=np.int64)
-        except KeyError as exc:
-            raise Conflict(f"the plan does not fit job {job.job_id!r} (no {exc.args[0]!r}); request a new "
-                           f"proposal") from None
+        if isinstance(assignment, np.ndarray):
+            if assignment.shape != (len(job.kg_ids),) or (len(assignment) and not 0 <= assignment.min() <=
+                                                           assignment.max() < len(new_nodes)):
+                raise Conflict(f"the plan does not fit job {job.job_id!r}; request a new proposal")
+            a = assignment.astype(np.int64, copy=True)
+        else:
+            node_index = {nd.id: i for i, nd in enumerate(new_nodes)}
+            try:
+                a = np.array([node_index[assignment[k]] for k in job.kg_ids], dtype=np.int64)
+            except KeyError as exc:
+                raise Conflict(f"the plan does not fit job {job.job_id!r} (no {exc.args[0]!r}); request a new "
+                               f"proposal") from None
         base = job.epoch
         now = time.time()
         erow = history.epoch_row(job, base + 1, kind, proposal_id or (proposal.id if proposal else None), new_nodes,

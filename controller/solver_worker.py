@@ -10,7 +10,10 @@ from __future__ import annotations
 import importlib
 import multiprocessing.connection as mpc
 import os
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from controller.lifeline import bind_worker
 from solvers.errors import InvalidInput
@@ -100,18 +103,33 @@ def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0, memory_li
         conn.send(out)
 
 
-def solve_document(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> dict[str, Any]:
-    """The one solve of a plan request (in a worker): ``registry.solve`` then the plan document."""
+@dataclass(frozen=True)
+class Solved:
+    """A solve's result as it leaves the worker: the plan document (for users and the history) and the numeric
+    assignment (node index per key group, in the problem's order) that the controller commits as it is."""
+
+    doc: dict[str, Any]
+    assignment: np.ndarray
+
+
+def solve_plan(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> Solved:
+    """The one solve of a plan request (in a worker): ``registry.solve``, then the plan document."""
     from solvers import registry
     from solvers.documents import plan_to_dict
 
-    return plan_to_dict(problem, registry.solve(name, problem, time_limit=time_limit, **params))
+    plan = registry.solve(name, problem, time_limit=time_limit, **params)
+    return Solved(plan_to_dict(problem, plan), np.asarray(plan.assignment, dtype=np.int64))
+
+
+def solve_document(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> dict[str, Any]:
+    """:func:`solve_plan`'s document (the offloaded plan requests answer with it directly)."""
+    return solve_plan(name, problem, time_limit, params).doc
 
 
 def _solve_task(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> tuple[Any, ...]:
     """Worker side of :meth:`controller.solving.SolverPool.solve`: errors come back as data."""
     try:
-        return ("ok", solve_document(name, problem, time_limit, params))
+        return ("ok", solve_plan(name, problem, time_limit, params))
     except InvalidInput as exc:
         return ("invalid", exc.field, exc.reason)
     except Exception as exc:  # a planner bug (or out of memory): reported, never crashes the server

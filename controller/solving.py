@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 from controller.errors import Busy, TooLarge
 from controller.lifeline import start_forkserver, stop_forkserver
-from controller.solver_worker import PRELOAD, _call_task, _import_planners, _solve_task, _worker_main
+from controller.solver_worker import PRELOAD, Solved, _call_task, _import_planners, _solve_task, _worker_main
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 
@@ -168,8 +168,8 @@ class SolverPool:
 
     # ------------------------------------------------------------------ public calls
     async def solve(self, name: str, problem: Problem, time_limit: float, params: dict[str, Any],
-                    admit: bool = True, kind: Kind = "adhoc") -> dict[str, Any]:
-        """Run a planner in a worker; returns the plan document.
+                    admit: bool = True, kind: Kind = "adhoc") -> Solved:
+        """Run a planner in a worker; returns the plan document and the numeric assignment.
 
         Raises:
             Busy: too many solves in flight (only with ``admit``).
@@ -178,8 +178,8 @@ class SolverPool:
             RuntimeError: the planner failed (a bug, not user input) or its worker died.
         """
         tl = self.cap(time_limit)
-        res: dict[str, Any] = await self.submit(_solve_task, name, problem, tl, params, admit=admit, kind=kind,
-                                                time_limit=tl)
+        res: Solved = await self.submit(_solve_task, name, problem, tl, params, admit=admit, kind=kind,
+                                        time_limit=tl)
         return res
 
     async def call(self, module: str, func: str, arg: Any, admit: bool = True, kind: Kind = "adhoc") -> Any:

@@ -53,8 +53,9 @@ def test_an_overrunning_solve_is_killed_and_the_others_finish() -> None:
                 break
             await asyncio.sleep(0.2)
         assert len(pool.pids()) == 2 and pool.pids() != before
-        doc = await pool.solve("flux", small_problem(), 0.5, {})  # the pool still solves
-        assert set(doc["assignment"]) == {f"k{i}" for i in range(6)}
+        solved = await pool.solve("flux", small_problem(), 0.5, {})  # the pool still solves
+        assert set(solved.doc["assignment"]) == {f"k{i}" for i in range(6)}
+        assert solved.assignment.shape == (6,)
 
     run(body, kill_grace_s=0.5)
 
@@ -66,8 +67,8 @@ def test_a_crashed_worker_fails_only_its_request() -> None:
         assert isinstance(res[1], WorkerDied) and "exit code 3" in str(res[1]), res
         assert res[0] is None and res[2] is None
         assert pool.died == 1
-        doc = await pool.solve("flux", small_problem(), 0.5, {})
-        assert doc["solver"]["status"]
+        solved = await pool.solve("flux", small_problem(), 0.5, {})
+        assert solved.doc["solver"]["status"]
 
     run(body)
 
@@ -149,7 +150,7 @@ def test_pools_started_on_other_threads_do_not_take_each_other_down() -> None:
             b_ready.set()
             a_done.wait(120)
             await asyncio.sleep(0.5)  # a parent-death signal would have arrived by now
-            result["doc"] = await pool.solve("flux", small_problem(), 0.5, {})
+            result["doc"] = (await pool.solve("flux", small_problem(), 0.5, {})).doc
         except Exception as exc:  # noqa: BLE001 - reported by the assertion below
             result["error"] = exc
         finally:
