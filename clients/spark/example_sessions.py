@@ -67,7 +67,8 @@ def main(work: str | None = None) -> None:
     for r in driver.reports:
         print(f"batch {r.batch_id} epoch {r.epoch}: {r.records} clicks, max/mean {r.rebalanced_max_over_mean:.3f}, "
               f"{r.migrations} key groups moved, state version {r.state_version}")
-    print(f"watermark after the last batch: {driver.state.watermark:.1f} s (sessions end {GAP_S:.0f} s before it)")
+    print(f"watermark after the last batch: {driver.state.watermark:.1f} s "
+          f"(a session stays open while its end + {GAP_S:.0f} s is beyond it)")
     closed = spark.read.parquet(f"{work}/sessions").toPandas()
     still_open = driver.state_frame().toPandas()
     print(closed.sort_values("events", ascending=False).head(3).to_string(index=False))
