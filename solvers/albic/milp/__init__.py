@@ -122,7 +122,10 @@ def _warm_start(run: _Run, base_place: np.ndarray, flux: bool, hint: np.ndarray 
     units, pool = run.units, run.pool
     if flux:
         from solvers.baselines.flux import flux_moves
-        fl = flux_moves(run.p, max(0.001, min(run.at(FLUX_SHARE), run.stop) - time.perf_counter()))
+        # Flux may use the stop margin's share for the search too (not the final checks' share): under a short
+        # limit on a large instance a truncated Flux would make the plan worse than plain Flux (issue 16.4)
+        flux_end = min(run.at(FLUX_SHARE), run.t_start + run.limit - STOP_MARGIN[2] * run.p.n_key_groups)
+        fl = flux_moves(run.p, max(0.001, flux_end - time.perf_counter()))
         if placement_ok(units, fl):
             run.starts.append((fl, "flux"))
             pool.offer(fl, "flux")
