@@ -3,7 +3,8 @@
 Body of every error: ``{"detail": [{"field": "key_groups[3].load", "reason": "..."}]}`` for 422, and
 ``{"detail": "<message>"}`` for 401/404/409/413/415/429/501, and ``{"detail": "<message>", "request_id": "<id>"}``
 for 500 (a :class:`solvers.errors.ServerError` or any other failure of the server; the log line with the
-traceback carries the same id, as does the ``X-Request-ID`` header).
+traceback carries the same id, as does the ``X-Request-ID`` header) and for 503 (the solve's worker was killed at
+its hard deadline or died; ``Retry-After: 1``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from controller.errors import Busy, Conflict, NotFound, TooLarge
+from controller.solving import SolveTimeout, WorkerDied
 from solvers.errors import InvalidInput
 
 log = logging.getLogger("rebalancer.api")
@@ -92,6 +94,17 @@ def server_error(req: Request, exc: BaseException, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail, "request_id": rid}, status_code=500, headers={"X-Request-ID": rid})
 
 
+def solver_unavailable(req: Request | None, exc: BaseException) -> JSONResponse:
+    """503 (with ``Retry-After``) when the solve itself could not finish: its worker was killed at the hard
+    deadline (:class:`SolveTimeout`) or died (:class:`WorkerDied`); the pool has replaced the worker, so a retry
+    can succeed. Logged under the request id it carries."""
+    rid = uuid.uuid4().hex[:16]
+    where = f" on {req.method} {req.url.path}" if req is not None else ""
+    log.warning("solver unavailable %s%s: %s: %s", rid, where, type(exc).__name__, exc)
+    return JSONResponse({"detail": f"solver unavailable: {exc}; retry the request", "request_id": rid},
+                        status_code=503, headers={"Retry-After": "1", "X-Request-ID": rid})
+
+
 def client_error(exc: InvalidInput | TooLarge) -> tuple[int, dict[str, Any]]:
     """Status and body of a client error raised by the controller's checks (one mapping for the routes'
     handlers and for the requests answered in a solver worker, :mod:`api.offload`)."""
@@ -134,6 +147,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Busy)
     async def _busy(_req: Request, exc: Busy) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=429, headers={"Retry-After": "1"})
+
+    @app.exception_handler(SolveTimeout)
+    @app.exception_handler(WorkerDied)
+    async def _unavailable(req: Request, exc: RuntimeError) -> JSONResponse:
+        return solver_unavailable(req, exc)
 
     @app.exception_handler(RuntimeError)
     async def _runtime(req: Request, exc: RuntimeError) -> JSONResponse:

@@ -21,9 +21,10 @@ from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
 
-from api.errors import client_error
+from api.errors import client_error, solver_unavailable
 from controller.errors import Busy, TooLarge
 from controller.planning import Caps, check_algorithm, check_problem_size, evaluation, problem_from_doc
+from controller.solving import SolveTimeout, WorkerDied
 from solvers.errors import InvalidInput
 
 Scope = dict[str, Any]
@@ -164,7 +165,10 @@ class OffloadMiddleware:
             else:
                 out = await ctl.pool.submit(plan_task, raw, caps, ctl.default_algorithm(), s.max_time_limit_s,
                                             admit=False, time_limit=budget, raw=True)
-        except RuntimeError as exc:  # the worker was killed (time limit) or died
+        except (SolveTimeout, WorkerDied) as exc:  # the worker was killed (hard deadline) or died: 503, as the routes
+            r = solver_unavailable(None, exc)
+            return await _answer(send, 503, bytes(r.body), [(b"retry-after", b"1")])
+        except RuntimeError as exc:
             return await _answer(send, 500, json.dumps({"detail": f"planner failed: {exc}"}).encode())
         if out[0] != "response":  # the task itself failed (a bug): the route would answer 500 too
             return await _answer(send, 500, json.dumps({"detail": f"planner failed: {out[-1]}"}).encode())
