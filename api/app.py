@@ -16,7 +16,7 @@ from fastapi import Depends, FastAPI
 
 from api import docs, errors
 from api.deps import documented_auth
-from api.middleware import OPEN_PATHS, AuthMiddleware, BodyLimitMiddleware, MetricsMiddleware
+from api.middleware import OPEN_PATHS, AuthMiddleware, BodyLimitMiddleware, JobIdSlashMiddleware, MetricsMiddleware
 from api.offload import OffloadMiddleware
 from api.routes import jobs, ops, planning
 from api.schemas import ErrorDoc, StatsRequest
@@ -88,6 +88,7 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, grants=grants(settings.tokens(), settings.token_scopes))
     app.add_middleware(MetricsMiddleware, telemetry=controller.telemetry)
+    app.add_middleware(JobIdSlashMiddleware)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:

@@ -58,6 +58,27 @@ class MetricsMiddleware:
             self.telemetry.latency.observe(time.perf_counter() - t0, name)
 
 
+class JobIdSlashMiddleware:
+    """A job id may not contain '/': a URL-encoded one (``%2F``) is decoded before routing, so
+    ``/v1/jobs/a%2Fb`` would reach another route or a bare 404 (and ``a%2Fstats`` the statistics route of job
+    ``a``). Refused with the 422 the ``job_id`` pattern gives, before authentication and routing."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path") or b""
+            if raw.startswith(JOBS.encode() + b"/"):
+                job_part = raw[len(JOBS) + 1:].split(b"/", 1)[0].split(b"?", 1)[0]
+                if b"%2f" in job_part.lower():
+                    await _send_json(send, 422, {"detail": [{
+                        "field": "job_id", "reason": "must match ^[A-Za-z0-9][A-Za-z0-9._:-]*$ (a '/' is not "
+                                                     "allowed, URL-encoded or not)"}]})
+                    return
+        await self.app(scope, receive, send)
+
+
 class AuthMiddleware:
     """Bearer tokens: ``grants`` maps each token to its :class:`~api.tenants.Grant` (empty: no authentication)."""
 
