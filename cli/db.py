@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 
-from cli.common import CLIError
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("db", help="the database schema's migration revision: current, upgrade, history")
@@ -31,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{rev.revision}{head}: {(rev.doc or '').strip().splitlines()[0]}")
         return 0
 
-    from cli.serve import check_database, load_settings
+    from cli.serve import acquire_lease, check_database, load_settings
 
     settings = load_settings(args.database)
     check_database(settings)
@@ -49,13 +47,7 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     print(f"{rev}{' (head)' if rev == head else f' (head is {head})'}")
             return 0
-        from controller.lease import LeaseHeld, lease_for
-
-        lease = lease_for(settings)
-        try:
-            lease.acquire()
-        except LeaseHeld as exc:
-            raise CLIError(f"--database: {exc}") from None
+        lease = acquire_lease(settings)
         try:
             print(f"{db.create_schema(engine)} (head)")
         finally:

@@ -46,17 +46,12 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from api.app import create_app
-    from controller.lease import LeaseHeld, lease_for
 
     settings = load_settings(args.database)
     check_port(args.host, args.port)
     check_database(settings)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    lease = lease_for(settings)
-    try:
-        lease.acquire()
-    except LeaseHeld as exc:
-        raise CLIError(f"--database: {exc}") from None
+    lease = acquire_lease(settings)
     try:
         uvicorn.run(create_app(settings, lease=lease), host=args.host, port=args.port, log_level=args.log_level,
                     access_log=args.access_log, http="auto", loop="auto",  # httptools/uvloop when installed
@@ -64,6 +59,18 @@ def run(args: argparse.Namespace) -> int:
     finally:
         lease.release()
     return 0
+
+
+def acquire_lease(settings: Any) -> Any:
+    """The one-server-per-database lease (:mod:`controller.lease`); a CLIError naming the holder otherwise."""
+    from controller.lease import LeaseHeld, lease_for
+
+    lease = lease_for(settings)
+    try:
+        lease.acquire()
+    except LeaseHeld as exc:
+        raise CLIError(f"--database: {exc}") from None
+    return lease
 
 
 def check_port(host: str, port: int) -> None:

@@ -4,6 +4,7 @@ keeping its rows; the model in ``controller/database.py`` and the migrations agr
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -174,3 +175,17 @@ def test_a_first_release_postgres_database_is_widened_upgraded_and_served(pg_url
         types = {c["name"]: c["type"] for c in sa.inspect(conn).get_columns("stats_batches")}
         assert isinstance(types["batch_id"], sa.BigInteger)
     engine.dispose()
+
+
+def test_db_upgrade_refuses_while_a_server_holds_the_database(tmp_path):
+    from controller.lease import lease_for
+
+    url = f"sqlite:///{tmp_path}/held.db"
+    lease = lease_for(Settings(database_url=url))
+    lease.acquire()  # what a running server holds
+    try:
+        r = run_cli("db", "upgrade", "--database", url)
+        assert r.returncode == 2 and "--database" in r.stderr and str(os.getpid()) in r.stderr, r
+    finally:
+        lease.release()
+    assert run_cli("db", "upgrade", "--database", url).returncode == 0
