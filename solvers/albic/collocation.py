@@ -64,7 +64,7 @@ from solvers.albic.collocation_sets import collocated_sets, migration_cost_fract
 from solvers.albic.milp import OPTIMALITY_TOL
 from solvers.albic.milp.bounds import proven_bound
 from solvers.errors import InvalidInput
-from solvers.graph_partitioning import symmetric_traffic
+from solvers.graph_partitioning import balanced_target, symmetric_traffic
 from solvers.model import Plan, Problem
 from solvers.registry import Param, register
 
@@ -191,24 +191,25 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         util=node_load / problem.capacity, t_util=t_util,
         band=None if max_ld_band is None else max_ld_band * t_util,
         max_moves=None if problem.max_migrations is None else math.floor(problem.max_migrations * share + _EPS),
-        max_bytes=None if problem.max_migration_bytes is None else problem.max_migration_bytes * share, pin=pin)
-    if order == "gain" and st.band is not None and st.max_moves is not None:
+        max_bytes=None if problem.max_migration_bytes is None else problem.max_migration_bytes * share, pin=pin,
+        goal=balanced_target(problem, adj, seed=seed) if order == "target" and max_pl_abs > 0 else None)
+    if order != "paper" and st.band is not None and st.max_moves is not None:
         # balance first: every active node already out of the band needs about one MILP move to come back
         out = int(np.count_nonzero(problem.active & (np.abs(st.util - t_util) > st.band + _EPS)))
         st.max_moves = max(0, st.max_moves - min(out, st.max_moves // 2))
     limit = math.inf if pairs_per_round is None else pairs_per_round
-    if max_pl_abs > 0 and (len(pairs) or order == "gain") and limit > 0 and (st.max_moves is None or st.max_moves > 0):
+    if max_pl_abs > 0 and (len(pairs) or order != "paper") and limit > 0 and (st.max_moves is None or st.max_moves > 0):
         todo = np.flatnonzero(~pairs.collocated)
         # highest traffic first; ties broken at random ("random from uncolGrps w. max value")
         todo = todo[rng.permutation(todo.size)]
         todo = todo[np.argsort(-pairs.rate[todo], kind="stable")]
-        if order == "gain":
+        if order != "paper":
             add_pairs_gain(st, pairs.src[todo], pairs.dst[todo], limit)
         else:
             add_pairs_paper(st, todo, pairs.src, pairs.dst, limit)
     unit_of, hint, target, choice, added = st.unit_of, st.hint, st.target, st.choice, st.added
     moves, nbytes = st.moves, st.nbytes
-    if order == "gain" and max_pl_abs > 0:  # a balanced warm start from the migrations the pairs left
+    if order != "paper" and max_pl_abs > 0:  # a balanced warm start from the migrations the pairs left
         balance_hint(st, problem.max_migrations, problem.max_migration_bytes)
     # contiguous unit ids
     uniq, inv = np.unique(unit_of, return_inverse=True)
