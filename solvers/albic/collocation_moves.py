@@ -184,12 +184,8 @@ def _option(st: PairState, gi: int, gj: int, k: int) -> Move | None:
     if ui == uj or ni == nj:
         return None
     if k == 0:
-        if st.problem.removing[ni] or (st.goal is not None and st.goal[gj] != ni):
-            return None
-        return evaluate(st, uj, mj, nj, ui, ni)
-    if st.problem.removing[nj] or (st.goal is not None and st.goal[gi] != nj):
-        return None
-    return evaluate(st, ui, mi, ni, uj, nj)
+        return None if st.problem.removing[ni] else evaluate(st, uj, mj, nj, ui, ni)
+    return None if st.problem.removing[nj] else evaluate(st, ui, mi, ni, uj, nj)
 
 
 @dataclass
