@@ -66,6 +66,7 @@ from solvers import metrics
 from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, balance_hint
 from solvers.albic.collocation_paper import add_pairs_paper
 from solvers.albic.collocation_sets import collocated_sets, migration_cost_fraction, split_set
+from solvers.albic.collocation_target import FREE_MOVE_CELLS
 from solvers.albic.milp import OPTIMALITY_TOL
 from solvers.albic.milp.bounds import proven_bound
 from solvers.errors import InvalidInput
@@ -198,7 +199,8 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         band=None if max_ld_band is None else max_ld_band * t_util,
         max_moves=None if problem.max_migrations is None else math.floor(problem.max_migrations * share + _EPS),
         max_bytes=None if problem.max_migration_bytes is None else problem.max_migration_bytes * share, pin=pin,
-        goal=balanced_target(problem, adj, seed=seed) if order == "target" and max_pl_abs > 0 else None)
+        goal=balanced_target(problem, adj, seed=seed) if order == "target" and max_pl_abs > 0 and adj.nnz
+        and m * problem.n_nodes <= FREE_MOVE_CELLS else None)  # very large instances: the gain order's moves
     if order != "paper" and st.band is not None and st.max_moves is not None:
         # balance first: every active node already out of the band needs about one MILP move to come back
         out = int(np.count_nonzero(problem.active & (np.abs(st.util - t_util) > st.band + _EPS)))

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from solvers.albic.collocation_moves import PairState
 
 _EPS = 1e-9
-#: single-key-group candidates only when key groups × nodes is at most this (a dense (m, n) matrix)
+#: single-key-group candidates (and a goal) only when key groups × nodes is at most this (a dense (m, n) matrix)
 FREE_MOVE_CELLS = 4_000_000
 #: weight of the traffic a goal move prepares (neighbours with the same goal, not there yet) in its score
 FUTURE_WEIGHT = 0.5

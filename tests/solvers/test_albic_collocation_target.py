@@ -78,3 +78,20 @@ def test_target_order_collocates_traffic_the_pair_scores_ignore_faster_than_the_
     # fully partitioned pipelines: no candidate pair scores; the goal's moves all go the same way across rounds
     # measured: 0.135 vs 0.088 after 30 rounds (bench_albic_collocation, pairs x=0)
     assert _rounds("target") > _rounds("gain") + 0.02
+
+
+def test_no_goal_without_traffic_or_on_very_large_instances(monkeypatch):
+    import solvers.albic.collocation as col
+    from solvers.model import Problem
+
+    p = Problem.from_arrays([2.0] * 10, [0] * 7 + [1] * 3, np.ones(2), max_migrations=4)
+    u = _units(p)  # no traffic: the goal order balances like the gain order
+    assert np.bincount(u.hint, weights=p.load, minlength=2).tolist() == [10.0, 10.0]
+    calls = []
+    monkeypatch.setattr(col, "balanced_target", lambda *a, **k: calls.append(1) or a[0].current.copy())
+    q = collocation_synthetic(4, 6, 4, one_to_one=0.0, topology="chain", max_migrations=5, seed=3)
+    _units(q)
+    assert calls == [1]
+    monkeypatch.setattr(col, "FREE_MOVE_CELLS", q.n_key_groups * q.n_nodes - 1)
+    _units(q)
+    assert calls == [1]
