@@ -334,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     conv: dict[str, Any] = {}
     long_rounds = 2 * rounds
     if not quick and "albic" in planners and "cola" in planners:
-        # x < 50 and the "pairs" topology are left out: there COLA's edge is the traffic of fully partitioned
-        # edges it collocates by chance, which ALBIC's scores ignore by design (more rounds do not change that)
+        # x < 50 and the "pairs" topology are left out: there the candidate-pair traffic is at the budget's bound
+        # and COLA's edge is fully partitioned traffic (ALBIC's goal moves, pair_order=target, collect it slowly)
         cases = [(f"{topo0} x={x}", topo0, 40, 20, x, sweep[topo0][str(x)]) for x in xs if x >= 50]
         if sizes:
             cases += [(label, topo0, int(label.split("/")[0]), int(label.split("/")[2]), 50, res)

@@ -7,15 +7,18 @@ the baseline that repartitions the whole communication graph each round).
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 import pymetis
 import scipy.sparse as sp
+from scipy.optimize import linear_sum_assignment
 
 from solvers.model import Problem
 
-__all__ = ["symmetric_traffic", "metis_parts"]
+__all__ = ["balanced_target", "symmetric_traffic", "metis_parts"]
 
 
 def symmetric_traffic(problem: Problem) -> sp.csr_matrix:
@@ -82,3 +85,55 @@ def metis_parts(adj: sp.csr_matrix, nparts: int, vweights: np.ndarray, *, seed: 
     else:  # pragma: no cover - older pymetis
         res = pymetis.part_graph(nparts, xadj=xadj, adjncy=adjncy, **kwargs)
     return np.asarray(res[1], dtype=np.int64)
+
+
+#: partitions of recently seen graphs (graph fingerprint → METIS part of each key group), see balanced_target
+_TARGETS: OrderedDict[bytes, np.ndarray] = OrderedDict()
+_TARGETS_KEPT = 8
+
+
+def _fingerprint(adj: sp.csr_matrix, nodes: np.ndarray, cap: np.ndarray, seed: int, ufactor: int) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for arr in (adj.indptr, adj.indices, np.round(adj.data, 9), nodes, cap, np.array([seed, ufactor])):
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return h.digest()
+
+
+def balanced_target(problem: Problem, adj: sp.csr_matrix, *, seed: int = 0, ufactor: int = 30) -> np.ndarray:
+    """A whole-graph collocation target for multi-round planning (a deviation from ALBIC's Algorithm 2, issue 13.2):
+    the METIS k-way partition of the traffic graph into |A| parts balanced by key group load (as COLA, ALBIC paper
+    §5.2, with target part weights ∝ capacity), each part relabelled to the active node that already holds most of
+    its load (Hungarian assignment, scipy ``linear_sum_assignment``), so that few key groups must move.
+
+    METIS is chaotic under small weight changes (a ±2 % load drift gives a different partition), so the partition
+    is kept per graph: it is recomputed only when the traffic graph, the active nodes, their capacities, the seed or
+    the tolerance change (the last few graphs are remembered in this process; a fresh process recomputes it from the
+    loads it sees, deterministically for a seed). The relabelling to nodes is redone every call on the current
+    assignment. Returns the (m,) target node of each key group (``problem.current`` when fewer than two nodes are
+    active). O(METIS(m + E) + |A|³)."""
+    nodes = np.flatnonzero(problem.active)
+    m = problem.n_key_groups
+    if nodes.size < 2 or m == 0:
+        return np.full(m, nodes[0], dtype=np.int64) if nodes.size == 1 else problem.current.copy()
+    load = np.asarray(problem.load, dtype=np.float64)
+    cap = problem.capacity[nodes]
+    key = _fingerprint(sp.csr_matrix(adj), nodes, cap, seed, ufactor)
+    part = _TARGETS.get(key)
+    if part is None or part.size != m:
+        tpw = None if np.allclose(cap, cap[0]) else cap
+        part = metis_parts(adj, int(nodes.size), load, seed=seed, ufactor=ufactor, tpwgts=tpw)
+        _TARGETS[key] = part
+        while len(_TARGETS) > _TARGETS_KEPT:
+            _TARGETS.popitem(last=False)
+    else:
+        _TARGETS.move_to_end(key)
+    col = np.full(problem.n_nodes, -1, dtype=np.int64)
+    col[nodes] = np.arange(nodes.size)
+    on = col[problem.current]
+    ok = on >= 0
+    overlap = np.zeros((nodes.size, nodes.size))
+    np.add.at(overlap, (part[ok], on[ok]), load[ok] + 1e-9)
+    rows, cols = linear_sum_assignment(overlap, maximize=True)
+    node_of_part = np.empty(nodes.size, dtype=np.int64)
+    node_of_part[rows] = nodes[cols]
+    return np.asarray(node_of_part[part], dtype=np.int64)

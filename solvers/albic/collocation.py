@@ -15,10 +15,15 @@ and hands the MILP *units* — sets of key groups that must end on one node:
 3. **Improve collocation** (lines 24–37), :mod:`solvers.albic.collocation_moves`: to-be-collocated pairs are
    constrained onto one node. ``pair_order="paper"``: the highest-traffic pair first — case 1 (neither end in a
    part): the less loaded of the two nodes; case 2 (one end in a part): that part's node; case 3 (both in parts):
-   the two parts merged, on the less loaded node. ``pair_order="gain"`` (default; a multi-round view beyond the
+   the two parts merged, on the less loaded node. ``pair_order="gain"`` (a multi-round view beyond the
    paper, issue 13): the cheaper of a pair's two moves, pairs by collocated traffic per migration weighted towards
    moves that also balance, compensating swaps under the band, and a balanced warm start from the migrations the
-   pairs leave. The paper adds ONE pair per round; here ``pairs_per_round`` (default: as many as fit) pairs are
+   pairs leave. ``pair_order="target"`` (default; a deviation from Algorithm 2 after COLA's whole-graph
+   partitioning, §5.2, issue 13.2): the gain order plus a *goal* for every key group — a METIS k-way partition of
+   the whole traffic graph balanced by load, relabelled (Hungarian) to the nodes already holding most of each
+   part and kept while the graph is unchanged — towards which single key groups move, best collocation per
+   migration first, so the moves of all rounds go the same way (:mod:`solvers.albic.collocation_target`).
+   The paper adds ONE pair per round; here ``pairs_per_round`` (default: as many as fit) pairs are
    added while the moves they force fit in ``pair_budget_share`` of the migration budget and — unless
    ``pair_band`` is null — keep every node within ``pair_band`` percent of the target (or no further out); when
    that rejects every pair, the best pair that fits the budget is added anyway (the paper's one pair), so
@@ -61,10 +66,11 @@ from solvers import metrics
 from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, balance_hint
 from solvers.albic.collocation_paper import add_pairs_paper
 from solvers.albic.collocation_sets import collocated_sets, migration_cost_fraction, split_set
+from solvers.albic.collocation_target import FREE_MOVE_CELLS
 from solvers.albic.milp import OPTIMALITY_TOL
 from solvers.albic.milp.bounds import proven_bound
 from solvers.errors import InvalidInput
-from solvers.graph_partitioning import symmetric_traffic
+from solvers.graph_partitioning import balanced_target, symmetric_traffic
 from solvers.model import Plan, Problem
 from solvers.registry import Param, register
 
@@ -163,8 +169,9 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
             utilisation more than ``max_ld_band`` × t away from the target t, or further away if it already is.
             If that skips every pair, the first pair that fits the budget is added anyway (one pair per round, as
             the paper), so collocation never stalls.
-        order: ``"paper"`` (highest traffic first, the paper's cases) or ``"gain"`` (collocation gained per
-            migration, balance-aware); see :mod:`solvers.albic.collocation_moves`.
+        order: ``"paper"`` (highest traffic first, the paper's cases), ``"gain"`` (collocation gained per
+            migration, balance-aware) or ``"target"`` (the gain order plus moves towards a whole-graph METIS goal);
+            see :mod:`solvers.albic.collocation_moves`, :mod:`solvers.albic.collocation_target`.
     """
     if order not in ORDERS:
         raise InvalidInput("params.pair_order", f"must be one of {list(ORDERS)}, got {order!r}")
@@ -191,24 +198,26 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         util=node_load / problem.capacity, t_util=t_util,
         band=None if max_ld_band is None else max_ld_band * t_util,
         max_moves=None if problem.max_migrations is None else math.floor(problem.max_migrations * share + _EPS),
-        max_bytes=None if problem.max_migration_bytes is None else problem.max_migration_bytes * share, pin=pin)
-    if order == "gain" and st.band is not None and st.max_moves is not None:
+        max_bytes=None if problem.max_migration_bytes is None else problem.max_migration_bytes * share, pin=pin,
+        goal=balanced_target(problem, adj, seed=seed) if order == "target" and max_pl_abs > 0 and adj.nnz
+        and m * problem.n_nodes <= FREE_MOVE_CELLS else None)  # very large instances: the gain order's moves
+    if order != "paper" and st.band is not None and st.max_moves is not None:
         # balance first: every active node already out of the band needs about one MILP move to come back
         out = int(np.count_nonzero(problem.active & (np.abs(st.util - t_util) > st.band + _EPS)))
         st.max_moves = max(0, st.max_moves - min(out, st.max_moves // 2))
     limit = math.inf if pairs_per_round is None else pairs_per_round
-    if max_pl_abs > 0 and (len(pairs) or order == "gain") and limit > 0 and (st.max_moves is None or st.max_moves > 0):
+    if max_pl_abs > 0 and (len(pairs) or order != "paper") and limit > 0 and (st.max_moves is None or st.max_moves > 0):
         todo = np.flatnonzero(~pairs.collocated)
         # highest traffic first; ties broken at random ("random from uncolGrps w. max value")
         todo = todo[rng.permutation(todo.size)]
         todo = todo[np.argsort(-pairs.rate[todo], kind="stable")]
-        if order == "gain":
+        if order != "paper":
             add_pairs_gain(st, pairs.src[todo], pairs.dst[todo], limit)
         else:
             add_pairs_paper(st, todo, pairs.src, pairs.dst, limit)
     unit_of, hint, target, choice, added = st.unit_of, st.hint, st.target, st.choice, st.added
     moves, nbytes = st.moves, st.nbytes
-    if order == "gain" and max_pl_abs > 0:  # a balanced warm start from the migrations the pairs left
+    if order != "paper" and max_pl_abs > 0:  # a balanced warm start from the migrations the pairs left
         balance_hint(st, problem.max_migrations, problem.max_migration_bytes)
     # contiguous unit ids
     uniq, inv = np.unique(unit_of, return_inverse=True)
@@ -243,7 +252,7 @@ def _solve_grouped() -> Callable[..., Plan]:
 def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, max_pl: float = 25.0,
           step_pl: float = 5.0, score_factor: float = 1.5, pairs_per_round: int | None = None,
           pair_budget_share: float = 1.0, pin: str = "paper", pair_band: float | None = 10.0,
-          pair_order: str = "gain", backend: str = "cpsat", seed: int = 0) -> Plan:
+          pair_order: str = "target", backend: str = "cpsat", seed: int = 0) -> Plan:
     """One ALBIC round (Algorithm 2). See the module docstring for the steps and the units of the parameters.
 
     Returns:
@@ -368,9 +377,10 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
         Param("pair_band", float, 10.0, "skip a new pair whose moves would push a node more than this far from the "
               "target (or further, if it already is), percent of the target utilisation; if that skips every pair "
               "the best one that fits is added anyway (null = no check, as the paper)", minimum=0.0, nullable=True),
-        Param("pair_order", str, "gain", "which pairs first: 'gain' = collocated traffic per migration, moves that "
-              "also balance preferred (multi-round view); 'paper' = highest traffic first, the paper's cases",
-              choices=ORDERS),
+        Param("pair_order", str, "target", "which moves first: 'target' = towards a METIS partition of the whole "
+              "traffic graph kept across rounds, plus the gain order's pair moves (multi-round view); 'gain' = "
+              "collocated traffic per migration, moves that also balance preferred; 'paper' = highest traffic "
+              "first, the paper's cases", choices=ORDERS),
         Param("backend", str, "cpsat", "MILP backend passed to solve_grouped", choices=("cpsat", "cbc")),
         Param("seed", int, 0, "seed for METIS and random tie breaks", minimum=0),
     ],

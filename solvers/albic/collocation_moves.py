@@ -30,16 +30,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from solvers.albic.collocation_target import FUTURE_WEIGHT, free_candidates, future_gain
 from solvers.model import Problem
 
 _EPS = 1e-9
 #: weight of the balance term b ∈ [−1, 1] in a move's score: gain/migration × (1 + BALANCE_WEIGHT · b)
 BALANCE_WEIGHT = 0.5
-ORDERS = ("gain", "paper")
+ORDERS = ("gain", "target", "paper")
 #: compensation searches per level, per unit of the migration budget
 COMPENSATION_TRIES = 2
-#: single-key-group candidates only when key groups × nodes is at most this (a dense (m, n) matrix)
-FREE_MOVE_CELLS = 4_000_000
 #: share of the budget single key groups' moves leave to balancing (the MILP and the warm start)
 FREE_RESERVE = 0.25
 
@@ -59,6 +58,7 @@ class PairState:
     max_moves: int | None
     max_bytes: float | None
     pin: str = "paper"
+    goal: np.ndarray | None = None  # pair_order="target": the goal node of every key group
     target: dict[int, int] = field(default_factory=dict)
     choice: dict[int, list[int]] = field(default_factory=dict)
     added: list[tuple[int, int, int, int]] = field(default_factory=list)
@@ -89,6 +89,7 @@ class Move:
     d_bytes: float
     delta: dict[int, float]  # utilisation change per node
     balance: float  # b ∈ [−1, 1]
+    future: float = 0.0  # traffic to neighbours with the same goal node, not there yet (pair_order="target")
 
 
 def evaluate(st: PairState, u: int, mem: np.ndarray, s: int, v: int, t: int) -> Move:
@@ -123,7 +124,7 @@ def evaluate(st: PairState, u: int, mem: np.ndarray, s: int, v: int, t: int) -> 
     after = abs(us + delta[s] - T) + abs(ut + delta[t] - T)
     scale = abs(delta[s]) + abs(delta[t])
     bal = (before - after) / scale if scale > _EPS else 0.0
-    return Move(u, mem, s, v, t, r_t - r_s, d_moves, d_bytes, delta, bal)
+    return Move(u, mem, s, v, t, r_t - r_s, d_moves, d_bytes, delta, bal, future_gain(st, mem, t))
 
 
 def fits(st: PairState, mv: Move, use_band: bool, free: bool = False) -> str:
@@ -169,9 +170,10 @@ def _account(st: PairState, mv: Move) -> None:
 
 
 def _score(mv: Move) -> float:
-    if mv.gain <= _EPS:
+    gain = mv.gain + FUTURE_WEIGHT * mv.future
+    if gain <= _EPS:
         return -math.inf
-    per = mv.gain / max(mv.d_moves, 0.5)  # a move back to the current node costs nothing: count half a move
+    per = gain / max(mv.d_moves, 0.5)  # a move back to the current node costs nothing: count half a move
     return per * (1.0 + BALANCE_WEIGHT * mv.balance)
 
 
@@ -232,26 +234,6 @@ def _cand(st: PairState, src: np.ndarray, dst: np.ndarray, p: int, k: int) -> Mo
     return evaluate(st, u, mem, s, u, k)
 
 
-def _free_candidates(st: PairState, ends: np.ndarray) -> list[tuple[int, int]]:
-    """Single key groups (not in a unit, not an end of a candidate pair in ``ends``) with a node where more of
-    their traffic would be local: ``(−1 − g, node)``, the best node each. Skipped on very large instances."""
-    p = st.problem
-    m, n = p.n_key_groups, p.n_nodes
-    if m == 0 or m * n > FREE_MOVE_CELLS:
-        return []
-    rows = np.arange(m)
-    nr = (st.adj @ sp.csr_matrix((np.ones(m), (rows, st.hint)), shape=(m, n))).toarray()
-    base = nr[rows, st.hint].copy()
-    nr[:, p.removing] = -np.inf
-    nr[rows, st.hint] = -np.inf
-    t = nr.argmax(axis=1)
-    single = st.unit_of == rows
-    single[list(st.members)] = False
-    single[ends] = False
-    ok = np.flatnonzero(single & (nr[rows, t] - base > _EPS))
-    return [(-1 - int(g), int(t[g])) for g in ok]
-
-
 def add_pairs_gain(st: PairState, src: np.ndarray, dst: np.ndarray, limit: float) -> None:
     """The ``"gain"`` order (module docstring): lazy greedy over the two moves of every pair ``src[p] → dst[p]``
     and, beyond the paper's pairs, single key groups towards the node with more of their traffic.
@@ -261,7 +243,7 @@ def add_pairs_gain(st: PairState, src: np.ndarray, dst: np.ndarray, limit: float
     when both nodes end within the band (a swap of collocation moves keeps balance)."""
     heap: list[tuple[float, int, int]] = []
     by_node: dict[int, list[tuple[int, int]]] = {}
-    keys = [(p, k) for p in range(src.size) for k in (0, 1)] + _free_candidates(st, np.concatenate([src, dst]))
+    keys = [(p, k) for p in range(src.size) for k in (0, 1)] + free_candidates(st, np.concatenate([src, dst]))
     for p, k in keys:
         mv = _cand(st, src, dst, p, k)
         sc = -math.inf if mv is None else _score(mv)
