@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from evaluation.collocation_scenarios import collocation_synthetic, drift_loads
 from solvers import metrics, registry
@@ -74,6 +75,7 @@ def _rounds(order, rounds=30):
     return metrics.collocation_factor(cur, a)
 
 
+@pytest.mark.slow  # 30 rounds of two planners: a quality sweep (make test runs it)
 def test_target_order_collocates_traffic_the_pair_scores_ignore_faster_than_the_gain_order():
     # fully partitioned pipelines: no candidate pair scores; the goal's moves all go the same way across rounds
     # measured: 0.135 vs 0.088 after 30 rounds (bench_albic_collocation, pairs x=0)
