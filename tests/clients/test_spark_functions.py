@@ -147,6 +147,15 @@ def test_processing_time_timeout_and_a_routing_change_keep_every_key(spark, tmp_
     every = pd.concat(frames)
     got = d.state_frame().toPandas().set_index("user")["n"].sort_index()
     assert got.to_dict() == every.groupby("user").size().sort_index().to_dict()
+    # every state row sits on the partition the (new) routing gives its key group: the co-group kept the placement
+    # (3 partitions here while spark.sql.shuffle.partitions is 4)
+    from pyspark.sql import functions as F
+
+    from clients.spark.routing import KG_COL
+
+    placed = d.state.df.select(KG_COL, F.spark_partition_id().alias("p")).collect()
+    assert placed and all(d.routing.partition_of[r[KG_COL]] == r["p"] for r in placed)
+    assert d.state.df.rdd.getNumPartitions() == 3
     assert not [c for c in calls if c[1] == 0]  # nothing timed out within the hour
     f.timeout_s = 1e-9  # every key not in the next batch times out now
     d.process(spark.createDataFrame(frames[0][frames[0].user == "u1"]), 2)
