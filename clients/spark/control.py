@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from clients.python import APIError, ConflictError, NotFoundError, RebalancerError
-from clients.spark.routing import RoutingTable
+from clients.spark.routing import RoutingTable, partition_ids
 
 log = logging.getLogger("rebalancer.spark")
 
@@ -102,6 +102,57 @@ class ControllerLink:
     def _switch(self, epoch: int, assignment: Mapping[str, str]):  # implemented by the driver
         raise NotImplementedError
 
+    def _owned(self) -> list[tuple[str, int]]:
+        """(operator id, key groups) of the operators this link routes (the driver: its one operator)."""
+        return [(self.operator, self.G)]
+
+    def _layout(self) -> dict[str, str]:
+        """The current assignment of the owned operators' key groups."""
+        return self.routing.assignment()
+
+    def _relabel(self, epoch: int) -> None:
+        """The controller moved to ``epoch`` without moving any owned key group."""
+        self.epoch = self.routing.epoch = int(epoch)
+
+    def _init_link(self, *, client: Any, job_id: str, partitions: int, algorithm: str | None,
+                   params: Mapping[str, Any] | None, budget: Mapping[str, Any] | None, window_batches: int,
+                   time_limit_s: float, auto: bool, cooldown_batches: int, load_distance_threshold: float | None,
+                   min_gain: float, noise_sigmas: float | None, load: str,
+                   extra_operators: Any, async_plans: bool, backoff_s: float, max_backoff_s: float) -> None:
+        """The link's settings and its conversation state (see :class:`clients.spark.driver.RebalancingDriver`
+        for the meaning of every argument)."""
+        if load not in ("records", "bytes"):
+            raise ValueError("load must be 'records' or 'bytes'")
+        self.client = client
+        self.job_id = job_id
+        self.n = int(partitions)
+        self.node_ids = partition_ids(self.n)
+        self.algorithm = algorithm
+        self.params = dict(params or {})
+        self.budget = dict(budget or {})
+        self.window_batches = int(window_batches)
+        self.time_limit_s = float(time_limit_s)
+        self.auto = bool(auto)
+        self.cooldown_batches = int(cooldown_batches)
+        self.load_distance_threshold = load_distance_threshold
+        self.min_gain = float(min_gain)
+        self.noise_sigmas = noise_sigmas
+        self.load = load
+        self.extra_operators = [dict(o) for o in extra_operators]
+        self.async_plans = bool(async_plans)
+        self.backoff_s = float(backoff_s)
+        self.max_backoff_s = float(max_backoff_s)
+        self.epoch = 0
+        self.registered = False
+        self.pending = None
+        self.batches_since_change = 0
+        self._failures = 0
+        self._retry_at = 0.0
+        self._refused_epoch = None
+        self._refusals = 0
+        self._pool = None
+        self._inflight = None
+
     # ------------------------------------------------------------------ availability and back-off
     def _controller_available(self) -> bool:
         return self.client is not None and time.monotonic() >= self._retry_at
@@ -126,13 +177,13 @@ class ControllerLink:
                      "load_distance_threshold": self.load_distance_threshold},
         }
         if explicit:  # the driver's current layout (a controller that lost the job must not reset it)
-            kgs = [{"id": k, "operator": self.operator, "node": v} for k, v in self.routing.assignment().items()]
+            kgs = [{"id": k, "operator": k.rsplit("/", 1)[0], "node": v} for k, v in self._layout().items()]
             for o in self.extra_operators:
                 other = RoutingTable.contiguous(o["id"], int(o["key_groups"]), self.n)
                 kgs += [{"id": k, "operator": o["id"], "node": v} for k, v in other.assignment().items()]
             spec["key_groups"] = kgs
         else:
-            spec["operators"] = [{"id": self.operator, "key_groups": self.G}, *self.extra_operators]
+            spec["operators"] = [*({"id": o, "key_groups": g} for o, g in self._owned()), *self.extra_operators]
         if self.algorithm:
             spec["algorithm"] = self.algorithm
         if self.params:
@@ -140,7 +191,7 @@ class ControllerLink:
         return spec
 
     def _same_topology(self, job) -> bool:
-        ids = {f"{self.operator}/{k}" for k in range(self.G)}
+        ids = {f"{o}/{k}" for o, g in self._owned() for k in range(g)}
         for o in self.extra_operators:
             ids |= {f"{o['id']}/{k}" for k in range(int(o["key_groups"]))}
         return set(job.assignment) == ids and set(self.node_ids) <= set(job.nodes)
@@ -187,9 +238,9 @@ class ControllerLink:
 
     # ------------------------------------------------------------------ assignments
     def _own(self, assignment: Mapping[str, str]) -> dict[str, str]:
-        """The part of a job assignment that belongs to this driver's operator."""
-        prefix = self.operator + "/"
-        return {k: v for k, v in assignment.items() if k.startswith(prefix)}
+        """The part of a job assignment that belongs to the operators this link routes."""
+        owned = {o for o, _ in self._owned()}
+        return {k: v for k, v in assignment.items() if k.rsplit("/", 1)[0] in owned}
 
     def _accept(self, epoch: int, assignment: Mapping[str, str]) -> bool:
         """Validate an assignment from the controller; refuse (log once per epoch, keep the routing) when it
@@ -213,8 +264,8 @@ class ControllerLink:
         if not self._accept(epoch, assignment):
             return
         own = self._own(assignment)
-        if self.routing.assignment() == own:  # nothing moves: the epoch label changes at once
-            self.epoch = self.routing.epoch = int(epoch)
+        if self._layout() == own:  # nothing moves: the epoch label changes at once
+            self._relabel(epoch)
             return
         if self._boundary_switch_allowed():
             self._switch(epoch, own)
@@ -231,7 +282,7 @@ class ControllerLink:
         if not self._accept(job.epoch, job.assignment):
             return
         own = self._own(job.assignment)
-        if job.epoch != self.epoch or own != self.routing.assignment():
+        if job.epoch != self.epoch or own != self._layout():
             self.pending = (job.epoch, own)
 
     # ------------------------------------------------------------------ per batch

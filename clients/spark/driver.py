@@ -35,7 +35,7 @@ from clients.python import RebalancerClient
 from clients.spark.control import ConfigurationError, ControllerLink
 from clients.spark.functions import FunctionState, KeyedFunction
 from clients.spark.reports import BatchReport, StateMismatchError
-from clients.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable, key_group_ids, partition_ids
+from clients.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable, key_group_ids
 from clients.spark.state import KeyedState, MigrationReport
 from clients.spark.stats import max_over_mean, partition_record_counts
 from clients.spark.store import VERSION_COL, StateStore
@@ -132,44 +132,29 @@ class RebalancingDriver(ControllerLink):
         on_batch: Callable[[BatchReport], None] | None = None,
         on_store_event: Callable[[str, int], None] | None = None,
     ):
-        if load not in ("records", "bytes"):
-            raise ValueError("load must be 'records' or 'bytes'")
         if int(key_groups) < 1 or int(partitions) < 1:
             raise ValueError("key_groups and partitions must be >= 1")
+        self._init_link(client=client, job_id=job_id, partitions=partitions, algorithm=algorithm, params=params,
+                        budget=budget, window_batches=window_batches, time_limit_s=time_limit_s, auto=auto,
+                        cooldown_batches=cooldown_batches, load_distance_threshold=load_distance_threshold,
+                        min_gain=min_gain, noise_sigmas=noise_sigmas, load=load, extra_operators=extra_operators,
+                        async_plans=async_plans, backoff_s=backoff_s, max_backoff_s=max_backoff_s)
         self.spark = spark
         self.keys = [key] if isinstance(key, str) else list(key)
-        self.client = client
-        self.job_id = job_id
         self.operator = operator
         self.G = int(key_groups)
-        self.n = int(partitions)
         if self.G < self.n:
             log.warning("key_groups=%d < partitions=%d: %d partition(s) will never hold a key (use key_groups "
                         ">= partitions, ideally a multiple such as 120)", self.G, self.n, self.n - self.G)
-        self.algorithm = algorithm
-        self.params = dict(params or {})
-        self.budget = dict(budget or {})
-        self.window_batches = int(window_batches)
-        self.time_limit_s = float(time_limit_s)
-        self.auto = bool(auto)
-        self.cooldown_batches = int(cooldown_batches)
-        self.load_distance_threshold = load_distance_threshold
-        self.min_gain = float(min_gain)
-        self.noise_sigmas = noise_sigmas
-        self.load = load
         self.communication = communication
-        self.extra_operators = [dict(o) for o in extra_operators]
         self.measure_hash = measure_hash
         self.state_stats = state_stats
         self.state_stats_every = max(1, int(state_stats_every or window_batches))
         self._state_b: tuple[int, np.ndarray] | None = None   # (batch measured at, bytes per key group)
         self.send_bytes = bool(send_bytes)
-        self.backoff_s = float(backoff_s)
-        self.max_backoff_s = float(max_backoff_s)
         self.on_batch = on_batch
         self.output = output
 
-        self.node_ids = partition_ids(self.n)
         self.kg_ids = key_group_ids(operator, self.G)
         self.routing = RoutingTable.contiguous(operator, self.G, self.n)
         if function is not None and aggregations is not None:
@@ -184,18 +169,8 @@ class RebalancingDriver(ControllerLink):
             log.info("no state_dir/checkpoint_location: the keyed state is not durable (lost on a driver restart)")
         self.committed: int | None = None        # the last committed state version
         self._recovered = False
-        self.epoch = 0
-        self.registered = False
-        self.pending: tuple[int, dict[str, str]] | None = None   # (epoch, assignment) for the next boundary
-        self.batches_since_change = 0
         self.reports: list[BatchReport] = []
-        self._failures = 0
-        self._retry_at = 0.0
-        self._refused_epoch: int | None = None
-        self._refusals = 0
-        self.async_plans = bool(async_plans)
-        self._pool = None
-        self._inflight = None
+        self.last_stats: list[dict[str, Any]] = []   # the statistics of the latest batch (one per key group)
         self._batch_id = -1
 
     # ------------------------------------------------------------------ hooks of ControllerLink
@@ -357,6 +332,7 @@ class RebalancingDriver(ControllerLink):
         if self.send_bytes:
             for k, s in enumerate(stats):
                 s["bytes"] = float(kg_b[k])
+        self.last_stats = stats
         report.controller = self._talk(batch_id, stats, edges, report)
         self.batches_since_change += 1
         report.seconds = time.perf_counter() - t0
