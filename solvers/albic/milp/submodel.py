@@ -29,6 +29,8 @@ SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
 LNS_MIN_SECONDS = 0.25         # an LNS round is only started with this much time left
 LNS_BUILD_SECONDS = 0.1        # reserved for building one sub-MILP
 EXACT_COMM_MAX = 20_000        # unit edges × nodes up to which the full model charges cut edges exactly
+PORTFOLIO_MAX = 200            # units × nodes up to which the exact cut model runs a CP-SAT portfolio …
+PORTFOLIO_WORKERS = 8          # … of at least this many workers (its bound comes from the LB-search workers)
 
 
 def _backend(backend: str) -> Callable[..., Any]:
@@ -56,6 +58,10 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
     # communication costs: exact cut indicators (CP-SAT) when the model stays small; else the pessimistic loads
     exact_comm = not exact_loads and backend == "cpsat" and _edge_count(units) * p.n_nodes <= EXACT_COMM_MAX
     sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True, exact_comm=exact_comm)
+    if exact_comm and units.n_units * p.n_nodes <= PORTFOLIO_MAX:
+        # the cut model's LP relaxation is 0 (fractional placements balance perfectly): with one worker its
+        # bound stays 0 until the search is complete; the portfolio's core/LB-search workers raise it (issue 16.3)
+        workers = max(workers, PORTFOLIO_WORKERS)
     res = solver(state, sm, seconds, workers=workers, seed=seed)
     if res.place is not None and placement_ok(units, res.place):
         new = state.copy()
