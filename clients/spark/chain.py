@@ -53,6 +53,7 @@ class ChainReport:
     epoch: int
     stages: list[BatchReport]
     controller: str = "ok"
+    controller_seconds: float = 0.0
     plan_received: bool = False
     communication: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
@@ -191,7 +192,9 @@ class OperatorChain(ControllerLink):
         self.epoch = max(self.epoch, *(r.epoch for r in reports))
         report = ChainReport(batch_id=batch_id, epoch=self.epoch, stages=reports, communication=edges)
         if stats:
+            t_talk = time.perf_counter()
             report.controller = self._talk(batch_id, stats, edges or None, report)
+            report.controller_seconds = time.perf_counter() - t_talk
             self.batches_since_change += 1
         else:
             report.controller = "replayed"

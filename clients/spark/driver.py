@@ -333,7 +333,9 @@ class RebalancingDriver(ControllerLink):
             for k, s in enumerate(stats):
                 s["bytes"] = float(kg_b[k])
         self.last_stats = stats
+        t_talk = time.perf_counter()
         report.controller = self._talk(batch_id, stats, edges, report)
+        report.controller_seconds = time.perf_counter() - t_talk
         self.batches_since_change += 1
         report.seconds = time.perf_counter() - t0
         self.reports.append(report)
