@@ -11,10 +11,16 @@ Modules (import them directly; nothing here imports pyspark, so the package stay
   that talks to the controller and applies plans at batch boundaries;
 * :mod:`clients.spark.control` — the driver's conversation with the controller (registration, statistics,
   proposals, validation of assignments, back-off);
+* :mod:`clients.spark.functions`, :mod:`clients.spark.recipes` — the per-key pandas function API
+  (:class:`~clients.spark.functions.KeyedFunction`) and ready-made functions (sessions, top-N);
+* :mod:`clients.spark.chain` — :class:`~clients.spark.chain.OperatorChain`, several keyed operators in one query as
+  the operators of one controller job;
+* :mod:`clients.spark.progress` — :class:`~clients.spark.progress.RebalancerProgressListener`, the driver's figures
+  next to Spark's streaming progress;
 * :mod:`clients.spark.store` — durable, versioned state (Parquet deltas and snapshots, commit records);
 * :mod:`clients.spark.reports` — :class:`~clients.spark.reports.BatchReport`, what the driver reports per batch;
 * :mod:`clients.spark.sink` — :class:`~clients.spark.sink.BatchIdSink`, exactly-once output by batch id;
 * :mod:`clients.spark.gedik` — adapter for Gedik's partitioning functions;
-* :mod:`benchmarks.bench_spark_routing`, :mod:`benchmarks.spark_demo`, :mod:`clients.spark.example` —
-  measurements, ``make demo`` and the README example.
+* :mod:`benchmarks.bench_spark_routing`, :mod:`benchmarks.spark_demo`, :mod:`clients.spark.example`
+  (``example_sessions``, ``example_chain``) — measurements, ``make demo`` and the README examples.
 """
