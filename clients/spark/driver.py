@@ -12,7 +12,11 @@ the conversation with the controller. Per micro-batch ``batch_id``:
 3. route, place and aggregate the batch into the keyed state (JVM only, one shuffle of the batch);
 4. **commit** the state version ``batch_id``: the rows the batch changed (Parquet), a snapshot every
    ``snapshot_every`` versions, and the routing epoch + assignment; then the optional ``output`` sink gets the
-   changed rows (update mode; :class:`clients.spark.sink.BatchIdSink` makes it exactly once);
+   changed rows (update mode, read back from the version's delta; :class:`clients.spark.sink.BatchIdSink` makes it
+   exactly once). For the mergeable aggregations steps 3 and 4 are **one Spark job**: the new state is
+   checkpointed lazily and filled by the job that writes the delta, which also measures the batch's records and
+   bytes per key group (a Spark ``Observation``); with the output sink that is two jobs per batch in steady state
+   (plus the state-size aggregation every ``state_stats_every`` batches and the moves of a migration);
 5. statistics (records/bytes per key group, state bytes per key group) go to the controller with the batch id
    and the epoch; plans come back with the answer (``auto``) or from a proposal, for the next boundary.
 
@@ -36,7 +40,7 @@ from clients.spark.control import ConfigurationError, ControllerLink
 from clients.spark.functions import FunctionState, KeyedFunction
 from clients.spark.reports import BatchReport, StateMismatchError
 from clients.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable, key_group_ids
-from clients.spark.state import KeyedState, MigrationReport
+from clients.spark.state import KeyedState, MigrationReport, batch_statistics
 from clients.spark.stats import max_over_mean, partition_record_counts
 from clients.spark.store import VERSION_COL, StateStore
 
@@ -291,8 +295,10 @@ class RebalancingDriver(ControllerLink):
             mig = self._switch(epoch, assignment)
             self.pending = None
 
-        partials = self.state.update(df, version=batch_id)
-        part, kg_n, kg_b = partials.summary(self.G)
+        if self.store is not None and self.state._batch_columns():
+            part, kg_n, kg_b, rec = self._update_and_commit(df, batch_id)
+        else:
+            part, kg_n, kg_b, rec = self._update_then_commit(df, batch_id)
         state_b = self._state_bytes(batch_id, mig is not None)
         edges = None
         if self.communication is not None:
@@ -303,17 +309,13 @@ class RebalancingDriver(ControllerLink):
         hash_part = None
         if self.measure_hash:
             hash_part = partition_record_counts(df.repartition(self.n, *self.keys), self.n)
-        rec = None
-        if self.store is not None:
-            rec = self.store.commit(batch_id, self.state.df, keys=self.keys, columns=self.state.stored_columns(),
-                                    epoch=self.epoch, partition_of=self.routing.partition_of.tolist(),
-                                    delta_rows=partials.keys, extra=self.state.commit_extra())
-            self.committed = batch_id
-        KeyedState.release(partials)
         if self.output is not None and self.state.df is not None:
-            from pyspark.sql import functions as F
+            if self.store is not None:  # the version's delta, just written: a small read, not a scan of the state
+                self.output(self._output_frame(self.store.read_delta(batch_id)), batch_id)
+            else:
+                from pyspark.sql import functions as F
 
-            self.output(self._output_frame(self.state.df.filter(F.col(VERSION_COL) == batch_id)), batch_id)
+                self.output(self._output_frame(self.state.df.filter(F.col(VERSION_COL) == batch_id)), batch_id)
 
         report = BatchReport(
             batch_id=batch_id, epoch=self.epoch, records=int(part.sum()),
@@ -342,6 +344,39 @@ class RebalancingDriver(ControllerLink):
         if self.on_batch is not None:
             self.on_batch(report)
         return report
+
+    def _update_and_commit(self, df, batch_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+        """Steady state of the mergeable aggregations with a durable store, in one Spark job: the merged state is
+        checkpointed lazily and filled by the job that writes the version's delta, which also measures the batch
+        statistics (:meth:`KeyedState.batch_observation`). Records per partition follow from records per key
+        group and the routing (placement is exact: ``KeyedState.merge`` checks the physical partitioning)."""
+        assert self.store is not None
+        partials = self.state.partials(df, persist=False)
+        self.state.merge(partials, version=batch_id, lazy=True)
+        try:
+            rec = self.store.commit(batch_id, self.state.df, keys=self.keys, columns=self.state.stored_columns(),
+                                    epoch=self.epoch, partition_of=self.routing.partition_of.tolist(),
+                                    extra=self.state.commit_extra(), observe=self.state.batch_observation())
+        finally:
+            self.state.release_previous()
+        self.committed = batch_id
+        kg_n, kg_b = batch_statistics(rec.observed, self.G)
+        part = np.bincount(self.routing.partition_of, weights=kg_n, minlength=self.n).astype(np.int64)
+        return part, kg_n, kg_b, rec
+
+    def _update_then_commit(self, df, batch_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+        """The general path (the function API, or no durable store): update the state (materialised), measure the
+        batch on its cached partials, then commit the version when a store is configured."""
+        partials = self.state.update(df, version=batch_id)
+        part, kg_n, kg_b = partials.summary(self.G)
+        rec = None
+        if self.store is not None:
+            rec = self.store.commit(batch_id, self.state.df, keys=self.keys, columns=self.state.stored_columns(),
+                                    epoch=self.epoch, partition_of=self.routing.partition_of.tolist(),
+                                    delta_rows=partials.keys, extra=self.state.commit_extra())
+            self.committed = batch_id
+        KeyedState.release(partials)
+        return part, kg_n, kg_b, rec
 
     def _state_bytes(self, batch_id: int, migrated: bool) -> np.ndarray:
         if not self.state_stats:

@@ -165,6 +165,9 @@ class FunctionState(KeyedState):
         self.watermark: float | None = None       # used by the next batch
         self._max_event: float | None = None      # newest event time seen so far
 
+    def _batch_columns(self) -> list[str]:
+        return []  # the function API measures its batches on the co-grouped partials (BatchPartials.summary)
+
     def value_columns(self) -> list[str]:
         return [KIND_COL, DATA_COL, ACT_COL]
 

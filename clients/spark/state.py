@@ -148,6 +148,7 @@ class KeyedState:
         self.df = None                    # the state DataFrame (local checkpoint), None before the first batch
         self.updates = 0
         self.fallback_merges = 0          # merges that needed an explicit repartition (should stay 0)
+        self._previous: list = []         # states a lazily checkpointed state still reads (release_previous)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -159,7 +160,21 @@ class KeyedState:
         return list(self.aggregations)
 
     def _state_columns(self) -> list[str]:
-        return [ROUTE_COL, KG_COL, *self.keys, *self.value_columns(), VERSION_COL]
+        return [ROUTE_COL, KG_COL, *self.keys, *self.value_columns(), VERSION_COL, *self._batch_columns()]
+
+    def _batch_columns(self) -> list[str]:
+        """Columns kept in memory (never stored) with the latest batch's record and byte counts of a key: the rows
+        of version ``v`` then carry what batch ``v`` added, which :meth:`batch_observation` sums per key group."""
+        return [N_COL, B_COL]
+
+    def batch_observation(self) -> list:
+        """Aggregate columns over the rows of one version (the delta): ``(key group, records, bytes)`` of each key
+        the batch touched, and the number of keys — the batch statistics, measured while the delta is written
+        instead of in a job of their own (:func:`batch_statistics` sums them per key group)."""
+        from pyspark.sql import functions as F
+
+        return [F.collect_list(F.array(F.col(KG_COL).cast("long"), F.col(N_COL), F.col(B_COL))).alias("rows"),
+                F.count(F.lit(1)).alias("keys")]
 
     def stored_columns(self) -> list[str]:
         """The columns a durable store keeps (the route is derived from the key group and the routing)."""
@@ -214,8 +229,9 @@ class KeyedState:
                 raise ValueError(f"aggregation {out!r}: {fn} input column {col!r} is not in the stream (columns: "
                                  f"{', '.join(batch_df.columns)})")
 
-    def partials(self, batch_df) -> BatchPartials:
-        """Route, place and pre-aggregate one micro-batch (cached; release with :meth:`release`)."""
+    def partials(self, batch_df, persist: bool = True) -> BatchPartials:
+        """Route, place and pre-aggregate one micro-batch (cached unless ``persist=False``; release with
+        :meth:`release`)."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
@@ -235,13 +251,16 @@ class KeyedState:
         with _no_adaptive(self.session):  # a cached adaptive plan would hide the hash partitioning on the route
             part = (placed.groupBy(ROUTE_COL, *self.keys).agg(*aggs)
                     .withColumn(KG_COL, key_group_of_route(ROUTE_COL, G)))
-            part = part.persist(StorageLevel.MEMORY_AND_DISK)
+            if persist:
+                part = part.persist(StorageLevel.MEMORY_AND_DISK)
         return BatchPartials(part, self.n_partitions)
 
-    def merge(self, partials: BatchPartials, version: int = 0) -> None:
+    def merge(self, partials: BatchPartials, version: int = 0, lazy: bool = False) -> None:
         """Merge a batch's partials into the state (the state is not shuffled; see the module docstring).
 
-        The rows of the batch's keys get ``_rb_v = version`` (the delta a durable store writes)."""
+        The rows of the batch's keys get ``_rb_v = version`` (the delta a durable store writes). ``lazy``: the new
+        state is materialised by the next job that reads it (the durable store's delta write) instead of a job of
+        its own; the previous state is kept until :meth:`release_previous`."""
         from pyspark.sql import functions as F
 
         with _no_adaptive(self.session):
@@ -252,12 +271,15 @@ class KeyedState:
             else:
                 aggs = [getattr(F, _MERGE[fn])(out).alias(out) for out, (fn, _) in self.aggregations.items()]
                 aggs.append(F.max(VERSION_COL).alias(VERSION_COL))
+                this = F.col(VERSION_COL) == F.lit(int(version))
+                aggs += [F.sum(F.when(this, F.col(c)).otherwise(0)).cast("long").alias(c)
+                         for c in self._batch_columns()]
                 merged = self.df.unionByName(new_rows).groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*aggs)
                 if not self._placed_by_route(merged):
                     self.fallback_merges += 1
                     merged = (self.df.unionByName(new_rows).repartition(self.n_partitions, ROUTE_COL)
                               .groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*aggs))
-            self._replace(merged)
+            self._replace(merged, lazy=lazy)
         self.updates += 1
 
     def update(self, batch_df, version: int = 0) -> BatchPartials:
@@ -283,19 +305,30 @@ class KeyedState:
                 newest = F.max_by(F.struct(*[F.col(c) for c in rest]), F.col(VERSION_COL)).alias("_rb_row")
                 placed = (placed.groupBy(ROUTE_COL, KG_COL, *self.keys).agg(newest)
                           .select(ROUTE_COL, KG_COL, *self.keys, *[F.col("_rb_row." + c).alias(c) for c in rest]))
+            for c in self._batch_columns():
+                placed = placed.withColumn(c, F.lit(0).cast("long"))
             self._replace(self._live(placed).select(*self._state_columns()))
 
     @staticmethod
     def release(partials: BatchPartials) -> None:
         partials.df.unpersist()
 
-    def _replace(self, new_df) -> None:
+    def _replace(self, new_df, lazy: bool = False) -> None:
         """Materialise ``new_df`` as a local checkpoint (lineage cut, hash partitioning on the route kept: the
-        plan was made without adaptive execution, whose root hides the partitioning) and drop the old state."""
-        cp = new_df.localCheckpoint(eager=True)
+        plan was made without adaptive execution, whose root hides the partitioning) and drop the old state.
+        ``lazy``: the checkpoint is filled by the next job that computes it; the old state, which that job still
+        reads, is dropped by :meth:`release_previous`."""
+        cp = new_df.localCheckpoint(eager=not lazy)
         old, self.df = self.df, cp
         if old is not None:
-            _release_checkpoint(old)
+            self._previous.append(old)
+        if not lazy:
+            self.release_previous()
+
+    def release_previous(self) -> None:
+        """Drop the states that a lazily checkpointed state was computed from (after the job that filled it)."""
+        while self._previous:
+            _release_checkpoint(self._previous.pop())
 
     # ------------------------------------------------------------------ routing changes
     def _kg_partitions(self) -> dict[int, tuple[int, int, int, int]]:
@@ -371,9 +404,18 @@ class KeyedState:
         return frame.toPandas()
 
     def unpersist(self) -> None:
+        self.release_previous()
         if self.df is not None:
             _release_checkpoint(self.df)
             self.df = None
+
+
+def batch_statistics(observed: Mapping, key_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """(records, bytes) per key group, shape (G,) each, from :meth:`KeyedState.batch_observation`'s values."""
+    rows = np.asarray(observed.get("rows") or np.zeros((0, 3)), dtype=np.int64).reshape(-1, 3)
+    n = np.bincount(rows[:, 0], weights=rows[:, 1], minlength=key_groups).astype(np.int64)
+    b = np.bincount(rows[:, 0], weights=rows[:, 2], minlength=key_groups).astype(np.int64)
+    return n, b
 
 
 @contextlib.contextmanager

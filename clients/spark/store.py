@@ -56,9 +56,12 @@ class Commit:
     seconds: float = 0.0
     committed_at: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    observed: dict[str, Any] = field(default_factory=dict, compare=False)  # commit(observe=...); not stored
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        doc = asdict(self)
+        doc.pop("observed")
+        return json.dumps(doc, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Commit:
@@ -166,9 +169,13 @@ class StateStore:
     # ------------------------------------------------------------------ writing
     def commit(self, version: int, state_df, *, keys: Sequence[str], columns: Sequence[str], epoch: int,
                partition_of: Sequence[int], delta_rows: int | None = None,
-               extra: dict[str, Any] | None = None) -> Commit:
+               extra: dict[str, Any] | None = None, observe: Sequence[Any] = ()) -> Commit:
         """Write version ``version``: the rows of ``state_df`` with ``_rb_v == version`` (and the whole state
-        when a snapshot is due), then the commit record. ``state_df`` must have ``columns`` (with ``_rb_v``)."""
+        when a snapshot is due), then the commit record. ``state_df`` must have ``columns`` (with ``_rb_v``).
+
+        ``observe``: aggregate columns computed over the delta rows while they are written (Spark's
+        ``Observation``; no job of their own); their values are in the returned commit's ``observed`` (not stored),
+        and ``delta_rows`` defaults to an observed ``keys`` column."""
         from pyspark.sql import functions as F
 
         t0 = time.perf_counter()
@@ -178,8 +185,18 @@ class StateStore:
         snapshot = last is None or last.snapshot is None or version - last.snapshot >= self.snapshot_every
         tmp = f"{self.root}/_tmp/{uuid.uuid4().hex}"
         cols = list(columns)
-        delta = state_df.filter(F.col(VERSION_COL) == F.lit(version)).select(*cols)
-        delta.write.mode("overwrite").parquet(tmp + "/delta")
+        delta = state_df.filter(F.col(VERSION_COL) == F.lit(version))
+        observed: dict[str, Any] = {}
+        if observe:
+            from pyspark.sql import Observation
+
+            obs = Observation(f"rebalancer-{version}")
+            delta = delta.observe(obs, *observe)
+        delta.select(*cols).write.mode("overwrite").parquet(tmp + "/delta")
+        if observe:
+            observed = dict(obs.get)
+            if delta_rows is None and "keys" in observed:
+                delta_rows = int(observed["keys"])
         if snapshot:
             state_df.select(*cols).write.mode("overwrite").parquet(tmp + "/snapshot")
         final = self._dir(version)
@@ -197,6 +214,7 @@ class StateStore:
                      extra=dict(extra or {}))
         rec.seconds = round(time.perf_counter() - t0, 4)
         self._write_text(self._record(version), rec.to_json())
+        rec.observed = observed
         self._latest, self._latest_read = rec, True
         if self.on_event is not None:
             self.on_event("committed", version)
