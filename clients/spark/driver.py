@@ -15,8 +15,9 @@ the conversation with the controller. Per micro-batch ``batch_id``:
    changed rows (update mode, read back from the version's delta; :class:`clients.spark.sink.BatchIdSink` makes it
    exactly once). For the mergeable aggregations steps 3 and 4 are **one Spark job**: the new state is
    checkpointed lazily and filled by the job that writes the delta, which also measures the batch's records and
-   bytes per key group (a Spark ``Observation``); with the output sink that is two jobs per batch in steady state
-   (plus the state-size aggregation every ``state_stats_every`` batches and the moves of a migration);
+   bytes per key group and the change of each key group's state bytes (a Spark ``Observation``); with the output
+   sink that is two jobs per batch in steady state (plus the moves of a migration; the function API measures its
+   state size in a job of its own every ``state_stats_every`` batches);
 5. statistics (records/bytes per key group, state bytes per key group) go to the controller with the batch id
    and the epoch; plans come back with the answer (``auto``) or from a proposal, for the next boundary.
 
@@ -84,8 +85,10 @@ class RebalancingDriver(ControllerLink):
             (:func:`clients.spark.stats.communication_stats`); the other operator must be in ``extra_operators``.
         extra_operators: more operators of the job (``[{"id": "split", "key_groups": 120}]``).
         measure_hash: also measure Spark's hash partitioning of each batch (one more shuffle; the demo uses it).
-        state_stats: send state bytes per key group (one aggregation over the whole state, repeated every
-            ``state_stats_every`` batches — default ``window_batches`` — and after each migration).
+        state_stats: send state bytes per key group. Mergeable aggregations with a durable store measure it once
+            (one aggregation over the whole state, at the first batch or after a recovery) and then keep it exact
+            from each batch's changes; otherwise the aggregation is repeated every ``state_stats_every`` batches
+            (default ``window_batches``) and after each migration.
         send_bytes: send each key group's record ``bytes`` with the statistics (default; ``False`` for a controller
             older than the optional ``bytes`` field, which answers 422 to it).
         async_plans: request and execute proposals on a background thread (the plan is applied at the first
@@ -296,10 +299,12 @@ class RebalancingDriver(ControllerLink):
             self.pending = None
 
         if self.store is not None and self.state._batch_columns():
-            part, kg_n, kg_b, rec = self._update_and_commit(df, batch_id)
+            had_state = self.state.df is not None
+            part, kg_n, kg_b, kg_d, rec = self._update_and_commit(df, batch_id)
+            state_b = self._tracked_state_bytes(batch_id, kg_d, had_state)
         else:
             part, kg_n, kg_b, rec = self._update_then_commit(df, batch_id)
-        state_b = self._state_bytes(batch_id, mig is not None)
+            state_b = self._state_bytes(batch_id, mig is not None)
         edges = None
         if self.communication is not None:
             try:
@@ -345,7 +350,7 @@ class RebalancingDriver(ControllerLink):
             self.on_batch(report)
         return report
 
-    def _update_and_commit(self, df, batch_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+    def _update_and_commit(self, df, batch_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]:
         """Steady state of the mergeable aggregations with a durable store, in one Spark job: the merged state is
         checkpointed lazily and filled by the job that writes the version's delta, which also measures the batch
         statistics (:meth:`KeyedState.batch_observation`). Records per partition follow from records per key
@@ -360,9 +365,9 @@ class RebalancingDriver(ControllerLink):
         finally:
             self.state.release_previous()
         self.committed = batch_id
-        kg_n, kg_b = batch_statistics(rec.observed, self.G)
+        kg_n, kg_b, kg_d = batch_statistics(rec.observed, self.G)
         part = np.bincount(self.routing.partition_of, weights=kg_n, minlength=self.n).astype(np.int64)
-        return part, kg_n, kg_b, rec
+        return part, kg_n, kg_b, kg_d, rec
 
     def _update_then_commit(self, df, batch_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
         """The general path (the function API, or no durable store): update the state (materialised), measure the
@@ -377,6 +382,20 @@ class RebalancingDriver(ControllerLink):
             self.committed = batch_id
         KeyedState.release(partials)
         return part, kg_n, kg_b, rec
+
+    def _tracked_state_bytes(self, batch_id: int, change: np.ndarray, had_state: bool) -> np.ndarray:
+        """State bytes per key group kept exact from the batches' changes (no job of its own): measured on the
+        whole state only when there is no count yet with the state that this batch merged into (the first batch
+        after a start or a recovery). A migration moves key groups, not bytes: the count stays."""
+        if not self.state_stats:
+            return np.zeros(self.G, dtype=np.int64)
+        if self._state_b is not None and self._state_b[0] == batch_id - 1:
+            self._state_b = (batch_id, self._state_b[1] + change)
+        elif not had_state:
+            self._state_b = (batch_id, change.copy())
+        else:
+            self._state_b = (batch_id, self.state.state_bytes_per_key_group())
+        return self._state_b[1]
 
     def _state_bytes(self, batch_id: int, migrated: bool) -> np.ndarray:
         if not self.state_stats:

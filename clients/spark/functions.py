@@ -20,7 +20,8 @@ state are co-grouped by the route value (``groupBy(route).cogroup(...).applyInPa
 hash-partitioned by the route, so each key group's records meet its state on the partition the routing gives it.
 The state is one row per key ``(route, key group, key…, kind, data, activity, version)``: ``kind`` is ``s`` (state,
 ``data`` the JSON of the state rows, ``activity`` the key's last update time or newest event time), ``x``
-(removed in that version: a tombstone) or ``o`` (one output row of that version, ``data`` its JSON). The rows of
+(removed in that version: a tombstone) or ``o`` (the key's output of that version, ``data`` the JSON array of its
+rows). The rows of
 version ``v`` are the delta the durable store writes, so a replayed batch's output is rewritten from the store and
 never computed twice; the watermark is stored in the commit record. Only the batch's keys and the keys that time
 out reach ``fn``; the other state rows pass through the co-group untouched (they still travel through Arrow:
@@ -79,17 +80,52 @@ def _seconds(values: Any) -> Any:
     return values.astype("float64")
 
 
+def _columns(df: Any, cols: list[str] | None) -> Any:
+    """``df[cols]`` — without the copy when ``df`` has exactly those columns already (the usual case)."""
+    return df if cols is None or list(df.columns) == cols else df[cols]
+
+
 def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_cols: list[str], version: int,
-                now: float, watermark: float | None) -> Callable[[Any, Any], Any]:
+                now: float, watermark: float | None, output_cols: Sequence[str] | None = None
+                ) -> Callable[[Any, Any], Any]:
     """The per-route-value function of one batch: ``(batch rows, state rows) -> state/output/tombstone rows``.
 
     Only the keys of the batch and the keys that time out reach ``fn`` (and have their state decoded); the other
-    state rows go back as they came (vectorised)."""
+    state rows go back as they came (vectorised). The batch is grouped by key once (``pandas.factorize`` and one
+    stable sort: each key's rows are a slice, in arrival order), the keys' newest event times are one
+    ``reduceat``, and a key's output rows and new state are each one JSON array written by pandas — the per-key
+    work outside ``fn`` is a few slices and two ``to_json`` calls."""
     import numpy as np
     import pandas as pd
 
     out_cols = [ROUTE_COL, KG_COL, *keys, KIND_COL, DATA_COL, ACT_COL, VERSION_COL]
     limit = (now if f.event_time is None else watermark) if f.timeout_s is not None else None
+    emit_cols = list(output_cols) if output_cols is not None else None
+
+    def call(key: tuple, rows: Any, st_row: Mapping[str, Any] | None, res: list[list], route: int, kg: int) -> Any:
+        st = None
+        if st_row is not None:
+            st = pd.DataFrame(json.loads(st_row[DATA_COL]), columns=state_cols)
+        out, new = f.fn(key[0] if len(key) == 1 else key, rows, st)
+        if out is not None and len(out):
+            res.append([route, kg, *key, OUTPUT, _columns(out, emit_cols).to_json(orient="records", double_precision=15),
+                        np.nan, version])
+        return new
+
+    def groups(batch: Any) -> tuple[list[tuple], Any, np.ndarray, np.ndarray | None]:
+        """(key tuples in order of first appearance, the user columns sorted by key, group bounds, newest event
+        time per key or None)."""
+        # codes in order of first appearance; a null key gets -1 and is left out (as pandas' groupby does)
+        codes = (pd.factorize(batch[keys[0]])[0] if len(keys) == 1 else
+                 batch.groupby(keys, sort=False).ngroup().to_numpy())
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(int(codes.max(initial=-1)) + 2))
+        key_list = [tuple(r) for r in batch[keys].iloc[order[bounds[:-1]]].itertuples(index=False)]
+        rows = batch[user_cols].take(order)
+        newest = None
+        if f.event_time is not None and len(key_list):
+            newest = np.fmax.reduceat(_seconds(rows[f.event_time]).to_numpy(), bounds[:-1])
+        return key_list, rows, bounds, newest
 
     def apply(batch: Any, state: Any) -> Any:
         res: list[list] = []
@@ -115,34 +151,27 @@ def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_c
                 current[key] = r
             expired = [tuple(r) for r in state.loc[expire, keys].itertuples(index=False)]
 
-        def call(key: tuple, rows: Any, st_row: Mapping[str, Any] | None) -> Any:
-            st = None
-            if st_row is not None:
-                st = pd.DataFrame(json.loads(st_row[DATA_COL]), columns=state_cols)
-            out, new = f.fn(key[0] if len(key) == 1 else key, rows, st)
-            if out is not None and len(out):
-                for rec in json.loads(out.to_json(orient="records")):
-                    res.append([route, kg, *key, OUTPUT, json.dumps(rec), np.nan, version])
-            return new
-
         if len(batch):
-            for key_value, rows in batch.groupby(keys, sort=False):
-                key = key_value if isinstance(key_value, tuple) else (key_value,)
+            key_list, sorted_rows, bounds, newest = groups(batch)
+            for i, key in enumerate(key_list):
+                a, b = int(bounds[i]), int(bounds[i + 1])
+                rows = sorted_rows.iloc[a:b]
+                rows.index = pd.RangeIndex(b - a)
                 st_row = current.pop(key, None)
-                new = call(key, rows[user_cols].reset_index(drop=True), st_row)
+                new = call(key, rows, st_row, res, route, kg)
                 if new is None:
                     if st_row is not None:
                         res.append([route, kg, *key, TOMBSTONE, None, np.nan, version])
                     continue
                 act = now
-                if f.event_time is not None:
-                    act = float(_seconds(rows[f.event_time]).max())
+                if newest is not None:
+                    act = float(newest[i])
                     if st_row is not None and not np.isnan(st_row[ACT_COL]):
                         act = max(act, float(st_row[ACT_COL]))
-                data = json.dumps(json.loads(new[state_cols].to_json(orient="records")))
-                res.append([route, kg, *key, STATE, data, act, version])
+                res.append([route, kg, *key, STATE, _columns(new, state_cols).to_json(orient="records",
+                                                                                    double_precision=15), act, version])
         for key in expired:
-            call(key, pd.DataFrame(columns=user_cols), current[key])
+            call(key, pd.DataFrame(columns=user_cols), current[key], res, route, kg)
             res.append([route, kg, *key, TOMBSTONE, None, np.nan, version])
         fresh = pd.DataFrame(res, columns=out_cols)
         return fresh if not len(kept) else pd.concat([kept[out_cols], fresh], ignore_index=True)
@@ -187,7 +216,7 @@ class FunctionState(KeyedState):
         now = time.time()
         schema = self._schema(batch_df)
         apply = _make_apply(self.function, self.keys, list(batch_df.columns), self.state_cols, int(version), now,
-                            self.watermark)
+                            self.watermark, self.output_cols)
         with _no_adaptive(self.session):
             placed = self.routing.place(batch_df.withColumn(ROUTE_COL, self.routing.route_column(
                 key_group_column(self.keys, G)))).withColumn(KG_COL, F.pmod(F.col(ROUTE_COL), F.lit(G)))
@@ -213,8 +242,8 @@ class FunctionState(KeyedState):
     def output_frame(self, df):
         from pyspark.sql import functions as F
 
-        out = df.filter(F.col(KIND_COL) == OUTPUT).select(F.from_json(DATA_COL, self.function.output_schema)
-                                                          .alias("_rb_o"))
+        out = df.filter(F.col(KIND_COL) == OUTPUT).select(
+            F.explode(F.from_json(DATA_COL, _rows_ddl(self.function.output_schema))).alias("_rb_o"))
         return out.select(*[F.col("_rb_o." + c).alias(c) for c in self.output_cols])
 
     def state_frame(self):

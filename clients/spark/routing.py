@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -229,15 +230,13 @@ class RoutingTable:
         """Column: the partition id of a row's key group (``element_at`` on a literal array; no Python)."""
         from pyspark.sql import functions as F
 
-        arr = F.array(*[F.lit(int(p)) for p in self.partition_of])
-        return F.element_at(arr, _col(kg_col) + 1)
+        return F.element_at(_int_array(self.partition_of), _col(kg_col) + 1)
 
     def route_column(self, kg_col=KG_COL):
         """Column: the route value of a row's key group (repartition by it to land exactly)."""
         from pyspark.sql import functions as F
 
-        arr = F.array(*[F.lit(v) for v in self.route_values()])
-        return F.element_at(arr, _col(kg_col) + 1)
+        return F.element_at(_int_array(self.route_values()), _col(kg_col) + 1)
 
     def frame(self, spark):
         """The routing table as a small DataFrame ``(_rb_kg, _rb_pid, _rb_route)`` (for broadcast joins)."""
@@ -284,6 +283,14 @@ def _col(c):
     from pyspark.sql import functions as F
 
     return F.col(c) if isinstance(c, str) else c
+
+
+def _int_array(values) -> Any:
+    """Column: a literal ``array<int>`` of ``values``, built by one SQL expression (one JVM call instead of one
+    ``lit`` per element: ~0.15 s per batch for 120 key groups through py4j)."""
+    from pyspark.sql import functions as F
+
+    return F.expr("array(" + ",".join(str(int(v)) for v in values) + ")")
 
 
 def contiguous_assignment(operator: str, key_groups: int, node_ids: Sequence[str]) -> dict[str, str]:

@@ -139,3 +139,37 @@ def test_a_wrong_key_column_names_the_users_column(spark, tmp_path):
     d2 = RebalancingDriver(spark, key="key", aggregations={"s": ("sum", "amount")}, key_groups=12, partitions=3)
     with pytest.raises(ValueError, match="input column 'amount'"):
         d2.process(df, 0)
+
+
+def test_state_bytes_tracked_from_the_batches_equal_a_measurement_of_the_whole_state(spark, tmp_path):
+    """Mergeable aggregations keep the state bytes per key group from each batch's changes (no job of their own):
+    after new keys, updated keys whose values grow from null, a routing change and a restart they must equal
+    an aggregation over the whole state."""
+    from clients.spark.routing import RoutingTable
+
+    frames = _batches(n=6, seed=8)
+
+    def with_nulls(f):  # nulls count 0 bytes: the rows of keys seen only with nulls grow later
+        return spark.createDataFrame([(k, None if i % 3 == 0 else int(v)) for i, (k, v) in
+                                      enumerate(zip(f.key, f.v, strict=True))], "key string, v long")
+
+    d = _driver(spark, tmp_path / "s")
+    for b in range(3):
+        d.process(with_nulls(frames[b]) if b == 0 else spark.createDataFrame(frames[b]), b)
+        assert d._state_b is not None and d._state_b[0] == b
+        assert (d._state_b[1] == d.state.state_bytes_per_key_group()).all()
+    # a routing change at the next boundary: bytes move with their key groups, the count per key group stays
+    moved = d.routing.partition_of.copy()
+    moved[:4] = (moved[:4] + 1) % 3
+    d.pending = (1, RoutingTable("agg", moved, 3, 1, d.node_ids).assignment())
+    r = d.process(spark.createDataFrame(frames[3]), 3)
+    assert r.migrations == 4
+    tracked = d._state_b[1].copy()
+    assert (tracked == d.state.state_bytes_per_key_group()).all() and tracked.sum() > 0
+    assert r.state_bytes == tracked.sum()
+    d.close()
+    d2 = _driver(spark, tmp_path / "s")             # a restart: measured once, then tracked again
+    for b in (4, 5):
+        d2.process(spark.createDataFrame(frames[b]), b)
+        assert (d2._state_b[1] == d2.state.state_bytes_per_key_group()).all()
+    d2.close()
