@@ -41,7 +41,7 @@ from clients.spark.control import ConfigurationError, ControllerLink
 from clients.spark.functions import FunctionState, KeyedFunction
 from clients.spark.reports import BatchReport, StateMismatchError
 from clients.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable, key_group_ids
-from clients.spark.state import KeyedState, MigrationReport, batch_statistics
+from clients.spark.state import KeyedState, MigrationReport
 from clients.spark.stats import max_over_mean, partition_record_counts
 from clients.spark.store import VERSION_COL, StateStore
 
@@ -298,13 +298,10 @@ class RebalancingDriver(ControllerLink):
             mig = self._switch(epoch, assignment)
             self.pending = None
 
-        if self.store is not None and self.state._batch_columns():
-            had_state = self.state.df is not None
-            part, kg_n, kg_b, kg_d, rec = self._update_and_commit(df, batch_id)
-            state_b = self._tracked_state_bytes(batch_id, kg_d, had_state)
-        else:
-            part, kg_n, kg_b, rec = self._update_then_commit(df, batch_id)
-            state_b = self._state_bytes(batch_id, mig is not None)
+        had_state = self.state.df is not None
+        part, kg_n, kg_b, kg_d, rec = self._update(df, batch_id)
+        state_b = (self._tracked_state_bytes(batch_id, kg_d, had_state) if kg_d is not None else
+                   self._state_bytes(batch_id, mig is not None))
         edges = None
         if self.communication is not None:
             try:
@@ -350,38 +347,34 @@ class RebalancingDriver(ControllerLink):
             self.on_batch(report)
         return report
 
-    def _update_and_commit(self, df, batch_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]:
-        """Steady state of the mergeable aggregations with a durable store, in one Spark job: the merged state is
-        checkpointed lazily and filled by the job that writes the version's delta, which also measures the batch
-        statistics (:meth:`KeyedState.batch_observation`). Records per partition follow from records per key
-        group and the routing (placement is exact: ``KeyedState.merge`` checks the physical partitioning)."""
-        assert self.store is not None
-        partials = self.state.partials(df, persist=False)
-        self.state.merge(partials, version=batch_id, lazy=True)
-        try:
-            rec = self.store.commit(batch_id, self.state.df, keys=self.keys, columns=self.state.stored_columns(),
-                                    epoch=self.epoch, partition_of=self.routing.partition_of.tolist(),
-                                    extra=self.state.commit_extra(), observe=self.state.batch_observation())
-        finally:
-            self.state.release_previous()
-        self.committed = batch_id
-        kg_n, kg_b, kg_d = batch_statistics(rec.observed, self.G)
+    def _update(self, df, batch_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, Any]:
+        """Apply the batch to the state and commit its version; returns (records per partition, records, bytes and
+        state bytes change per key group (None when the state does not track it), commit record or None).
+
+        With a durable store this is one Spark job: the new state is checkpointed lazily and filled by the job that
+        writes the version's delta, which also measures the batch statistics (``KeyedState.batch_observation``).
+        Without one, the state is materialised and measured (two jobs). Records per partition follow from the
+        records per key group and the routing: placement is exact (``KeyedState.merge`` checks the physical
+        partitioning; the function API co-groups by the route)."""
+        rec = None
+        if self.store is None:
+            self.state.step(df, batch_id, lazy=False)
+            observed = self.state.observe(batch_id)
+            self.state.absorb(observed)
+        else:
+            self.state.step(df, batch_id, lazy=True)
+            try:
+                rec = self.store.commit(batch_id, self.state.df, keys=self.keys, columns=self.state.stored_columns(),
+                                        epoch=self.epoch, partition_of=self.routing.partition_of.tolist(),
+                                        extra=self.state.absorb, observe=self.state.batch_observation(),
+                                        keep=self.state.stored_rows())
+            finally:
+                self.state.release_previous()
+            observed = rec.observed
+            self.committed = batch_id
+        kg_n, kg_b, kg_d = self.state.statistics(observed)
         part = np.bincount(self.routing.partition_of, weights=kg_n, minlength=self.n).astype(np.int64)
         return part, kg_n, kg_b, kg_d, rec
-
-    def _update_then_commit(self, df, batch_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
-        """The general path (the function API, or no durable store): update the state (materialised), measure the
-        batch on its cached partials, then commit the version when a store is configured."""
-        partials = self.state.update(df, version=batch_id)
-        part, kg_n, kg_b = partials.summary(self.G)
-        rec = None
-        if self.store is not None:
-            rec = self.store.commit(batch_id, self.state.df, keys=self.keys, columns=self.state.stored_columns(),
-                                    epoch=self.epoch, partition_of=self.routing.partition_of.tolist(),
-                                    delta_rows=partials.keys, extra=self.state.commit_extra())
-            self.committed = batch_id
-        KeyedState.release(partials)
-        return part, kg_n, kg_b, rec
 
     def _tracked_state_bytes(self, batch_id: int, change: np.ndarray, had_state: bool) -> np.ndarray:
         """State bytes per key group kept exact from the batches' changes (no job of its own): measured on the

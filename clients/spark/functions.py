@@ -26,7 +26,10 @@ version ``v`` are the delta the durable store writes, so a replayed batch's outp
 never computed twice; the watermark is stored in the commit record. Only the batch's keys and the keys that time
 out reach ``fn``; the other state rows pass through the co-group untouched (they still travel through Arrow:
 the whole state is read each batch — the issue's "touch only the batch's keys" is met for the Python work, not
-for the state's bytes).
+for the state's bytes). Each key group of the batch also returns one statistics row (kind ``n``: records, bytes,
+newest event time), read by an ``Observation`` while the durable store writes the version's delta and never
+stored: with a store, a batch is one Spark job (the co-group, the lazily checkpointed new state and the delta
+write), plus the state-size measurement every ``state_stats_every`` batches.
 """
 
 from __future__ import annotations
@@ -38,14 +41,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from clients.spark.routing import KG_COL, ROUTE_COL, RoutingTable, key_group_column
-from clients.spark.state import BatchPartials, KeyedState, _no_adaptive
+from clients.spark.state import B_COL, KeyedState, _no_adaptive
+from clients.spark.stats import row_bytes_column
 from clients.spark.store import VERSION_COL
 
 KIND_COL = "_rb_kind"
 DATA_COL = "_rb_data"
 ACT_COL = "_rb_act"      # the key's last activity: processing time of its last update, or its newest event time
-EMAX_COL = "_rb_emax"
-STATE, TOMBSTONE, OUTPUT = "s", "x", "o"
+STATE, TOMBSTONE, OUTPUT, STATS = "s", "x", "o", "n"
 
 PandasFn = Callable[[Any, Any, Any], tuple[Any, Any]]
 
@@ -99,6 +102,7 @@ def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_c
     import pandas as pd
 
     out_cols = [ROUTE_COL, KG_COL, *keys, KIND_COL, DATA_COL, ACT_COL, VERSION_COL]
+    no_key = [None] * len(keys)
     limit = (now if f.event_time is None else watermark) if f.timeout_s is not None else None
     emit_cols = list(output_cols) if output_cols is not None else None
 
@@ -108,8 +112,8 @@ def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_c
             st = pd.DataFrame(json.loads(st_row[DATA_COL]), columns=state_cols)
         out, new = f.fn(key[0] if len(key) == 1 else key, rows, st)
         if out is not None and len(out):
-            res.append([route, kg, *key, OUTPUT, _columns(out, emit_cols).to_json(orient="records", double_precision=15),
-                        np.nan, version])
+            data = _columns(out, emit_cols).to_json(orient="records", double_precision=15)
+            res.append([route, kg, *key, OUTPUT, data, np.nan, version])
         return new
 
     def groups(batch: Any) -> tuple[list[tuple], Any, np.ndarray, np.ndarray | None]:
@@ -153,6 +157,9 @@ def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_c
 
         if len(batch):
             key_list, sorted_rows, bounds, newest = groups(batch)
+            # the key group's batch statistics: records, bytes, newest event time (read by the observation)
+            emax = float(np.nanmax(newest)) if newest is not None and np.isfinite(newest).any() else np.nan
+            res.append([route, kg, *no_key, STATS, f"{len(batch)},{int(batch[B_COL].sum())}", emax, version])
             for i, key in enumerate(key_list):
                 a, b = int(bounds[i]), int(bounds[i + 1])
                 rows = sorted_rows.iloc[a:b]
@@ -184,8 +191,7 @@ class FunctionState(KeyedState):
     Routing changes, placement checks, state bytes, restores and the durable store are :class:`KeyedState`'s."""
 
     def __init__(self, spark, key: str | Sequence[str], function: KeyedFunction, routing: RoutingTable):
-        emax = {EMAX_COL: ("max", function.event_time)} if function.event_time else {}
-        super().__init__(spark, key, emax, routing)  # the "aggregation" is the batch's newest event time
+        super().__init__(spark, key, {}, routing)
         self.function = function
         from pyspark.sql.types import StructType
 
@@ -195,7 +201,7 @@ class FunctionState(KeyedState):
         self._max_event: float | None = None      # newest event time seen so far
 
     def _batch_columns(self) -> list[str]:
-        return []  # the function API measures its batches on the co-grouped partials (BatchPartials.summary)
+        return []  # the batch statistics travel in rows of kind STATS (see step)
 
     def value_columns(self) -> list[str]:
         return [KIND_COL, DATA_COL, ACT_COL]
@@ -206,37 +212,72 @@ class FunctionState(KeyedState):
         return (f"`{ROUTE_COL}` int, `{KG_COL}` int, {key_ddl}, `{KIND_COL}` string, `{DATA_COL}` string, "
                 f"`{ACT_COL}` double, `{VERSION_COL}` long")
 
-    def update(self, batch_df, version: int = 0) -> BatchPartials:
-        """Route and place the batch, run ``fn`` per key against the state (see the module docstring); the
-        statistics come from the batch's pre-aggregation (:meth:`KeyedState.partials`)."""
+    def check_columns(self, batch_df) -> None:
+        super().check_columns(batch_df)
+        if self.function.event_time is not None and self.function.event_time not in batch_df.columns:
+            raise ValueError(f"event_time column {self.function.event_time!r} is not in the stream (columns: "
+                             f"{', '.join(batch_df.columns)})")
+
+    def step(self, batch_df, version: int, lazy: bool) -> None:
+        """Route and place the batch, run ``fn`` per key against the state (see the module docstring). Besides the
+        state, output and tombstone rows of ``version``, each key group of the batch gets one statistics row
+        (kind ``n``: records, bytes, newest event time) that :meth:`batch_observation` reads and no store keeps."""
         from pyspark.sql import functions as F
 
-        partials = self.partials(batch_df)
+        self.session = batch_df.sparkSession
         G = self.routing.key_groups
-        now = time.time()
         schema = self._schema(batch_df)
-        apply = _make_apply(self.function, self.keys, list(batch_df.columns), self.state_cols, int(version), now,
-                            self.watermark, self.output_cols)
+        apply = _make_apply(self.function, self.keys, list(batch_df.columns), self.state_cols, int(version),
+                            time.time(), self.watermark, self.output_cols)
         with _no_adaptive(self.session):
-            placed = self.routing.place(batch_df.withColumn(ROUTE_COL, self.routing.route_column(
-                key_group_column(self.keys, G)))).withColumn(KG_COL, F.pmod(F.col(ROUTE_COL), F.lit(G)))
+            routed = batch_df.withColumns({B_COL: row_bytes_column(batch_df),
+                                           ROUTE_COL: self.routing.route_column(key_group_column(self.keys, G))})
+            placed = self.routing.place(routed).withColumn(KG_COL, F.pmod(F.col(ROUTE_COL), F.lit(G)))
             if self.df is None:
                 state = self.session.createDataFrame([], schema)
             else:
                 state = self.df.filter(F.col(KIND_COL) == STATE).select(*self._state_columns())
             new = placed.groupBy(ROUTE_COL).cogroup(state.groupBy(ROUTE_COL)).applyInPandas(apply, schema)
-            self._replace(new.select(*self._state_columns()))
-        if self.function.event_time is not None:
-            m = partials.df.agg(F.max(EMAX_COL)).collect()[0][0]
-            if m is not None:
-                m = float(m.timestamp()) if hasattr(m, "timestamp") else float(m)
-                self._max_event = m if self._max_event is None else max(self._max_event, m)
-                self.watermark = self._max_event - self.function.watermark_delay_s
+            self._replace(new.select(*self._state_columns()), lazy=lazy)
         self.updates += 1
-        return partials
 
-    def merge(self, partials: BatchPartials, version: int = 0) -> None:
-        raise NotImplementedError("a FunctionState is updated from the batch's records (update), not partials")
+    def update(self, batch_df, version: int = 0):
+        raise NotImplementedError("a FunctionState is updated with step()")
+
+    def merge(self, partials, version: int = 0, lazy: bool = False) -> None:
+        raise NotImplementedError("a FunctionState is updated from the batch's records (step), not partials")
+
+    def batch_observation(self) -> list:
+        from pyspark.sql import functions as F
+
+        is_stats = F.col(KIND_COL) == STATS
+        return [F.collect_list(F.when(is_stats, F.concat_ws(",", F.col(KG_COL).cast("string"), F.col(DATA_COL))))
+                .alias("rows"), F.max(F.when(is_stats, F.col(ACT_COL))).alias("max_event"),
+                F.count(F.when(~is_stats, F.lit(1))).alias("keys")]
+
+    def stored_rows(self):
+        from pyspark.sql import functions as F
+
+        return F.col(KIND_COL) != STATS
+
+    def absorb(self, observed: Mapping) -> dict:
+        """The newest event time of the batch moves the watermark the next batch runs under."""
+        m = observed.get("max_event")
+        if self.function.event_time is not None and m is not None and m == m:
+            self._max_event = float(m) if self._max_event is None else max(self._max_event, float(m))
+            self.watermark = self._max_event - self.function.watermark_delay_s
+        return self.commit_extra()
+
+    def statistics(self, observed: Mapping) -> tuple[Any, Any, None]:
+        import numpy as np
+
+        n = np.zeros(self.routing.key_groups, dtype=np.int64)
+        b = np.zeros(self.routing.key_groups, dtype=np.int64)
+        for text in observed.get("rows") or []:
+            k, rn, rb = (int(x) for x in text.split(","))
+            n[k] += rn
+            b[k] += rb
+        return n, b, None
 
     # ------------------------------------------------------------------ reading and durability
     def output_frame(self, df):
@@ -266,7 +307,7 @@ class FunctionState(KeyedState):
     def _restorable(self, stored_df):
         from pyspark.sql import functions as F
 
-        return stored_df.filter(F.col(KIND_COL) != OUTPUT)
+        return stored_df.filter(F.col(KIND_COL).isin(STATE, TOMBSTONE))
 
     def _live(self, placed_df):
         from pyspark.sql import functions as F

@@ -199,6 +199,34 @@ class KeyedState:
         """What the state needs besides its rows after a restart (stored in the commit record)."""
         return {}
 
+    # ------------------------------------------------------------------ one micro-batch, one job
+    def step(self, batch_df, version: int, lazy: bool) -> None:
+        """Apply one micro-batch: the rows of the batch's keys get ``_rb_v = version`` and carry what
+        :meth:`batch_observation` measures. ``lazy``: the new state is filled by the next job that reads it (the
+        durable store's delta write), so that the batch is one Spark job."""
+        self.merge(self.partials(batch_df, persist=False), version=version, lazy=lazy)
+
+    def stored_rows(self):
+        """Predicate (Column) of the rows of a version that a durable store keeps, or None for all of them."""
+        return None
+
+    def observe(self, version: int) -> dict:
+        """:meth:`batch_observation` over the rows of ``version``, in a job of its own (no durable store)."""
+        from pyspark.sql import functions as F
+
+        return self.df.filter(F.col(VERSION_COL) == int(version)).agg(*self.batch_observation()).collect()[0] \
+            .asDict()
+
+    def absorb(self, observed: Mapping) -> dict:
+        """Take what the batch's observation says that the state keeps (e.g. a watermark); returns
+        :meth:`commit_extra` as it is after the batch."""
+        return self.commit_extra()
+
+    def statistics(self, observed: Mapping) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(records, bytes, change of the state bytes or None) per key group, shape (G,) each, from
+        :meth:`batch_observation`'s values."""
+        return batch_statistics(observed, self.routing.key_groups)
+
     def restore_extra(self, extra: Mapping) -> None:
         """The counterpart of :meth:`commit_extra`, called before :meth:`restore`."""
 
@@ -248,13 +276,9 @@ class KeyedState:
         routed = (batch_df.withColumn(B_COL, row_bytes_column(batch_df))
                   .withColumn(ROUTE_COL, self.routing.route_column(key_group_column(self.keys, G))))
         placed = self.routing.place(routed)  # only the route value travels; the key group is pmod(route, G)
-        aggs = []
-        for out, (fn, col) in self.aggregations.items():
-            if fn == "count":
-                aggs.append(F.count(F.lit(1)).alias(out) if col is None else F.count(col).alias(out))
-            else:
-                aggs.append(getattr(F, fn)(col).alias(out))
-        aggs += [F.count(F.lit(1)).alias(N_COL), F.sum(B_COL).alias(B_COL)]
+        aggs = [F.expr(f"{fn}({'1' if col is None else _q(col)})").alias(out)
+                for out, (fn, col) in self.aggregations.items()]
+        aggs += [F.expr("count(1)").alias(N_COL), F.expr(f"sum({_q(B_COL)})").alias(B_COL)]
         with _no_adaptive(self.session):  # a cached adaptive plan would hide the hash partitioning on the route
             part = (placed.groupBy(ROUTE_COL, *self.keys).agg(*aggs)
                     .withColumn(KG_COL, key_group_of_route(ROUTE_COL, G)))
@@ -270,29 +294,33 @@ class KeyedState:
         its own; the previous state is kept until :meth:`release_previous`."""
         from pyspark.sql import functions as F
 
-        with _no_adaptive(self.session):
-            new_rows = partials.df.withColumn(VERSION_COL, F.lit(int(version)).cast("long"))
+        v = int(version)
+        with _no_adaptive(self.session):  # (expressions as SQL text: one JVM call each, see row_bytes_column)
+            new_rows = partials.df.withColumn(VERSION_COL, F.expr(f"cast({v} as bigint)"))
             new_rows = new_rows.withColumn(D_COL, self._row_bytes(new_rows)).select(*self._state_columns())
             if self.df is None:
                 merged = new_rows
             else:
-                aggs = [getattr(F, _MERGE[fn])(out).alias(out) for out, (fn, _) in self.aggregations.items()]
-                aggs.append(F.max(VERSION_COL).alias(VERSION_COL))
-                this = F.col(VERSION_COL) == F.lit(int(version))
-                aggs += [F.sum(F.when(this, F.col(c)).otherwise(0)).cast("long").alias(c) for c in (N_COL, B_COL)]
+                this = f"{_q(VERSION_COL)} = {v}"
+                aggs = [F.expr(f"{_MERGE[fn]}({_q(out)})").alias(out) for out, (fn, _) in self.aggregations.items()]
+                aggs.append(F.expr(f"max({_q(VERSION_COL)})").alias(VERSION_COL))
+                aggs += [F.expr(f"cast(sum(if({this}, {_q(c)}, 0)) as bigint)").alias(c) for c in (N_COL, B_COL)]
                 # the state row's size before the batch (null for a new key): its change is the delta's D_COL
-                aggs.append(F.sum(F.when(~this, self._row_bytes(self.df))).alias("_rb_old"))
-                merged = self.df.unionByName(new_rows).groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*aggs)
-                merged = (merged.withColumn(D_COL, (self._row_bytes(merged) - F.coalesce("_rb_old", F.lit(0)))
-                                            .cast("long")).select(*self._state_columns()))
+                aggs.append(F.sum(F.when(~F.expr(this), self._row_bytes(self.df))).alias("_rb_old"))
+
+                def merged_of(union):
+                    out = union.groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*aggs)
+                    return (out.withColumn(D_COL, (self._row_bytes(out) - F.expr("coalesce(_rb_old, 0)"))
+                                           .cast("long")).select(*self._state_columns()))
+
+                merged = merged_of(self.df.unionByName(new_rows))
                 # the merge's plan has the same shape every batch: its partitioning is checked until it holds once
                 # (inspecting the physical plan costs ~0.1 s of JVM calls per batch)
                 if not self._merge_placed and self._placed_by_route(merged):
                     self._merge_placed = True
                 if not self._merge_placed:
                     self.fallback_merges += 1
-                    merged = (self.df.unionByName(new_rows).repartition(self.n_partitions, ROUTE_COL)
-                              .groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*aggs))
+                    merged = merged_of(self.df.unionByName(new_rows).repartition(self.n_partitions, ROUTE_COL))
             self._replace(merged, lazy=lazy)
         self.updates += 1
 
@@ -351,8 +379,9 @@ class KeyedState:
 
         if self.df is None:
             return {}
-        b = self._row_bytes(self.df)
-        rows = (self.df.select(KG_COL, F.spark_partition_id().alias("p"), b.alias("b"))
+        live = self._live(self.df)
+        b = self._row_bytes(live)
+        rows = (live.select(KG_COL, F.spark_partition_id().alias("p"), b.alias("b"))
                 .groupBy(KG_COL)
                 .agg(F.min("p").alias("lo"), F.max("p").alias("hi"), F.count(F.lit(1)).alias("n"),
                      F.sum("b").alias("b")).collect())
@@ -431,6 +460,11 @@ def batch_statistics(observed: Mapping, key_groups: int) -> tuple[np.ndarray, np
     rows = np.asarray(observed.get("rows") or np.zeros((0, 4)), dtype=np.int64).reshape(-1, 4)
     n, b, d = (np.bincount(rows[:, 0], weights=rows[:, i], minlength=key_groups).astype(np.int64) for i in (1, 2, 3))
     return n, b, d
+
+
+def _q(name: str) -> str:
+    """A column name quoted for SQL text."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 @contextlib.contextmanager

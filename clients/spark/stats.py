@@ -31,7 +31,8 @@ def row_bytes_column(df, columns: Sequence[str] | None = None):
     """Column: the estimated size in bytes of a row's ``columns`` (default: all but the ``_rb_*`` columns).
 
     Strings and binaries count their byte length (``octet_length``), fixed-width types their width, decimals
-    16, anything else (arrays, maps, structs) the byte length of its JSON text. Nulls count 0.
+    16, anything else (arrays, maps, structs) the byte length of its JSON text. Nulls count 0. Built as one SQL
+    expression (one JVM call; a Column per part cost ~0.08 s per call through py4j).
     """
     from pyspark.sql import functions as F
 
@@ -40,21 +41,16 @@ def row_bytes_column(df, columns: Sequence[str] | None = None):
     parts = []
     for c in names:
         t = types[c]
-        col = F.col(f"`{c}`")
+        col = "`" + c.replace("`", "``") + "`"
         if t in ("string", "binary") or t.startswith("varchar") or t.startswith("char"):
-            parts.append(F.coalesce(F.octet_length(col), F.lit(0)))
+            parts.append(f"coalesce(octet_length({col}), 0)")
         elif t in _FIXED_WIDTH:
-            parts.append(F.when(col.isNull(), F.lit(0)).otherwise(F.lit(_FIXED_WIDTH[t])))
+            parts.append(f"if({col} is null, 0, {_FIXED_WIDTH[t]})")
         elif t.startswith("decimal"):
-            parts.append(F.when(col.isNull(), F.lit(0)).otherwise(F.lit(16)))
+            parts.append(f"if({col} is null, 0, 16)")
         else:
-            parts.append(F.coalesce(F.octet_length(F.to_json(F.struct(col))), F.lit(0)))
-    if not parts:
-        return F.lit(0).cast("long")
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    return total.cast("long")
+            parts.append(f"coalesce(octet_length(to_json(struct({col}))), 0)")
+    return F.expr("cast(" + (" + ".join(parts) if parts else "0") + " as bigint)")
 
 
 def key_group_stats(df, operator: str, *, key=None, key_groups: int | None = None, bytes_col=None,

@@ -169,13 +169,16 @@ class StateStore:
     # ------------------------------------------------------------------ writing
     def commit(self, version: int, state_df, *, keys: Sequence[str], columns: Sequence[str], epoch: int,
                partition_of: Sequence[int], delta_rows: int | None = None,
-               extra: dict[str, Any] | None = None, observe: Sequence[Any] = ()) -> Commit:
+               extra: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+               observe: Sequence[Any] = (), keep: Any = None) -> Commit:
         """Write version ``version``: the rows of ``state_df`` with ``_rb_v == version`` (and the whole state
         when a snapshot is due), then the commit record. ``state_df`` must have ``columns`` (with ``_rb_v``).
 
         ``observe``: aggregate columns computed over the delta rows while they are written (Spark's
         ``Observation``; no job of their own); their values are in the returned commit's ``observed`` (not stored),
-        and ``delta_rows`` defaults to an observed ``keys`` column."""
+        and ``delta_rows`` defaults to an observed ``keys`` column. ``keep``: a predicate of the rows to store (the
+        observation sees all rows of the version). ``extra``: stored in the commit record; a callable gets the
+        observed values (the record is written after the data)."""
         from pyspark.sql import functions as F
 
         t0 = time.perf_counter()
@@ -192,11 +195,15 @@ class StateStore:
 
             obs = Observation(f"rebalancer-{version}")
             delta = delta.observe(obs, *observe)
+        if keep is not None:
+            delta, state_df = delta.filter(keep), state_df.filter(keep)
         delta.select(*cols).write.mode("overwrite").parquet(tmp + "/delta")
         if observe:
             observed = dict(obs.get)
             if delta_rows is None and "keys" in observed:
                 delta_rows = int(observed["keys"])
+        if callable(extra):
+            extra = extra(observed)
         if snapshot:
             state_df.select(*cols).write.mode("overwrite").parquet(tmp + "/snapshot")
         final = self._dir(version)
