@@ -50,6 +50,9 @@ from solvers.model import Problem
 PATTERN_MAX = 24
 #: the sender-pool refinement of :func:`band_bound` runs when at most this many nodes are outside the band
 POOL_NODES_MAX = 300
+#: … and the instance has at most this many key groups (it doubles the bound's time at 1,000 × 100,000, where
+#: the time is better spent searching: the bound there is not a target)
+POOL_KEY_GROUPS_MAX = 20_000
 
 
 def analytic_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) -> float:
@@ -291,7 +294,7 @@ def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) ->
             K = max(out_sum, in_sum, (touch_sum + 1) // 2)
             if K > Mc:
                 return False
-            if rnd == 2 or math.isinf(Mc) or sel.size > POOL_NODES_MAX:
+            if rnd == 2 or math.isinf(Mc) or sel.size > POOL_NODES_MAX or m > POOL_KEY_GROUPS_MAX:
                 break
             # every plan sends a_i ≥ a_min_i key groups out of node i and Σ a_i ≤ Mc, so the nodes with
             # a_min = 0 send at most σ = Mc − Σ a_min key groups: every arrival comes from a node with a_min ≥ 1
