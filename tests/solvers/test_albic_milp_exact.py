@@ -131,3 +131,37 @@ def test_proven_bound_with_communication_is_valid_and_not_trivial():
         positive += lb > 0
         granular += comm_granularity_bound(p) > 0
     assert positive >= 10 and positive > granular + 5  # measured: 14 of 17 (the granularity bound alone: 3)
+
+
+def test_band_bound_sender_pool_reaches_the_optimum():
+    # budget 1: w2 (49, t = 190.67) needs one arrival; the band conditions alone let it take the heaviest key group
+    # anywhere (112 on w0), but w0's pattern needs no migration, so with σ = 1 − Σ a_min = 0 the one arrival comes
+    # from w1 (a_min = 1), whose key groups are lighter: the bound rises from 39.33 to the optimum 58.67
+    p = Problem.from_arrays([112.0, 49.0, 103.0, 80.0, 7.0, 8.0, 83.0, 63.0, 67.0], [0, 2, 0, 1, 0, 0, 1, 1, 1],
+                            [1.0, 1.0, 1.0], max_migrations=1)
+    opt = float(exact_optimum(p))
+    assert opt == pytest.approx(58.0 + 2.0 / 3.0)
+    assert band_bound(p) == pytest.approx(opt, rel=1e-6)
+    plan = registry.solve("albic-milp", p, time_limit=0.5)
+    assert plan.status == "optimal" and plan.lower_bound <= opt + 1e-6
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 2**31 - 1), st.sampled_from([1, 2, 3, 24]))
+def test_band_bound_is_valid_with_any_pattern_box(seed, box):
+    # PATTERN_MAX below the budget exercises the escape patterns (more than A key groups in or out) and the
+    # sender pools with σ > A; the bound must stay ≤ the exact optimum for every box
+    import solvers.albic.milp.bounds as bounds_mod
+    p = random_problem(np.random.default_rng(seed), comm=False)
+    old = bounds_mod.PATTERN_MAX
+    bounds_mod.PATTERN_MAX = box
+    try:
+        lb = band_bound(p)
+    finally:
+        bounds_mod.PATTERN_MAX = old
+    if lb <= 0:
+        return
+    opt = exact_optimum(p, time_limit=10.0)
+    if opt is None:
+        return
+    assert lb <= float(opt) + 1e-6 * max(1.0, float(opt)), (seed, box, lb, float(opt))

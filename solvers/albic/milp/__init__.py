@@ -18,8 +18,10 @@ inside ``time_limit``:
    plan. The current assignment and every start are candidates (:class:`~solvers.albic.milp.state.Pool`), so the
    planner never returns anything worse than them.
 2. **Proven bound** — :func:`bounds.analytic_bound`: the heaviest movable key groups, the budget and the
-   band widths give, by bisection, the smallest distance any plan within the budget can reach; Lemma 2 under the
-   budget (load that cannot leave the removing nodes) gives another.
+   band widths give, by bisection, the smallest distance any plan within the budget can reach (per node the
+   fewest key groups out and in that land it in the band; every arrival is one of the budget's departures, so
+   when the budget is nearly spent the arrivals come from the nodes that must send anyway — the sender pools);
+   Lemma 2 under the budget (load that cannot leave the removing nodes) gives another.
 3. **Randomised restarts and ruin-and-recreate** (most of the time limit): GRASP restarts of the greedy, and
    rounds that undo ~30 % of the best plan's migrations and spend the freed budget again — either greedily or
    with a budget-aware repair that lands each critical node inside a slightly tighter band at the lowest cost.

@@ -12,10 +12,24 @@ Necessary conditions for some plan with distance ≤ d:
   ``[e_i, e_i + 2d·c_i]``, resp. ``[f_i, f_i + 2d·c_i]``), the node is touched by at least two moves;
 - each migration leaves one node and enters one, so #migrations ≥ max(Σ out_i, Σ in_i, ⌈Σ touches_i / 2⌉), and
   the heaviest ``K`` movable key groups must carry Σ f_i;
-- a key group on an active node stays on an active node: d ≥ max load / max capacity − t (granularity).
+- a key group on an active node stays on an active node: d ≥ max load / max capacity − t (granularity);
+- *sender pools* (§4.3.1 constraints (1)(2): a migration is one key group leaving its node and entering one other
+  node): let ``a_min_i`` be the fewest key groups out of node ``i`` of any pattern that lands it (0 for nodes
+  inside their band and for removing nodes). Every plan within the budget sends ``a_i ≥ a_min_i`` out of each
+  node and ``Σ a_i ≤ maxMigrations``, so ``Σ_i (a_i − a_min_i) ≤ σ = maxMigrations − Σ a_min``: the nodes with
+  ``a_min = 0`` send at most σ key groups together and a node with ``a_min ≥ 1`` at most ``a_min + σ`` of its
+  own. Every arrival is one of those departures, so the b key groups arriving at a node weigh at least the b
+  lightest (at most the b heaviest) of that pool — instead of "anywhere". The patterns are re-checked with
+  these sums (the pool only removes candidates, so nothing that a plan does is excluded); repeated twice, each
+  round with the ``a_min`` of the previous one (each is a valid lower bound on ``a_i``);
+- patterns are enumerated up to ``A = min(PATTERN_MAX, budget)`` key groups in and out; when the budget allows
+  more, a pattern with more than A arrivals is possible for ``a`` only if ``Σ a heaviest own − Σ A+1 lightest
+  arrivals ≥ e_i`` (more arrivals only lower the net loss), symmetrically for departures, and such patterns
+  touch the node more than A times: ``a_min``/``b_min``/touches are the minima over both, never overestimated.
 
-The conditions are monotone in ``d``, so a bisection gives the smallest ``d`` that passes them; it is a valid
-lower bound because every condition is implied by feasibility. Grouping key groups into units and restricting
+The conditions are (nearly) monotone in ``d``, so a bisection finds a ``d`` where they fail; it is a valid
+lower bound because every condition is implied by the existence of a plan with distance ≤ d (each failed check
+is a proof on its own, whatever the bisection does). Grouping key groups into units and restricting
 their nodes only removes plans, so the bound also holds for :func:`solvers.albic.milp.solve_grouped`.
 
 With ``communication_cost > 0`` the target itself depends on the plan; the bound returned is then the trivial 0.
@@ -34,6 +48,11 @@ from solvers.model import Problem
 
 #: patterns of up to this many key groups out of / into one node are enumerated
 PATTERN_MAX = 24
+#: the sender-pool refinement of :func:`band_bound` runs when at most this many nodes are outside the band
+POOL_NODES_MAX = 300
+#: … and the instance has at most this many key groups (it doubles the bound's time at 1,000 × 100,000, where
+#: the time is better spent searching: the bound there is not a target)
+POOL_KEY_GROUPS_MAX = 20_000
 
 
 def analytic_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) -> float:
@@ -115,7 +134,8 @@ def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) ->
     starts = np.searchsorted(p.current[order], np.arange(n + 1))
     wsorted = w[order]
     # global heaviest first (for inflow)
-    gw = np.sort(w)[::-1]
+    g_idx = np.argsort(-w, kind="stable")
+    gw = w[g_idx]
     gcum = np.cumsum(gw)
     gw_asc = gw[::-1]
     use_bytes = not math.isinf(Mb)
@@ -149,11 +169,6 @@ def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) ->
     # patterns (a own key groups out, b key groups in): the net loss lies in
     # [Σ a lightest own − Σ b heaviest anywhere, Σ a heaviest own − Σ b lightest anywhere]
     A = int(min(PATTERN_MAX, Mc if not math.isinf(Mc) else PATTERN_MAX))
-    g_large = np.full(A + 1, np.inf)                                 # Σ b heaviest anywhere
-    g_small = np.full(A + 1, np.inf)                                 # Σ b lightest anywhere (inf: b > m)
-    kk = min(A, m)
-    g_large[: kk + 1] = np.concatenate([[0.0], np.cumsum(gw[:kk])])
-    g_small[: kk + 1] = np.concatenate([[0.0], np.cumsum(gw_asc[:kk])])
     # own_large[i, a] / own_small[i, a]: Σ of node i's a heaviest / lightest key groups (inf: fewer than a)
     csum = np.concatenate([[0.0], np.cumsum(wsorted)])
     aa = np.arange(A + 1)[None, :]
@@ -166,14 +181,6 @@ def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) ->
     ab_a = np.arange(A + 1)[:, None] + np.zeros(A + 1, dtype=np.int64)[None, :]
     ab_b = ab_a.T
     ab_touch = ab_a + ab_b
-    with np.errstate(invalid="ignore"):
-        net_lo = own_small[:, :, None] - g_large[None, None, :]      # (n, a, b) smallest net loss
-        net_hi = own_large[:, :, None] - g_small[None, None, :]      # largest net loss
-    # impossible patterns (a > own key groups, b > all key groups) can never satisfy the band
-    impossible = ~np.isfinite(own_large)[:, :, None] | ~np.isfinite(g_small)[None, None, :]
-    net_lo = np.where(impossible, np.inf, net_lo)
-    net_hi = np.where(impossible, -np.inf, net_hi)
-
     def frac_bytes_nodes(nodes: np.ndarray, need: np.ndarray) -> float:
         """Σ over ``nodes`` of the least bytes carrying ≥ need out of the node (fractional, ratio order)."""
         s0 = starts[nodes]
@@ -191,6 +198,81 @@ def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) ->
 
     big = 10 ** 9
 
+    # global key groups in descending load order, with their nodes (for the sender pools of :func:`feasible`)
+    g_node = p.current[g_idx]
+    g_w = w[g_idx]
+    escape = A < Mc  # patterns with more than A key groups in (or out) are within the budget: see _minima
+
+    def pool_sums(send: np.ndarray, caps: np.ndarray, sigma: int) -> tuple[np.ndarray, np.ndarray]:
+        """Σ of the b heaviest / lightest key groups (b = 0..A+1) that can arrive anywhere when node ``send[k]``
+        sends at most ``caps[k]`` of its key groups and all other nodes together at most ``sigma``."""
+        senders = np.zeros(n, dtype=bool)
+        senders[send] = True
+        in_p = senders[g_node]
+        s_take = min(max(sigma, 0), A + 1)
+        cap_k = np.minimum(caps, A + 1)
+        s0_, s1_ = starts[send], starts[send + 1]
+        top = [wsorted[x: min(y, x + c)] for x, y, c in zip(s0_.tolist(), s1_.tolist(), cap_k.tolist(), strict=True)]
+        bot = [wsorted[max(x, y - c): y] for x, y, c in zip(s0_.tolist(), s1_.tolist(), cap_k.tolist(), strict=True)]
+        hp = np.concatenate(top) if top else np.zeros(0)
+        lp = np.concatenate(bot) if bot else np.zeros(0)
+        hn = g_w[~in_p][:s_take]
+        ln = g_w[~in_p][::-1][:s_take]
+        heavy = np.sort(np.concatenate([hp, hn]))[::-1][: A + 1]
+        light = np.sort(np.concatenate([lp, ln]))[: A + 1]
+        gl = np.full(A + 2, np.inf)
+        gs = np.full(A + 2, np.inf)
+        gl[: heavy.size + 1] = np.concatenate([[0.0], np.cumsum(heavy)])
+        gs[: light.size + 1] = np.concatenate([[0.0], np.cumsum(light)])
+        return gl, gs
+
+    gl0 = np.full(A + 2, np.inf)
+    gs0 = np.full(A + 2, np.inf)
+    kk1 = min(A + 1, m)
+    gl0[: kk1 + 1] = np.concatenate([[0.0], np.cumsum(gw[:kk1])])
+    gs0[: kk1 + 1] = np.concatenate([[0.0], np.cumsum(gw_asc[:kk1])])
+    def _net(o_small: np.ndarray, o_large: np.ndarray, gl: np.ndarray, gs: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """(nodes, a, b) smallest and largest net loss of the patterns (±inf: impossible pattern)."""
+        with np.errstate(invalid="ignore"):
+            nlo = o_small[:, :, None] - gl[None, None, : A + 1]
+            nhi = o_large[:, :, None] - gs[None, None, : A + 1]
+        imp = ~np.isfinite(o_large)[:, :, None] | ~np.isfinite(gs[: A + 1])[None, None, :]
+        return np.where(imp, np.inf, nlo), np.where(imp, -np.inf, nhi)
+
+    net_lo0, net_hi0 = _net(own_small, own_large, gl0, gs0)
+    own_small_x = np.where(starts[1:] - starts[:-1] >= A + 1,
+                           csum[starts[1:]] - csum[np.maximum(starts[1:] - (A + 1), 0)], np.inf)  # A+1 lightest own
+
+    def _minima(sel: np.ndarray, e_s: np.ndarray, f_s: np.ndarray, gl: np.ndarray, gs: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per node of ``sel``: the least key groups out (a), in (b) and touches (a + b) of any pattern that can
+        land it in its band, with ``gl``/``gs`` the sums of the b heaviest/lightest key groups that can arrive.
+        Patterns with a, b ≤ A are enumerated; when the budget allows more than A, a pattern (a, b > A) may be ok
+        only if ``own_large[a] − gs[A+1] ≥ e`` (more arrivals only lower the net loss), and (a > A, b) only if
+        ``own_small[A+1] − gl[b] ≤ f``: those escapes bound a and b from below, touches by A + 1."""
+        if gl is gl0:
+            nlo, nhi = net_lo0[sel], net_hi0[sel]
+        else:
+            nlo, nhi = _net(own_small[sel], own_large[sel], gl, gs)
+        ok = (nhi >= (e_s - tol)[:, None, None]) & (nlo <= (f_s + tol)[:, None, None])
+        ok_a = ok.any(axis=2)                      # (sel, a): some b works with this a
+        ok_b = ok.any(axis=1)                      # (sel, b)
+        a_min = np.where(ok_a.any(axis=1), ok_a.argmax(axis=1), big)
+        b_min = np.where(ok_b.any(axis=1), ok_b.argmax(axis=1), big)
+        t_min = np.where(ok, ab_touch, big).min(axis=(1, 2))
+        if escape:
+            with np.errstate(invalid="ignore"):
+                esc_a = np.isfinite(own_large[sel]) & (own_large[sel] - gs[A + 1] >= (e_s - tol)[:, None])
+                esc_b = np.isfinite(gl[: A + 1])[None, :] & (own_small_x[sel][:, None] - gl[None, : A + 1]
+                                                            <= (f_s + tol)[:, None])
+            a_min = np.minimum(a_min, np.where(esc_a, ab_a[:, 0][None, :], big).min(axis=1))
+            b_min = np.minimum(b_min, np.where(esc_b, ab_a[:, 0][None, :], big).min(axis=1))
+            t_min = np.minimum(t_min, A + 1)
+        else:  # A ≥ budget: every pattern is enumerated; a node with none needs more than the budget
+            t_min = np.where(t_min < big, t_min, A + 1)
+        return a_min, b_min, t_min, ok_a.any(axis=1)
+
     def feasible(d: float) -> bool:
         hi = cap * (t + d)
         lo = cap * (t - d)
@@ -199,24 +281,36 @@ def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) ->
         sel = act_idx[~((e[act_idx] <= tol) & (f[act_idx] >= -tol))]   # active nodes outside their band
         if sel.size == 0:
             return True
-        ok = (net_hi[sel] >= (e[sel] - tol)[:, None, None]) & (net_lo[sel] <= (f[sel] + tol)[:, None, None])
-        any_ok = ok.any(axis=(1, 2))
-        if not any_ok.all() and A >= Mc:
-            return False  # some node needs more than the whole budget in or out of it
-        out_sum = int(np.where(ok, ab_a, big).min(axis=(1, 2))[any_ok].sum())
-        in_sum = int(np.where(ok, ab_b, big).min(axis=(1, 2))[any_ok].sum())
-        # every feasible pattern of a node without an ok pattern has more than A moves out or in
-        touch_sum = int(np.where(ok, ab_touch, big).min(axis=(1, 2))[any_ok].sum()) + (A + 1) * int((~any_ok).sum())
-        fs = f[sel]
+        e_s, f_s = e[sel], f[sel]
+        gl, gs = gl0, gs0
+        for rnd in range(3):
+            a_min, b_min, t_min, any_ok = _minima(sel, e_s, f_s, gl, gs)
+            if not any_ok.all() and A >= Mc:
+                return False  # some node needs more than the whole budget in or out of it
+            # a node whose least a or b exceeds A (no pattern found) counts 0 out/in, A + 1 touches: still valid
+            out_sum = int(np.where(a_min < big, a_min, 0).sum())
+            in_sum = int(np.where(b_min < big, b_min, 0).sum())
+            touch_sum = int(t_min.sum())
+            K = max(out_sum, in_sum, (touch_sum + 1) // 2)
+            if K > Mc:
+                return False
+            if rnd == 2 or math.isinf(Mc) or sel.size > POOL_NODES_MAX or m > POOL_KEY_GROUPS_MAX:
+                break
+            # every plan sends a_i ≥ a_min_i key groups out of node i and Σ a_i ≤ Mc, so the nodes with
+            # a_min = 0 send at most σ = Mc − Σ a_min key groups: every arrival comes from a node with a_min ≥ 1
+            # except at most σ of them (§4.3.1 (1)(2): a migration leaves one node and enters one)
+            sigma = int(Mc) - out_sum
+            if sigma > A:
+                break
+            # … and a node with a_min ≥ 1 sends at most a_min + σ of its key groups
+            pk = (a_min >= 1) & (a_min < big)
+            gl, gs = pool_sums(sel[pk], a_min[pk] + sigma, sigma)
+        fs = f_s
         need_in = float(-fs[fs < -tol].sum())
-        K = max(out_sum, in_sum, (touch_sum + 1) // 2)
         if need_in > tol:
             kf = int(np.searchsorted(gcum, need_in - tol)) + 1
-            if kf > gcum.size:
+            if kf > gcum.size or kf > Mc:
                 return False
-            K = max(K, kf)
-        if K > Mc:
-            return False
         if use_bytes:
             over = sel[e[sel] > tol]
             bytes_out = frac_bytes_nodes(over, e[over]) if over.size else 0.0
