@@ -72,6 +72,9 @@ class SubModel:
     edges: np.ndarray | None = None      # (E, 2)
     comm_coef: np.ndarray | None = None  # (E, len(nodes))
     t_coef: np.ndarray | None = None     # (E,)
+    # groups of interchangeable nodes (positions in ``nodes``): swapping two of them maps every model solution to
+    # one with the same objective (see :func:`node_symmetry`)
+    sym: list[np.ndarray] | None = None
 
 
 def exact_scale(values: np.ndarray, limit: float = 2.0 ** 50) -> float | None:
@@ -127,7 +130,7 @@ def unit_edges(units: Units) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False,
-          exact_comm: bool = False) -> SubModel:
+          exact_comm: bool = False, drop_limits: bool = False) -> SubModel:
     """The sub-MILP over units ``cand`` and nodes ``nodes`` (everything else fixed as in ``state``).
 
     Budgets and resource limits are integer knapsacks: exact when the bytes (resp. resource loads) and their limits
@@ -217,9 +220,33 @@ def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False
         if not relax:
             inc = _bincount2(cur_pos, res_coef.astype(np.float64), nodes.size)
             res_room = np.where(res_room >= 0, np.maximum(res_room, inc), -1).astype(np.int64)
+    if drop_limits:  # a relaxation for proofs only: no budget, no resource limits (its plans are not plans)
+        cc = np.zeros_like(cc)
+        cb = np.zeros_like(cb)
+        room_c = room_b = None
+        res_coef = res_room = None
     tol = float((2 + kmax) / (2 * S))
-    return SubModel(cand, nodes, mask, coef, cc, cb, base, T, S, d_fixed, hi_fixed, lo_fixed, room_c, room_b,
-                    res_coef, res_room, tol, edges, comm_coef, t_coef)
+    sm = SubModel(cand, nodes, mask, coef, cc, cb, base, T, S, d_fixed, hi_fixed, lo_fixed, room_c, room_b,
+                  res_coef, res_room, tol, edges, comm_coef, t_coef)
+    sm.sym = node_symmetry(sm, p.active[nodes]) if exact_comm else None
+    return sm
+
+
+def node_symmetry(sm: SubModel, act: np.ndarray) -> list[np.ndarray]:
+    """Groups (≥ 2) of nodes whose every column of model data is identical: activity, allowed mask, utilisation
+    and communication coefficients (same capacity), fixed load, migration and byte costs (no unit has members on
+    them now, or the budget is dropped), resource rooms. Swapping two such nodes maps every solution to one with
+    the same loads, costs and objective, so solutions may be restricted to one labelling (value precedence)."""
+    cols = [act[None, :].astype(np.int64), sm.mask.astype(np.int64), sm.coef, sm.cc, sm.cb, sm.base[None, :]]
+    if sm.comm_coef is not None:
+        cols.append(sm.comm_coef)
+    if sm.res_room is not None:
+        cols.append(sm.res_room.T.astype(np.int64))
+    data = np.concatenate([np.asarray(c, dtype=np.int64).reshape(-1, sm.nodes.size) for c in cols], axis=0)
+    groups: dict[bytes, list[int]] = {}
+    for b in range(sm.nodes.size):
+        groups.setdefault(data[:, b].tobytes(), []).append(b)
+    return [np.array(g, dtype=np.int64) for g in groups.values() if len(g) >= 2]
 
 
 def _bincount2(idx: np.ndarray, vals: np.ndarray, n: int) -> np.ndarray:
@@ -229,7 +256,8 @@ def _bincount2(idx: np.ndarray, vals: np.ndarray, n: int) -> np.ndarray:
 
 
 def _cut_terms(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], single: np.ndarray,
-               cur_pos: np.ndarray, hint_vals: list[tuple[Any, int]]) -> tuple[list[list[tuple[int, Any]]], Any]:
+               cur_pos: np.ndarray, hint_vals: list[tuple[Any, int]], hint_pos: np.ndarray | None = None
+               ) -> tuple[list[list[tuple[int, Any]]], Any]:
     """Exact communication costs (see :func:`build`): per node the (coefficient, indicator) terms of its cut
     edges, and the target expression ``T + Σ t_coef·cut``. Without ``sm.edges``: no terms and the constant T."""
     nn = sm.mask.shape[1]
@@ -237,6 +265,7 @@ def _cut_terms(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], singl
     if sm.edges is None or sm.comm_coef is None or sm.t_coef is None or len(sm.edges) == 0:
         return comm_u, sm.T
     xvar = {(a, b): v for b in range(nn) for v, a in xs[b]}
+    hp = cur_pos if hint_pos is None else hint_pos
 
     def x_of(a: int, b: int) -> Any:
         if single[a]:
@@ -259,7 +288,7 @@ def _cut_terms(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], singl
                     model.add(y <= xp)
                     model.add(y <= 1 - xq)
                     model.add(y >= xp - xq)
-                    hint_vals.append((y, int(cur_pos[pa] == b and cur_pos[qa] != b)))
+                    hint_vals.append((y, int(hp[pa] == b and hp[qa] != b)))
                 if sm.comm_coef[e, b]:
                     comm_u[b].append((int(sm.comm_coef[e, b]), y))
                 if first and sm.t_coef[e]:
@@ -268,15 +297,121 @@ def _cut_terms(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], singl
     return comm_u, T_expr
 
 
+CUT_FORM = "together"
+
+
+def _cut_terms_together(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], single: np.ndarray,
+                        cur_pos: np.ndarray, hint_vals: list[tuple[Any, int]], hint_pos: np.ndarray | None = None
+                        ) -> tuple[list[list[tuple[int, Any]]], Any]:
+    """Exact communication costs with one indicator per unit edge ``(a, c)`` and node ``b``: ``s = x[a,b] ∧ x[c,b]``
+    (both ends on ``b``; ``s ≤ x[a,b]``, ``s ≤ x[c,b]``, ``s ≥ x[a,b] + x[c,b] − 1``). The edge is cut at ``b``
+    on exactly ``x[a,b] + x[c,b] − 2s`` sides, and cut at all iff ``1 − Σ_b s``: the node gains
+    ``cc·rate·(x[a,b] + x[c,b] − 2s)``, the target ``2·cc·rate·(1 − Σ_b s)`` — the same values as the two
+    indicators per side of :func:`_cut_terms`, with half the variables and tighter rows."""
+    nn = sm.mask.shape[1]
+    comm_u: list[list[tuple[int, Any]]] = [[] for _ in range(nn)]
+    if sm.edges is None or sm.comm_coef is None or sm.t_coef is None or len(sm.edges) == 0:
+        return comm_u, sm.T
+    xvar = {(a, b): v for b in range(nn) for v, a in xs[b]}
+    hp = cur_pos if hint_pos is None else hint_pos
+
+    def x_of(a: int, b: int) -> Any:
+        if single[a]:
+            return 1 if b == cur_pos[a] else 0
+        return xvar.get((a, b), 0)
+
+    T_const = int(sm.T)
+    t_terms: list[tuple[int, Any]] = []
+    for e, (a1, a2) in enumerate(sm.edges.tolist()):
+        together: list[Any] = []
+        for b in range(nn):
+            xa, xc = x_of(a1, b), x_of(a2, b)
+            if isinstance(xa, int) and xa == 0 or isinstance(xc, int) and xc == 0:
+                sv: Any = 0
+            elif isinstance(xa, int):
+                sv = xc
+            elif isinstance(xc, int):
+                sv = xa
+            else:
+                sv = model.new_bool_var("")
+                model.add(sv <= xa)
+                model.add(sv <= xc)
+                model.add(sv >= xa + xc - 1)
+                hint_vals.append((sv, int(hp[a1] == b and hp[a2] == b)))
+            if not (isinstance(sv, int) and sv == 0):
+                together.append(sv)
+            sides = xa + xc - 2 * sv
+            if sm.comm_coef[e, b] and not (isinstance(sides, int) and sides == 0):
+                comm_u[b].append((int(sm.comm_coef[e, b]), sides))
+        if sm.t_coef[e]:
+            T_const += int(sm.t_coef[e])
+            for sv in together:
+                t_terms.append((-int(sm.t_coef[e]), sv))
+    T_expr: Any = T_const + sum(c * y for c, y in t_terms) if t_terms else T_const
+    return comm_u, T_expr
+
+
+def _sym_order(sm: SubModel, g: np.ndarray) -> list[int]:
+    """The units (positions in cand) that may go to the nodes of group ``g``, heaviest first (the order of the
+    value-precedence constraints)."""
+    free = np.flatnonzero(sm.mask[:, g[0]] & (sm.mask.sum(axis=1) > 1))
+    return [int(a) for a in free[np.argsort(-sm.coef[free, g[0]], kind="stable")]]
+
+
+def _canonical(pos: np.ndarray, sm: SubModel) -> np.ndarray:
+    """``pos`` with the nodes of each symmetry group relabelled in the order of their first unit (the labelling
+    that :func:`_break_symmetry` keeps; the same loads and costs)."""
+    out = pos.copy()
+    for g in sm.sym or []:
+        order = _sym_order(sm, g)
+        gl = g.tolist()
+        seen: list[int] = []
+        for a in order:
+            if int(pos[a]) in gl and int(pos[a]) not in seen:
+                seen.append(int(pos[a]))
+        seen += [b for b in gl if b not in seen]
+        relabel = dict(zip(seen, gl, strict=True))
+        for a in order:
+            if int(pos[a]) in relabel:
+                out[a] = relabel[int(pos[a])]
+    return out
+
+
+def _break_symmetry(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], single: np.ndarray) -> None:
+    """Value precedence within each group of interchangeable nodes ``g_0 < g_1 < …`` (:func:`node_symmetry`),
+    units ``u_0, u_1, …`` heaviest first: ``x[u_k, g_j] ≤ Σ_{l<k} x[u_l, g_{j−1}]`` — a node of the group is used
+    only after the previous one, by an earlier unit. Every solution has a relabelling of the group's nodes (by
+    their first unit) that keeps it, with the same loads, costs and objective, so the optimum is unchanged."""
+    if not sm.sym:
+        return
+    xvar = {(a, b): v for b in range(len(xs)) for v, a in xs[b]}
+    for g in sm.sym:
+        order = [a for a in _sym_order(sm, g) if not single[a]]
+        for j in range(1, len(g)):
+            prev: list[Any] = []
+            for a in order:
+                v = xvar.get((a, int(g[j])))
+                if v is not None:
+                    if prev:
+                        model.add(v <= sum(prev))
+                    else:
+                        model.add(v == 0)
+                w = xvar.get((a, int(g[j - 1])))
+                if w is not None:
+                    prev.append(w)
+
+
 @dataclass
 class SubResult:
     place: np.ndarray | None     # new placement of sm.cand (node indices), or None
     status: str                  # "optimal", "feasible", "none", "infeasible"
     d_bound: float | None        # proven bound on the sub-problem's d (true units, tolerance subtracted)
     seconds: float
+    d_int: int | None = None     # the proven bound on the model's scaled integer d (CP-SAT)
 
 
-def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1, seed: int = 0) -> SubResult:
+def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1, seed: int = 0,
+                params: dict[str, Any] | None = None) -> SubResult:
     t0 = time.perf_counter()
     p = state.units.problem
     model = cp_model.CpModel()
@@ -294,6 +429,7 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         model.add(hi >= sm.hi_fixed)
         model.add(lo <= sm.lo_fixed)
     cur_pos = np.searchsorted(sm.nodes, state.place[sm.cand])
+    hint_pos = _canonical(cur_pos, sm)
     xs: list[list[Any]] = [[] for _ in range(nn)]       # per node: (var, row)
     cost_terms_v, cost_terms_c, cost_terms_b = [], [], []
     hint_vals = []
@@ -310,7 +446,7 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
                 cost_terms_v.append(v)
                 cost_terms_c.append(int(sm.cc[a, b]))
                 cost_terms_b.append(int(sm.cb[a, b]))
-            hint_vals.append((v, 1 if b == cur_pos[a] else 0))
+            hint_vals.append((v, 1 if b == hint_pos[a] else 0))
         model.add_exactly_one(row)
     single = np.array([np.count_nonzero(sm.mask[a]) == 1 for a in range(nc)], dtype=bool) if nc else np.zeros(0, bool)
     const_u = sm.base.copy()
@@ -321,7 +457,9 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         const_u[b] += sm.coef[a, b]
         const_c += int(sm.cc[a, b])
         const_b += int(sm.cb[a, b])
-    comm_u, T_expr = _cut_terms(model, sm, xs, single, cur_pos, hint_vals)
+    cut_terms = _cut_terms_together if CUT_FORM == "together" else _cut_terms
+    comm_u, T_expr = cut_terms(model, sm, xs, single, cur_pos, hint_vals, hint_pos)
+    _break_symmetry(model, sm, xs, single)
     for b in range(nn):
         if xs[b]:
             e = cp_model.LinearExpr.weighted_sum([v for v, _ in xs[b]], [int(sm.coef[a, b]) for _, a in xs[b]])
@@ -376,6 +514,11 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
     solver.parameters.max_time_in_seconds = remaining
     solver.parameters.num_workers = max(1, int(workers))
     solver.parameters.random_seed = int(seed)
+    for k, v in (params or {}).items():
+        if isinstance(v, list):
+            getattr(solver.parameters, k).extend(v)
+        else:
+            setattr(solver.parameters, k, v)
     st = solver.solve(model)
     secs = time.perf_counter() - t0
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -391,4 +534,4 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
     d_int_bound = (math.floor((bound_obj - 256.0) / W1) if W1 > 1 else math.ceil(bound_obj - 1e-6)) \
         if math.isfinite(bound_obj) else 0
     d_bound = max(0.0, d_int_bound / sm.S - sm.tol)
-    return SubResult(newp, "optimal" if st == cp_model.OPTIMAL else "feasible", d_bound, secs)
+    return SubResult(newp, "optimal" if st == cp_model.OPTIMAL else "feasible", d_bound, secs, int(d_int_bound))
