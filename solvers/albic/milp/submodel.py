@@ -57,11 +57,10 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
     exact_loads = p.communication_cost == 0 or not p.comm.nnz
     # communication costs: exact cut indicators (CP-SAT) when the model stays small; else the pessimistic loads
     exact_comm = not exact_loads and backend == "cpsat" and _edge_count(units) * p.n_nodes <= EXACT_COMM_MAX
+    if exact_comm:  # the relaxed and the exact cut model (issue 16.3)
+        from solvers.albic.milp.comm_bounds import cut_model
+        return cut_model(state, pool, seconds, workers, seed)
     sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True, exact_comm=exact_comm)
-    if exact_comm and units.n_units * p.n_nodes <= PORTFOLIO_MAX:
-        # the cut model's LP relaxation is 0 (fractional placements balance perfectly): with one worker its
-        # bound stays 0 until the search is complete; the portfolio's core/LB-search workers raise it (issue 16.3)
-        workers = max(workers, PORTFOLIO_WORKERS)
     res = solver(state, sm, seconds, workers=workers, seed=seed)
     if res.place is not None and placement_ok(units, res.place):
         new = state.copy()
