@@ -30,6 +30,7 @@ that only need the bound (``albic``, :func:`solvers.albic.milp.bounds.proven_bou
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 
 import numpy as np
@@ -40,6 +41,7 @@ from solvers.albic.milp.units import Units
 from solvers.model import Problem
 
 RELAXED_SHARE = 0.5       # share of the exact-model time given to the relaxed cut model first
+RELABEL_MAX = 7           # groups of interchangeable nodes up to this size are relabelled optimally (k! labellings)
 OPTIMALITY_TOL = 1e-6     # as in solvers.albic.milp: bound and plan meet within 1e-6 × the mean utilisation
 
 
@@ -103,7 +105,8 @@ def cut_model(state: State, pool: Pool | None, seconds: float, workers: int = 1,
         status = f"relaxed {res.status}; "
         if res.d_bound is not None:
             bound, d_int, scale = res.d_bound, int(res.d_int or 0), rsm.S
-        state = _keep(state, pool, res.place)
+        for place in _relabelled(units, res.place, [rsm.nodes[g] for g in rsm.sym]):
+            state = _keep(state, pool, place)
         if bound is not None and pool is not None and pool.best is not None:
             t_low = float(p.load.sum() / p.capacity[p.active].sum())  # ≤ the target of any plan
             if pool.best[0][2] <= bound + OPTIMALITY_TOL * max(t_low, 1e-300):
@@ -135,6 +138,33 @@ def comm_proven_bound(problem: Problem, seconds: float) -> float:
     state = State(units, p.current.copy(), float(units.load.sum() / p.capacity[p.active].sum()))
     _, bound, _ = cut_model(state, None, seconds)
     return max(lb, bound or 0.0)
+
+
+def _relabelled(units: Units, place: np.ndarray | None, groups: list[np.ndarray]) -> list[np.ndarray]:
+    """The relaxed model's plan with the nodes of each group of interchangeable nodes relabelled (same loads, same
+    distance) to use the fewest migrations, resp. the fewest bytes (assignment problems, blocks to nodes, solved by
+    enumeration): its canonical labelling (value precedence) may move whole blocks for nothing."""
+    if place is None:
+        return []
+    out = []
+    all_u = np.arange(units.n_units)
+    for by_bytes in (False, True):
+        new = place.copy()
+        for g in groups:
+            cost = np.zeros((g.size, g.size))
+            for b, node in enumerate(g.tolist()):
+                members = all_u[place == node]
+                for j, to in enumerate(g.tolist()):
+                    c = units.cost_bytes_to(members, to) if by_bytes else units.cost_count_to(members, to)
+                    cost[b, j] = float(np.sum(c))
+            if g.size > RELABEL_MAX:
+                continue
+            perms = np.array(list(itertools.permutations(range(g.size))), dtype=np.int64)
+            best = perms[int(np.argmin(cost[np.arange(g.size)[None, :], perms].sum(axis=1)))]
+            for b, j in enumerate(best.tolist()):
+                new[place == g[b]] = g[j]
+        out.append(new)
+    return out
 
 
 def _keep(state: State, pool: Pool | None, place: np.ndarray | None) -> State:
