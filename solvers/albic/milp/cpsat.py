@@ -75,6 +75,9 @@ class SubModel:
     # groups of interchangeable nodes (positions in ``nodes``): swapping two of them maps every model solution to
     # one with the same objective (see :func:`node_symmetry`)
     sym: list[np.ndarray] | None = None
+    # the budget of units living on a group is charged through a permutation of the group (``build(perm_budget)``)
+    perm: bool = False
+    home_pos: np.ndarray | None = None   # (len(cand),) position of each unit's home in ``nodes`` (perm only)
 
 
 def exact_scale(values: np.ndarray, limit: float = 2.0 ** 50) -> float | None:
@@ -130,7 +133,7 @@ def unit_edges(units: Units) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False,
-          exact_comm: bool = False, drop_limits: bool = False) -> SubModel:
+          exact_comm: bool = False, perm_budget: bool = False) -> SubModel:
     """The sub-MILP over units ``cand`` and nodes ``nodes`` (everything else fixed as in ``state``).
 
     Budgets and resource limits are integer knapsacks: exact when the bytes (resp. resource loads) and their limits
@@ -220,24 +223,27 @@ def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False
         if not relax:
             inc = _bincount2(cur_pos, res_coef.astype(np.float64), nodes.size)
             res_room = np.where(res_room >= 0, np.maximum(res_room, inc), -1).astype(np.int64)
-    if drop_limits:  # a relaxation for proofs only: no budget, no resource limits (its plans are not plans)
-        cc = np.zeros_like(cc)
-        cb = np.zeros_like(cb)
-        room_c = room_b = None
-        res_coef = res_room = None
     tol = float((2 + kmax) / (2 * S))
     sm = SubModel(cand, nodes, mask, coef, cc, cb, base, T, S, d_fixed, hi_fixed, lo_fixed, room_c, room_b,
                   res_coef, res_room, tol, edges, comm_coef, t_coef)
     sm.sym = node_symmetry(sm, p.active[nodes]) if exact_comm else None
+    if exact_comm and perm_budget and not U.mixed:
+        sm.sym = node_symmetry(sm, p.active[nodes], costs=False)
+        sm.perm = True
+        sm.home_pos = np.searchsorted(nodes, U.home[cand])
     return sm
 
 
-def node_symmetry(sm: SubModel, act: np.ndarray) -> list[np.ndarray]:
+def node_symmetry(sm: SubModel, act: np.ndarray, costs: bool = True) -> list[np.ndarray]:
     """Groups (≥ 2) of nodes whose every column of model data is identical: activity, allowed mask, utilisation
     and communication coefficients (same capacity), fixed load, migration and byte costs (no unit has members on
     them now, or the budget is dropped), resource rooms. Swapping two such nodes maps every solution to one with
-    the same loads, costs and objective, so solutions may be restricted to one labelling (value precedence)."""
-    cols = [act[None, :].astype(np.int64), sm.mask.astype(np.int64), sm.coef, sm.cc, sm.cb, sm.base[None, :]]
+    the same loads, costs and objective, so solutions may be restricted to one labelling (value precedence).
+    ``costs=False`` ignores the migration and byte costs (they are then charged through a permutation of the group,
+    see :func:`_perm_budget`)."""
+    cols = [act[None, :].astype(np.int64), sm.mask.astype(np.int64), sm.coef, sm.base[None, :]]
+    if costs:
+        cols += [sm.cc, sm.cb]
     if sm.comm_coef is not None:
         cols.append(sm.comm_coef)
     if sm.res_room is not None:
@@ -358,10 +364,12 @@ def _sym_order(sm: SubModel, g: np.ndarray) -> list[int]:
     return [int(a) for a in free[np.argsort(-sm.coef[free, g[0]], kind="stable")]]
 
 
-def _canonical(pos: np.ndarray, sm: SubModel) -> np.ndarray:
+def _canonical(pos: np.ndarray, sm: SubModel) -> tuple[np.ndarray, list[dict[int, int]]]:
     """``pos`` with the nodes of each symmetry group relabelled in the order of their first unit (the labelling
-    that :func:`_break_symmetry` keeps; the same loads and costs)."""
+    that :func:`_break_symmetry` keeps; the same loads and costs), and per group the map physical → canonical
+    position."""
     out = pos.copy()
+    maps = []
     for g in sm.sym or []:
         order = _sym_order(sm, g)
         gl = g.tolist()
@@ -371,10 +379,57 @@ def _canonical(pos: np.ndarray, sm: SubModel) -> np.ndarray:
                 seen.append(int(pos[a]))
         seen += [b for b in gl if b not in seen]
         relabel = dict(zip(seen, gl, strict=True))
+        maps.append(relabel)
         for a in order:
             if int(pos[a]) in relabel:
                 out[a] = relabel[int(pos[a])]
-    return out
+    return out, maps
+
+
+def _perm_budget(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], maps: list[dict[int, int]],
+                 hint_pos: np.ndarray, hint_vals: list[tuple[Any, int]]
+                 ) -> tuple[list[tuple[Any, int, int]], int, int, list[list[list[Any]]]]:
+    """The budget with value precedence over groups that ignore costs (``sm.perm``): the model's labelling of a
+    group is canonical, and a permutation ``z[j][h]`` (canonical position ``j`` is physical node ``h``) gives the
+    real plan. A unit living on node ``h`` of a group stays iff it is on the position ``j`` with ``z[j][h]``:
+    ``w ≤ x[u, g_j]``, ``w ≤ z[j][h]`` and its cost is ``cost_u·(1 − Σ_j w)`` (only upper bounds on ``w``: the
+    budget rows are ≤, so any ``w`` below the truth only charges more). Every real plan is a canonical placement
+    with one permutation at the same cost, and conversely: an exact reformulation. Returns the cost terms
+    (var, migrations, bytes), their constants and ``z`` per group."""
+    assert sm.home_pos is not None
+    xvar = {(a, b): v for b in range(len(xs)) for v, a in xs[b]}
+    terms: list[tuple[Any, int, int]] = []
+    const_c = const_b = 0
+    zs: list[list[list[Any]]] = []
+    for gi, g in enumerate(sm.sym or []):
+        k = g.size
+        z = [[model.new_bool_var("") for _ in range(k)] for _ in range(k)]
+        for j in range(k):
+            model.add_exactly_one(z[j])
+            model.add_exactly_one([z[i][j] for i in range(k)])
+        inv = {c: ph for ph, c in maps[gi].items()}   # canonical node → physical node
+        for j in range(k):
+            for h in range(k):
+                hint_vals.append((z[j][h], int(inv.get(int(g[j])) == int(g[h]))))
+        zs.append(z)
+        pos_in = {int(b): i for i, b in enumerate(g.tolist())}
+        for a in np.flatnonzero(np.isin(sm.home_pos, g)).tolist():
+            h = pos_in[int(sm.home_pos[a])]
+            ca, ba = int(sm.cc[a].max()), int(sm.cb[a].max())
+            if ca == 0 and ba == 0:
+                continue
+            const_c += ca
+            const_b += ba
+            for j in range(k):
+                x = xvar.get((a, int(g[j])))
+                if x is None:
+                    continue
+                w = model.new_bool_var("")
+                model.add(w <= x)
+                model.add(w <= z[j][h])
+                hint_vals.append((w, int(hint_pos[a] == g[j] and inv.get(int(g[j])) == int(g[h]))))
+                terms.append((w, -ca, -ba))
+    return terms, const_c, const_b, zs
 
 
 def _break_symmetry(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], single: np.ndarray) -> None:
@@ -429,7 +484,10 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         model.add(hi >= sm.hi_fixed)
         model.add(lo <= sm.lo_fixed)
     cur_pos = np.searchsorted(sm.nodes, state.place[sm.cand])
-    hint_pos = _canonical(cur_pos, sm)
+    hint_pos, maps = _canonical(cur_pos, sm)
+    perm_units = np.zeros(nc, dtype=bool)
+    if sm.perm and sm.home_pos is not None:
+        perm_units = np.isin(sm.home_pos, np.concatenate(sm.sym)) if sm.sym else perm_units
     xs: list[list[Any]] = [[] for _ in range(nn)]       # per node: (var, row)
     cost_terms_v, cost_terms_c, cost_terms_b = [], [], []
     hint_vals = []
@@ -442,7 +500,7 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
             v = model.new_bool_var("")
             row.append(v)
             xs[b].append((v, a))
-            if sm.cc[a, b]:
+            if sm.cc[a, b] and not perm_units[a]:
                 cost_terms_v.append(v)
                 cost_terms_c.append(int(sm.cc[a, b]))
                 cost_terms_b.append(int(sm.cb[a, b]))
@@ -459,6 +517,15 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         const_b += int(sm.cb[a, b])
     cut_terms = _cut_terms_together if CUT_FORM == "together" else _cut_terms
     comm_u, T_expr = cut_terms(model, sm, xs, single, cur_pos, hint_vals, hint_pos)
+    zs: list[list[list[Any]]] = []
+    if perm_units.any():
+        terms, pc, pb, zs = _perm_budget(model, sm, xs, maps, hint_pos, hint_vals)
+        const_c += pc
+        const_b += pb
+        for v, c, b in terms:
+            cost_terms_v.append(v)
+            cost_terms_c.append(c)
+            cost_terms_b.append(b)
     _break_symmetry(model, sm, xs, single)
     for b in range(nn):
         if xs[b]:
@@ -525,10 +592,16 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         status = "infeasible" if st == cp_model.INFEASIBLE else "none"
         return SubResult(None, status, None, secs)
     newp = state.place[sm.cand].copy()
+    phys = np.arange(nn)   # canonical position → physical position (the permutations of sm.perm)
+    for g, z in zip(sm.sym or [], zs, strict=False):
+        for j in range(g.size):
+            for h in range(g.size):
+                if solver.boolean_value(z[j][h]):
+                    phys[g[j]] = g[h]
     for b in range(nn):
         for v, a in xs[b]:
             if solver.boolean_value(v):
-                newp[a] = sm.nodes[b]
+                newp[a] = sm.nodes[phys[b]]
     bound_obj = solver.best_objective_bound
     # W1·d ≥ bound − (hi − lo) > bound − W1; the float of a bound near 2^59 may be off by up to 2^7 units
     d_int_bound = (math.floor((bound_obj - 256.0) / W1) if W1 > 1 else math.ceil(bound_obj - 1e-6)) \
