@@ -54,13 +54,14 @@ def test_bound_positive_where_the_exact_cut_model_alone_stayed_zero(seed):
 
 
 def test_lemma2_with_communication_costs():
-    """A removing node that cannot be emptied (no budget) keeps the load of its key groups; cut costs only add to
-    it, so ``d ≥ load on B / Σ active capacities`` whatever the cut. The old communication bound was 0 here."""
-    load = np.array([30.0, 30.0, 30.0, 30.0, 40.0])
-    current = np.array([0, 0, 1, 1, 2])
-    comm = sp.csr_matrix((np.array([5.0, 5.0, 3.0]), (np.array([0, 1, 4]), np.array([2, 3, 0]))), shape=(5, 5))
+    """A removing node that cannot be emptied (one migration for two key groups) keeps the load of a key group;
+    cut costs only add to it, so ``d ≥ load left on B / Σ active capacities`` whatever the cut. The old
+    communication bound was 0 here."""
+    load = np.array([30.0, 30.0, 30.0, 30.0, 40.0, 40.0])
+    current = np.array([0, 0, 1, 1, 2, 2])
+    comm = sp.csr_matrix((np.array([5.0, 5.0, 3.0]), (np.array([0, 1, 4]), np.array([2, 3, 0]))), shape=(6, 6))
     p = Problem.from_arrays(load, current, np.ones(3), removing=np.array([False, False, True]),
-                            max_migrations=0, comm=comm, communication_cost=1.0)
+                            state_bytes=np.ones(6), max_migrations=1, comm=comm, communication_cost=1.0)
     lb = analytic_bound(p)
     assert lb == pytest.approx(40.0 / 2.0, rel=1e-6)
     assert comm_lemma2_bound(p) == pytest.approx(lb)
@@ -68,6 +69,10 @@ def test_lemma2_with_communication_costs():
     assert lb <= opt + _tol(opt)
     plan = registry.solve("albic-milp", p, time_limit=1.0)
     assert plan.lower_bound is not None and plan.lower_bound >= lb - 1e-9
+    # no migration allowed at all: the current assignment is the only plan, its distance the optimum
+    frozen = p.with_budget(0, None)
+    assert analytic_bound(frozen) == pytest.approx(float(exact_optimum(frozen, time_limit=10.0)), rel=1e-8)
+    assert analytic_bound(p.with_budget(None, 0.5)) == pytest.approx(analytic_bound(frozen))  # every kg has 1 byte
 
 
 def _check_valid(seed: int) -> tuple[float, float] | None:

@@ -21,7 +21,8 @@ the problem as given — fractional rates and bytes, capacities, removing nodes,
 bound is on the load distance; the drain floor changes only which plan the planner prefers, not the optimum of the
 distance, so the bound holds with ``drain=true`` too.
 
-:func:`comm_analytic_bound` adds O(m log m) bounds for any size (granularity, Lemma 2 under the budget);
+:func:`comm_analytic_bound` adds O(m log m) bounds for any size (granularity, Lemma 2 under the budget, no move
+possible);
 :func:`comm_proven_bound` is both for planners that only need the bound (``albic``,
 :func:`solvers.albic.milp.bounds.proven_bound`).
 """
@@ -34,14 +35,34 @@ import time
 import numpy as np
 
 from solvers.albic.milp.state import Pool, State, placement_ok
-from solvers.albic.milp.submodel import PORTFOLIO_MAX, PORTFOLIO_WORKERS
 from solvers.albic.milp.units import Units
 from solvers.model import Problem
 
+PORTFOLIO_MAX = 200       # units × nodes up to which the cut model runs a CP-SAT portfolio …
+PORTFOLIO_WORKERS = 4     # … of at least this many workers (its bound comes from the core/LB-search workers; on
+#                           2 cores, 3–4 workers proved the hard instances in ~half the CPU time of 8)
+
 
 def comm_analytic_bound(problem: Problem) -> float:
-    """The larger of :func:`comm_granularity_bound` and :func:`comm_lemma2_bound` (O(m log m))."""
-    return max(comm_granularity_bound(problem), comm_lemma2_bound(problem))
+    """The largest of :func:`comm_granularity_bound`, :func:`comm_lemma2_bound` and :func:`no_move_bound`
+    (O(m log m))."""
+    return max(comm_granularity_bound(problem), comm_lemma2_bound(problem), no_move_bound(problem))
+
+
+def no_move_bound(problem: Problem) -> float:
+    """When the budget allows no migration at all (``maxMigrations = 0``, or every key group has more state bytes
+    than ``maxBytes``, with a margin), the current assignment is the only plan and its load distance is the
+    optimum (minus a relative 1e-9 for float noise); 0 otherwise."""
+    p = problem
+    if p.n_key_groups == 0:
+        return 0.0
+    frozen = p.max_migrations is not None and p.max_migrations < 1
+    if not frozen and p.max_migration_bytes is not None:
+        frozen = bool(np.all(p.state_bytes > float(p.max_migration_bytes) * (1 + 1e-9) + 1e-9))
+    if not frozen:
+        return 0.0
+    from solvers import metrics
+    return max(0.0, metrics.load_distance(p, p.current) * (1 - 1e-9))
 
 
 def comm_granularity_bound(problem: Problem) -> float:

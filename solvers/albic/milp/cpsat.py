@@ -145,9 +145,11 @@ def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False
 
     ``exact_comm`` (the full model only: every unit, every node): communication costs are modelled exactly — a
     unit's own load without its edges, and per unit edge ``(u, v)`` and node ``j`` the indicator
-    ``y = x[u, j] ∧ ¬x[v, j]`` (the standard linearisation ``y ≤ x[u,j]``, ``y ≤ 1 − x[v,j]``,
-    ``y ≥ x[u,j] − x[v,j]``) charges ``cc·rate`` to ``j`` when the edge is cut there, and ``2·cc·rate`` to the
-    target; the rounding tolerance grows by one unit per edge.
+    ``s = x[u, j] ∧ x[v, j]`` (:func:`_cut_terms`): ``j`` gains ``cc·rate·(x[u,j] + x[v,j] − 2s)``, the target
+    ``2·cc·rate·(1 − Σ_j s)``; the rounding tolerance grows by two units per edge. Interchangeable nodes
+    (:func:`node_symmetry`) get value-precedence constraints; ``perm_budget`` (no unit spread over nodes) groups
+    nodes regardless of migration costs and charges the budget through a permutation of each group
+    (:func:`_perm_budget`), an exact reformulation that lets nodes with residents be grouped too.
     """
     U = state.units
     p = U.problem
@@ -264,56 +266,12 @@ def _bincount2(idx: np.ndarray, vals: np.ndarray, n: int) -> np.ndarray:
 def _cut_terms(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], single: np.ndarray,
                cur_pos: np.ndarray, hint_vals: list[tuple[Any, int]], hint_pos: np.ndarray | None = None
                ) -> tuple[list[list[tuple[int, Any]]], Any]:
-    """Exact communication costs (see :func:`build`): per node the (coefficient, indicator) terms of its cut
-    edges, and the target expression ``T + Σ t_coef·cut``. Without ``sm.edges``: no terms and the constant T."""
-    nn = sm.mask.shape[1]
-    comm_u: list[list[tuple[int, Any]]] = [[] for _ in range(nn)]
-    if sm.edges is None or sm.comm_coef is None or sm.t_coef is None or len(sm.edges) == 0:
-        return comm_u, sm.T
-    xvar = {(a, b): v for b in range(nn) for v, a in xs[b]}
-    hp = cur_pos if hint_pos is None else hint_pos
-
-    def x_of(a: int, b: int) -> Any:
-        if single[a]:
-            return 1 if b == cur_pos[a] else 0
-        return xvar.get((a, b), 0)
-
-    t_terms = []
-    for e, (a1, a2) in enumerate(sm.edges.tolist()):
-        for b in range(nn):
-            for first, (pa, qa) in ((True, (a1, a2)), (False, (a2, a1))):
-                xp, xq = x_of(pa, b), x_of(qa, b)
-                if isinstance(xp, int) and xp == 0 or isinstance(xq, int) and xq == 1:
-                    continue  # pa is never on b, or qa always is: this side is never cut at b
-                if isinstance(xq, int):          # qa never on b: cut at b iff pa on b
-                    y = xp
-                elif isinstance(xp, int):        # pa always on b: cut iff qa is not
-                    y = 1 - xq
-                else:
-                    y = model.new_bool_var("")
-                    model.add(y <= xp)
-                    model.add(y <= 1 - xq)
-                    model.add(y >= xp - xq)
-                    hint_vals.append((y, int(hp[pa] == b and hp[qa] != b)))
-                if sm.comm_coef[e, b]:
-                    comm_u[b].append((int(sm.comm_coef[e, b]), y))
-                if first and sm.t_coef[e]:
-                    t_terms.append((int(sm.t_coef[e]), y))
-    T_expr: Any = sm.T + sum(c * y for c, y in t_terms) if t_terms else sm.T
-    return comm_u, T_expr
-
-
-CUT_FORM = "together"
-
-
-def _cut_terms_together(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], single: np.ndarray,
-                        cur_pos: np.ndarray, hint_vals: list[tuple[Any, int]], hint_pos: np.ndarray | None = None
-                        ) -> tuple[list[list[tuple[int, Any]]], Any]:
     """Exact communication costs with one indicator per unit edge ``(a, c)`` and node ``b``: ``s = x[a,b] ∧ x[c,b]``
     (both ends on ``b``; ``s ≤ x[a,b]``, ``s ≤ x[c,b]``, ``s ≥ x[a,b] + x[c,b] − 1``). The edge is cut at ``b``
     on exactly ``x[a,b] + x[c,b] − 2s`` sides, and cut at all iff ``1 − Σ_b s``: the node gains
     ``cc·rate·(x[a,b] + x[c,b] − 2s)``, the target ``2·cc·rate·(1 − Σ_b s)`` — the same values as the two
-    indicators per side of :func:`_cut_terms`, with half the variables and tighter rows."""
+    indicators per side (``y = x[a,b] ∧ ¬x[c,b]``) used before, with half the variables; the per-node terms and
+    the target expression are returned (without ``sm.edges``: no terms and the constant T)."""
     nn = sm.mask.shape[1]
     comm_u: list[list[tuple[int, Any]]] = [[] for _ in range(nn)]
     if sm.edges is None or sm.comm_coef is None or sm.t_coef is None or len(sm.edges) == 0:
@@ -515,8 +473,7 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         const_u[b] += sm.coef[a, b]
         const_c += int(sm.cc[a, b])
         const_b += int(sm.cb[a, b])
-    cut_terms = _cut_terms_together if CUT_FORM == "together" else _cut_terms
-    comm_u, T_expr = cut_terms(model, sm, xs, single, cur_pos, hint_vals, hint_pos)
+    comm_u, T_expr = _cut_terms(model, sm, xs, single, cur_pos, hint_vals, hint_pos)
     zs: list[list[list[Any]]] = []
     if perm_units.any():
         terms, pc, pb, zs = _perm_budget(model, sm, xs, maps, hint_pos, hint_vals)

@@ -29,8 +29,6 @@ SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
 LNS_MIN_SECONDS = 0.25         # an LNS round is only started with this much time left
 LNS_BUILD_SECONDS = 0.1        # reserved for building one sub-MILP
 EXACT_COMM_MAX = 20_000        # unit edges × nodes up to which the full model charges cut edges exactly
-PORTFOLIO_MAX = 200            # units × nodes up to which the exact cut model runs a CP-SAT portfolio …
-PORTFOLIO_WORKERS = 8          # … of at least this many workers (its bound comes from the LB-search workers)
 
 
 def _backend(backend: str) -> Callable[..., Any]:
