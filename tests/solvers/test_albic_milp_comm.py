@@ -137,7 +137,10 @@ def test_budget_through_permutations_gives_real_optimal_plans(seed):
     from solvers.albic.milp.comm_bounds import cut_model
     from solvers.albic.milp.state import Pool
     p = random_problem(np.random.default_rng(seed))
-    opt = float(exact_optimum(p, time_limit=20.0))
+    opt_f = exact_optimum(p, time_limit=60.0)   # seed 174: ~5 s for the single-worker reference, more under load
+    if opt_f is None:
+        pytest.skip("the exact reference did not prove the optimum in time")
+    opt = float(opt_f)
     state = _state(p)
     pool = Pool(state.units, 0.0)
     _, bound, status = cut_model(state, pool, 10.0)

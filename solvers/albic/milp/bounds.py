@@ -254,10 +254,9 @@ def comm_granularity_bound(problem: Problem) -> float:
 
 def proven_bound(problem: Problem, seconds: float = 1.0) -> float:
     """A valid lower bound on the load distance of ``problem`` (every key group its own unit), for planners that
-    report one (``albic``). Without communication costs: :func:`analytic_bound`. With them: the larger of
-    :func:`comm_granularity_bound` and, when the instance is small enough, the proven bound of the exact
-    §4.3.1 model with exact cut indicators (:func:`solvers.albic.milp.cpsat.build`, ``exact_comm=True``)
-    solved by CP-SAT for at most ``seconds``."""
+    report one (``albic``). Without communication costs: :func:`analytic_bound`. With them:
+    :func:`solvers.albic.milp.comm_bounds.comm_proven_bound` (the analytic communication bounds and, when the
+    instance is small enough, the proven bound of the exact cut model solved by CP-SAT for at most ``seconds``)."""
     p = problem
     if not (p.communication_cost > 0 and p.comm.nnz):
         return analytic_bound(p, deadline=time.perf_counter() + seconds)

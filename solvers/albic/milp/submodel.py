@@ -2,7 +2,8 @@
 
 - :func:`full_model` — the whole §4.3.1 model (every unit, every node) by CP-SAT (or CBC), hinted with the
   incumbent. With communication costs CP-SAT charges every cut edge exactly (indicator per edge and node, issue 16
-  items 3 and 5), so it optimises the true objective and proves a bound > 0; CBC and very many edges keep the
+  items 3 and 5; :func:`solvers.albic.milp.comm_bounds.cut_model`: symmetry breaking, the budget through
+  permutations), so it optimises the true objective and proves a bound > 0; CBC and very many edges keep the
   pessimistic loads (every edge leaving a unit charged as cut) and prove nothing. It is built as a *relaxation*
   of any byte/resource rounding (:func:`solvers.albic.milp.cpsat.build` with ``relax=True``), so its proven
   bound (minus the utilisation rounding tolerance) is a valid lower bound for the problem as given; its plan is
