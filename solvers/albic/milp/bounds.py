@@ -340,38 +340,19 @@ def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) ->
 
 
 def comm_granularity_bound(problem: Problem) -> float:
-    """A bound that holds with communication costs: a key group now on an active node ends on an active node
-    (Lemma 1), whose utilisation is then at least ``load_k / max capacity``, while the target is at most
-    ``(Σ load + 2·cc·Σ rate) / Σ_{j∈A} c_j`` (every edge cut): ``d ≥ max_k load_k / c_max − t_max``."""
-    p = problem
-    on_active = p.active[p.current]
-    if not on_active.any():
-        return 0.0
-    _, _, rate = p.edges()
-    t_max = (float(p.load.sum()) + 2 * p.communication_cost * float(rate.sum())) / float(p.capacity[p.active].sum())
-    return max(0.0, (float(p.load[on_active].max()) / float(p.capacity[p.active].max()) - t_max) * (1 - 1e-9))
+    """The analytic bound with communication costs (granularity and Lemma 2 under the budget):
+    :func:`solvers.albic.milp.comm_bounds.comm_analytic_bound`."""
+    from solvers.albic.milp.comm_bounds import comm_analytic_bound
+    return comm_analytic_bound(problem)
 
 
 def proven_bound(problem: Problem, seconds: float = 1.0) -> float:
     """A valid lower bound on the load distance of ``problem`` (every key group its own unit), for planners that
-    report one (``albic``). Without communication costs: :func:`analytic_bound`. With them: the larger of
-    :func:`comm_granularity_bound` and, when the instance is small enough, the proven bound of the exact
-    §4.3.1 model with exact cut indicators (:func:`solvers.albic.milp.cpsat.build`, ``exact_comm=True``)
-    solved by CP-SAT for at most ``seconds``."""
+    report one (``albic``). Without communication costs: :func:`analytic_bound`. With them:
+    :func:`solvers.albic.milp.comm_bounds.comm_proven_bound` (the analytic communication bounds and, when the
+    instance is small enough, the proven bound of the exact cut model solved by CP-SAT for at most ``seconds``)."""
     p = problem
     if not (p.communication_cost > 0 and p.comm.nnz):
         return analytic_bound(p, deadline=time.perf_counter() + seconds)
-    lb = comm_granularity_bound(p)
-    from solvers.albic.milp.submodel import EXACT_COMM_MAX
-    from solvers.albic.milp.units import build_units
-    units = build_units(p)
-    if units.n_units * p.n_nodes > 6000 or seconds <= 0.05:
-        return lb
-    from solvers.albic.milp.cpsat import build, solve_cpsat, unit_edges
-    from solvers.albic.milp.state import State
-    if len(unit_edges(units)[0]) * p.n_nodes > EXACT_COMM_MAX:
-        return lb
-    state = State(units, p.current.copy(), float(units.load.sum() / p.capacity[p.active].sum()))
-    sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True, exact_comm=True)
-    res = solve_cpsat(state, sm, seconds)
-    return max(lb, res.d_bound or 0.0)
+    from solvers.albic.milp.comm_bounds import comm_proven_bound
+    return comm_proven_bound(p, seconds)

@@ -72,6 +72,12 @@ class SubModel:
     edges: np.ndarray | None = None      # (E, 2)
     comm_coef: np.ndarray | None = None  # (E, len(nodes))
     t_coef: np.ndarray | None = None     # (E,)
+    # groups of interchangeable nodes (positions in ``nodes``): swapping two of them maps every model solution to
+    # one with the same objective (see :func:`node_symmetry`)
+    sym: list[np.ndarray] | None = None
+    # the budget of units living on a group is charged through a permutation of the group (``build(perm_budget)``)
+    perm: bool = False
+    home_pos: np.ndarray | None = None   # (len(cand),) position of each unit's home in ``nodes`` (perm only)
 
 
 def exact_scale(values: np.ndarray, limit: float = 2.0 ** 50) -> float | None:
@@ -127,7 +133,7 @@ def unit_edges(units: Units) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False,
-          exact_comm: bool = False) -> SubModel:
+          exact_comm: bool = False, perm_budget: bool = False) -> SubModel:
     """The sub-MILP over units ``cand`` and nodes ``nodes`` (everything else fixed as in ``state``).
 
     Budgets and resource limits are integer knapsacks: exact when the bytes (resp. resource loads) and their limits
@@ -139,9 +145,11 @@ def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False
 
     ``exact_comm`` (the full model only: every unit, every node): communication costs are modelled exactly — a
     unit's own load without its edges, and per unit edge ``(u, v)`` and node ``j`` the indicator
-    ``y = x[u, j] ∧ ¬x[v, j]`` (the standard linearisation ``y ≤ x[u,j]``, ``y ≤ 1 − x[v,j]``,
-    ``y ≥ x[u,j] − x[v,j]``) charges ``cc·rate`` to ``j`` when the edge is cut there, and ``2·cc·rate`` to the
-    target; the rounding tolerance grows by one unit per edge.
+    ``s = x[u, j] ∧ x[v, j]`` (:func:`_cut_terms`): ``j`` gains ``cc·rate·(x[u,j] + x[v,j] − 2s)``, the target
+    ``2·cc·rate·(1 − Σ_j s)``; the rounding tolerance grows by two units per edge. Interchangeable nodes
+    (:func:`node_symmetry`) get value-precedence constraints; ``perm_budget`` (no unit spread over nodes) groups
+    nodes regardless of migration costs and charges the budget through a permutation of each group
+    (:func:`_perm_budget`), an exact reformulation that lets nodes with residents be grouped too.
     """
     U = state.units
     p = U.problem
@@ -218,8 +226,35 @@ def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False
             inc = _bincount2(cur_pos, res_coef.astype(np.float64), nodes.size)
             res_room = np.where(res_room >= 0, np.maximum(res_room, inc), -1).astype(np.int64)
     tol = float((2 + kmax) / (2 * S))
-    return SubModel(cand, nodes, mask, coef, cc, cb, base, T, S, d_fixed, hi_fixed, lo_fixed, room_c, room_b,
-                    res_coef, res_room, tol, edges, comm_coef, t_coef)
+    sm = SubModel(cand, nodes, mask, coef, cc, cb, base, T, S, d_fixed, hi_fixed, lo_fixed, room_c, room_b,
+                  res_coef, res_room, tol, edges, comm_coef, t_coef)
+    sm.sym = node_symmetry(sm, p.active[nodes]) if exact_comm else None
+    if exact_comm and perm_budget and not U.mixed:
+        sm.sym = node_symmetry(sm, p.active[nodes], costs=False)
+        sm.perm = True
+        sm.home_pos = np.searchsorted(nodes, U.home[cand])
+    return sm
+
+
+def node_symmetry(sm: SubModel, act: np.ndarray, costs: bool = True) -> list[np.ndarray]:
+    """Groups (≥ 2) of nodes whose every column of model data is identical: activity, allowed mask, utilisation
+    and communication coefficients (same capacity), fixed load, migration and byte costs (no unit has members on
+    them now, or the budget is dropped), resource rooms. Swapping two such nodes maps every solution to one with
+    the same loads, costs and objective, so solutions may be restricted to one labelling (value precedence).
+    ``costs=False`` ignores the migration and byte costs (they are then charged through a permutation of the group,
+    see :func:`_perm_budget`)."""
+    cols = [act[None, :].astype(np.int64), sm.mask.astype(np.int64), sm.coef, sm.base[None, :]]
+    if costs:
+        cols += [sm.cc, sm.cb]
+    if sm.comm_coef is not None:
+        cols.append(sm.comm_coef)
+    if sm.res_room is not None:
+        cols.append(sm.res_room.T.astype(np.int64))
+    data = np.concatenate([np.asarray(c, dtype=np.int64).reshape(-1, sm.nodes.size) for c in cols], axis=0)
+    groups: dict[bytes, list[int]] = {}
+    for b in range(sm.nodes.size):
+        groups.setdefault(data[:, b].tobytes(), []).append(b)
+    return [np.array(g, dtype=np.int64) for g in groups.values() if len(g) >= 2]
 
 
 def _bincount2(idx: np.ndarray, vals: np.ndarray, n: int) -> np.ndarray:
@@ -229,43 +264,154 @@ def _bincount2(idx: np.ndarray, vals: np.ndarray, n: int) -> np.ndarray:
 
 
 def _cut_terms(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], single: np.ndarray,
-               cur_pos: np.ndarray, hint_vals: list[tuple[Any, int]]) -> tuple[list[list[tuple[int, Any]]], Any]:
-    """Exact communication costs (see :func:`build`): per node the (coefficient, indicator) terms of its cut
-    edges, and the target expression ``T + Σ t_coef·cut``. Without ``sm.edges``: no terms and the constant T."""
+               cur_pos: np.ndarray, hint_vals: list[tuple[Any, int]], hint_pos: np.ndarray | None = None
+               ) -> tuple[list[list[tuple[int, Any]]], Any]:
+    """Exact communication costs with one indicator per unit edge ``(a, c)`` and node ``b``: ``s = x[a,b] ∧ x[c,b]``
+    (both ends on ``b``; ``s ≤ x[a,b]``, ``s ≤ x[c,b]``, ``s ≥ x[a,b] + x[c,b] − 1``). The edge is cut at ``b``
+    on exactly ``x[a,b] + x[c,b] − 2s`` sides, and cut at all iff ``1 − Σ_b s``: the node gains
+    ``cc·rate·(x[a,b] + x[c,b] − 2s)``, the target ``2·cc·rate·(1 − Σ_b s)`` — the same values as the two
+    indicators per side (``y = x[a,b] ∧ ¬x[c,b]``) used before, with half the variables; the per-node terms and
+    the target expression are returned (without ``sm.edges``: no terms and the constant T)."""
     nn = sm.mask.shape[1]
     comm_u: list[list[tuple[int, Any]]] = [[] for _ in range(nn)]
     if sm.edges is None or sm.comm_coef is None or sm.t_coef is None or len(sm.edges) == 0:
         return comm_u, sm.T
     xvar = {(a, b): v for b in range(nn) for v, a in xs[b]}
+    hp = cur_pos if hint_pos is None else hint_pos
 
     def x_of(a: int, b: int) -> Any:
         if single[a]:
             return 1 if b == cur_pos[a] else 0
         return xvar.get((a, b), 0)
 
-    t_terms = []
+    T_const = int(sm.T)
+    t_terms: list[tuple[int, Any]] = []
     for e, (a1, a2) in enumerate(sm.edges.tolist()):
+        together: list[Any] = []
         for b in range(nn):
-            for first, (pa, qa) in ((True, (a1, a2)), (False, (a2, a1))):
-                xp, xq = x_of(pa, b), x_of(qa, b)
-                if isinstance(xp, int) and xp == 0 or isinstance(xq, int) and xq == 1:
-                    continue  # pa is never on b, or qa always is: this side is never cut at b
-                if isinstance(xq, int):          # qa never on b: cut at b iff pa on b
-                    y = xp
-                elif isinstance(xp, int):        # pa always on b: cut iff qa is not
-                    y = 1 - xq
-                else:
-                    y = model.new_bool_var("")
-                    model.add(y <= xp)
-                    model.add(y <= 1 - xq)
-                    model.add(y >= xp - xq)
-                    hint_vals.append((y, int(cur_pos[pa] == b and cur_pos[qa] != b)))
-                if sm.comm_coef[e, b]:
-                    comm_u[b].append((int(sm.comm_coef[e, b]), y))
-                if first and sm.t_coef[e]:
-                    t_terms.append((int(sm.t_coef[e]), y))
-    T_expr: Any = sm.T + sum(c * y for c, y in t_terms) if t_terms else sm.T
+            xa, xc = x_of(a1, b), x_of(a2, b)
+            if isinstance(xa, int) and xa == 0 or isinstance(xc, int) and xc == 0:
+                sv: Any = 0
+            elif isinstance(xa, int):
+                sv = xc
+            elif isinstance(xc, int):
+                sv = xa
+            else:
+                sv = model.new_bool_var("")
+                model.add(sv <= xa)
+                model.add(sv <= xc)
+                model.add(sv >= xa + xc - 1)
+                hint_vals.append((sv, int(hp[a1] == b and hp[a2] == b)))
+            if not (isinstance(sv, int) and sv == 0):
+                together.append(sv)
+            sides = xa + xc - 2 * sv
+            if sm.comm_coef[e, b] and not (isinstance(sides, int) and sides == 0):
+                comm_u[b].append((int(sm.comm_coef[e, b]), sides))
+        if sm.t_coef[e]:
+            T_const += int(sm.t_coef[e])
+            for sv in together:
+                t_terms.append((-int(sm.t_coef[e]), sv))
+    T_expr: Any = T_const + sum(c * y for c, y in t_terms) if t_terms else T_const
     return comm_u, T_expr
+
+
+def _sym_order(sm: SubModel, g: np.ndarray) -> list[int]:
+    """The units (positions in cand) that may go to the nodes of group ``g``, heaviest first (the order of the
+    value-precedence constraints)."""
+    free = np.flatnonzero(sm.mask[:, g[0]] & (sm.mask.sum(axis=1) > 1))
+    return [int(a) for a in free[np.argsort(-sm.coef[free, g[0]], kind="stable")]]
+
+
+def _canonical(pos: np.ndarray, sm: SubModel) -> tuple[np.ndarray, list[dict[int, int]]]:
+    """``pos`` with the nodes of each symmetry group relabelled in the order of their first unit (the labelling
+    that :func:`_break_symmetry` keeps; the same loads and costs), and per group the map physical → canonical
+    position."""
+    out = pos.copy()
+    maps = []
+    for g in sm.sym or []:
+        order = _sym_order(sm, g)
+        gl = g.tolist()
+        seen: list[int] = []
+        for a in order:
+            if int(pos[a]) in gl and int(pos[a]) not in seen:
+                seen.append(int(pos[a]))
+        seen += [b for b in gl if b not in seen]
+        relabel = dict(zip(seen, gl, strict=True))
+        maps.append(relabel)
+        for a in order:
+            if int(pos[a]) in relabel:
+                out[a] = relabel[int(pos[a])]
+    return out, maps
+
+
+def _perm_budget(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], maps: list[dict[int, int]],
+                 hint_pos: np.ndarray, hint_vals: list[tuple[Any, int]]
+                 ) -> tuple[list[tuple[Any, int, int]], int, int, list[list[list[Any]]]]:
+    """The budget with value precedence over groups that ignore costs (``sm.perm``): the model's labelling of a
+    group is canonical, and a permutation ``z[j][h]`` (canonical position ``j`` is physical node ``h``) gives the
+    real plan. A unit living on node ``h`` of a group stays iff it is on the position ``j`` with ``z[j][h]``:
+    ``w ≤ x[u, g_j]``, ``w ≤ z[j][h]`` and its cost is ``cost_u·(1 − Σ_j w)`` (only upper bounds on ``w``: the
+    budget rows are ≤, so any ``w`` below the truth only charges more). Every real plan is a canonical placement
+    with one permutation at the same cost, and conversely: an exact reformulation. Returns the cost terms
+    (var, migrations, bytes), their constants and ``z`` per group."""
+    assert sm.home_pos is not None
+    xvar = {(a, b): v for b in range(len(xs)) for v, a in xs[b]}
+    terms: list[tuple[Any, int, int]] = []
+    const_c = const_b = 0
+    zs: list[list[list[Any]]] = []
+    for gi, g in enumerate(sm.sym or []):
+        k = g.size
+        z = [[model.new_bool_var("") for _ in range(k)] for _ in range(k)]
+        for j in range(k):
+            model.add_exactly_one(z[j])
+            model.add_exactly_one([z[i][j] for i in range(k)])
+        inv = {c: ph for ph, c in maps[gi].items()}   # canonical node → physical node
+        for j in range(k):
+            for h in range(k):
+                hint_vals.append((z[j][h], int(inv.get(int(g[j])) == int(g[h]))))
+        zs.append(z)
+        pos_in = {int(b): i for i, b in enumerate(g.tolist())}
+        for a in np.flatnonzero(np.isin(sm.home_pos, g)).tolist():
+            h = pos_in[int(sm.home_pos[a])]
+            ca, ba = int(sm.cc[a].max()), int(sm.cb[a].max())
+            if ca == 0 and ba == 0:
+                continue
+            const_c += ca
+            const_b += ba
+            for j in range(k):
+                x = xvar.get((a, int(g[j])))
+                if x is None:
+                    continue
+                w = model.new_bool_var("")
+                model.add(w <= x)
+                model.add(w <= z[j][h])
+                hint_vals.append((w, int(hint_pos[a] == g[j] and inv.get(int(g[j])) == int(g[h]))))
+                terms.append((w, -ca, -ba))
+    return terms, const_c, const_b, zs
+
+
+def _break_symmetry(model: cp_model.CpModel, sm: SubModel, xs: list[list[Any]], single: np.ndarray) -> None:
+    """Value precedence within each group of interchangeable nodes ``g_0 < g_1 < …`` (:func:`node_symmetry`),
+    units ``u_0, u_1, …`` heaviest first: ``x[u_k, g_j] ≤ Σ_{l<k} x[u_l, g_{j−1}]`` — a node of the group is used
+    only after the previous one, by an earlier unit. Every solution has a relabelling of the group's nodes (by
+    their first unit) that keeps it, with the same loads, costs and objective, so the optimum is unchanged."""
+    if not sm.sym:
+        return
+    xvar = {(a, b): v for b in range(len(xs)) for v, a in xs[b]}
+    for g in sm.sym:
+        order = [a for a in _sym_order(sm, g) if not single[a]]
+        for j in range(1, len(g)):
+            prev: list[Any] = []
+            for a in order:
+                v = xvar.get((a, int(g[j])))
+                if v is not None:
+                    if prev:
+                        model.add(v <= sum(prev))
+                    else:
+                        model.add(v == 0)
+                w = xvar.get((a, int(g[j - 1])))
+                if w is not None:
+                    prev.append(w)
 
 
 @dataclass
@@ -274,9 +420,11 @@ class SubResult:
     status: str                  # "optimal", "feasible", "none", "infeasible"
     d_bound: float | None        # proven bound on the sub-problem's d (true units, tolerance subtracted)
     seconds: float
+    d_int: int | None = None     # the proven bound on the model's scaled integer d (CP-SAT)
 
 
-def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1, seed: int = 0) -> SubResult:
+def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1, seed: int = 0,
+                params: dict[str, Any] | None = None) -> SubResult:
     t0 = time.perf_counter()
     p = state.units.problem
     model = cp_model.CpModel()
@@ -294,6 +442,10 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         model.add(hi >= sm.hi_fixed)
         model.add(lo <= sm.lo_fixed)
     cur_pos = np.searchsorted(sm.nodes, state.place[sm.cand])
+    hint_pos, maps = _canonical(cur_pos, sm)
+    perm_units = np.zeros(nc, dtype=bool)
+    if sm.perm and sm.home_pos is not None:
+        perm_units = np.isin(sm.home_pos, np.concatenate(sm.sym)) if sm.sym else perm_units
     xs: list[list[Any]] = [[] for _ in range(nn)]       # per node: (var, row)
     cost_terms_v, cost_terms_c, cost_terms_b = [], [], []
     hint_vals = []
@@ -306,11 +458,11 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
             v = model.new_bool_var("")
             row.append(v)
             xs[b].append((v, a))
-            if sm.cc[a, b]:
+            if sm.cc[a, b] and not perm_units[a]:
                 cost_terms_v.append(v)
                 cost_terms_c.append(int(sm.cc[a, b]))
                 cost_terms_b.append(int(sm.cb[a, b]))
-            hint_vals.append((v, 1 if b == cur_pos[a] else 0))
+            hint_vals.append((v, 1 if b == hint_pos[a] else 0))
         model.add_exactly_one(row)
     single = np.array([np.count_nonzero(sm.mask[a]) == 1 for a in range(nc)], dtype=bool) if nc else np.zeros(0, bool)
     const_u = sm.base.copy()
@@ -321,7 +473,17 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         const_u[b] += sm.coef[a, b]
         const_c += int(sm.cc[a, b])
         const_b += int(sm.cb[a, b])
-    comm_u, T_expr = _cut_terms(model, sm, xs, single, cur_pos, hint_vals)
+    comm_u, T_expr = _cut_terms(model, sm, xs, single, cur_pos, hint_vals, hint_pos)
+    zs: list[list[list[Any]]] = []
+    if perm_units.any():
+        terms, pc, pb, zs = _perm_budget(model, sm, xs, maps, hint_pos, hint_vals)
+        const_c += pc
+        const_b += pb
+        for v, c, b in terms:
+            cost_terms_v.append(v)
+            cost_terms_c.append(c)
+            cost_terms_b.append(b)
+    _break_symmetry(model, sm, xs, single)
     for b in range(nn):
         if xs[b]:
             e = cp_model.LinearExpr.weighted_sum([v for v, _ in xs[b]], [int(sm.coef[a, b]) for _, a in xs[b]])
@@ -376,19 +538,30 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
     solver.parameters.max_time_in_seconds = remaining
     solver.parameters.num_workers = max(1, int(workers))
     solver.parameters.random_seed = int(seed)
+    for k, v in (params or {}).items():
+        if isinstance(v, list):
+            getattr(solver.parameters, k).extend(v)
+        else:
+            setattr(solver.parameters, k, v)
     st = solver.solve(model)
     secs = time.perf_counter() - t0
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         status = "infeasible" if st == cp_model.INFEASIBLE else "none"
         return SubResult(None, status, None, secs)
     newp = state.place[sm.cand].copy()
+    phys = np.arange(nn)   # canonical position → physical position (the permutations of sm.perm)
+    for g, z in zip(sm.sym or [], zs, strict=False):
+        for j in range(g.size):
+            for h in range(g.size):
+                if solver.boolean_value(z[j][h]):
+                    phys[g[j]] = g[h]
     for b in range(nn):
         for v, a in xs[b]:
             if solver.boolean_value(v):
-                newp[a] = sm.nodes[b]
+                newp[a] = sm.nodes[phys[b]]
     bound_obj = solver.best_objective_bound
     # W1·d ≥ bound − (hi − lo) > bound − W1; the float of a bound near 2^59 may be off by up to 2^7 units
     d_int_bound = (math.floor((bound_obj - 256.0) / W1) if W1 > 1 else math.ceil(bound_obj - 1e-6)) \
         if math.isfinite(bound_obj) else 0
     d_bound = max(0.0, d_int_bound / sm.S - sm.tol)
-    return SubResult(newp, "optimal" if st == cp_model.OPTIMAL else "feasible", d_bound, secs)
+    return SubResult(newp, "optimal" if st == cp_model.OPTIMAL else "feasible", d_bound, secs, int(d_int_bound))

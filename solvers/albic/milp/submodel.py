@@ -2,7 +2,8 @@
 
 - :func:`full_model` — the whole §4.3.1 model (every unit, every node) by CP-SAT (or CBC), hinted with the
   incumbent. With communication costs CP-SAT charges every cut edge exactly (indicator per edge and node, issue 16
-  items 3 and 5), so it optimises the true objective and proves a bound > 0; CBC and very many edges keep the
+  items 3 and 5; :func:`solvers.albic.milp.comm_bounds.cut_model`: symmetry breaking, the budget through
+  permutations), so it optimises the true objective and proves a bound > 0; CBC and very many edges keep the
   pessimistic loads (every edge leaving a unit charged as cut) and prove nothing. It is built as a *relaxation*
   of any byte/resource rounding (:func:`solvers.albic.milp.cpsat.build` with ``relax=True``), so its proven
   bound (minus the utilisation rounding tolerance) is a valid lower bound for the problem as given; its plan is
@@ -29,8 +30,6 @@ SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
 LNS_MIN_SECONDS = 0.25         # an LNS round is only started with this much time left
 LNS_BUILD_SECONDS = 0.1        # reserved for building one sub-MILP
 EXACT_COMM_MAX = 20_000        # unit edges × nodes up to which the full model charges cut edges exactly
-PORTFOLIO_MAX = 200            # units × nodes up to which the exact cut model runs a CP-SAT portfolio …
-PORTFOLIO_WORKERS = 8          # … of at least this many workers (its bound comes from the LB-search workers)
 
 
 def _backend(backend: str) -> Callable[..., Any]:
@@ -57,11 +56,10 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
     exact_loads = p.communication_cost == 0 or not p.comm.nnz
     # communication costs: exact cut indicators (CP-SAT) when the model stays small; else the pessimistic loads
     exact_comm = not exact_loads and backend == "cpsat" and _edge_count(units) * p.n_nodes <= EXACT_COMM_MAX
+    if exact_comm:  # the relaxed and the exact cut model (issue 16.3)
+        from solvers.albic.milp.comm_bounds import cut_model
+        return cut_model(state, pool, seconds, workers, seed)
     sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True, exact_comm=exact_comm)
-    if exact_comm and units.n_units * p.n_nodes <= PORTFOLIO_MAX:
-        # the cut model's LP relaxation is 0 (fractional placements balance perfectly): with one worker its
-        # bound stays 0 until the search is complete; the portfolio's core/LB-search workers raise it (issue 16.3)
-        workers = max(workers, PORTFOLIO_WORKERS)
     res = solver(state, sm, seconds, workers=workers, seed=seed)
     if res.place is not None and placement_ok(units, res.place):
         new = state.copy()
