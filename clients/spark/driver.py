@@ -13,11 +13,11 @@ the conversation with the controller. Per micro-batch ``batch_id``:
 4. **commit** the state version ``batch_id``: the rows the batch changed (Parquet), a snapshot every
    ``snapshot_every`` versions, and the routing epoch + assignment; then the optional ``output`` sink gets the
    changed rows (update mode, read back from the version's delta; :class:`clients.spark.sink.BatchIdSink` makes it
-   exactly once). For the mergeable aggregations steps 3 and 4 are **one Spark job**: the new state is
+   exactly once). Steps 3 and 4 are **one Spark job** (aggregations and the function API alike): the new state is
    checkpointed lazily and filled by the job that writes the delta, which also measures the batch's records and
-   bytes per key group and the change of each key group's state bytes (a Spark ``Observation``); with the output
-   sink that is two jobs per batch in steady state (plus the moves of a migration; the function API measures its
-   state size in a job of its own every ``state_stats_every`` batches);
+   bytes per key group (and, for the aggregations, the change of each key group's state bytes) with a Spark
+   ``Observation``; with the output sink that is two jobs per batch in steady state (plus the moves of a
+   migration; the function API measures its state size in a job of its own every ``state_stats_every`` batches);
 5. statistics (records/bytes per key group, state bytes per key group) go to the controller with the batch id
    and the epoch; plans come back with the answer (``auto``) or from a proposal, for the next boundary.
 
@@ -367,7 +367,7 @@ class RebalancingDriver(ControllerLink):
                 rec = self.store.commit(batch_id, self.state.df, keys=self.keys, columns=self.state.stored_columns(),
                                         epoch=self.epoch, partition_of=self.routing.partition_of.tolist(),
                                         extra=self.state.absorb, observe=self.state.batch_observation(),
-                                        keep=self.state.stored_rows())
+                                        keep=self.state.stored_rows(), files=self._write_tasks())
             finally:
                 self.state.release_previous()
             observed = rec.observed
@@ -375,6 +375,13 @@ class RebalancingDriver(ControllerLink):
         kg_n, kg_b, kg_d = self.state.statistics(observed)
         part = np.bincount(self.routing.partition_of, weights=kg_n, minlength=self.n).astype(np.int64)
         return part, kg_n, kg_b, kg_d, rec
+
+    def _write_tasks(self) -> int:
+        """Tasks (and files) of a commit's writes: no more than the cores Spark has (``defaultParallelism``)."""
+        try:
+            return max(1, min(self.n, int(self.spark.sparkContext.defaultParallelism)))
+        except Exception:  # noqa: BLE001 - no SparkContext (e.g. Spark Connect): one task per partition
+            return self.n
 
     def _tracked_state_bytes(self, batch_id: int, change: np.ndarray, had_state: bool) -> np.ndarray:
         """State bytes per key group kept exact from the batches' changes (no job of its own): measured on the
