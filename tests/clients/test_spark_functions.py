@@ -161,3 +161,18 @@ def test_processing_time_timeout_and_a_routing_change_keep_every_key(spark, tmp_
     d.process(spark.createDataFrame(frames[0][frames[0].user == "u1"]), 2)
     assert d.state_frame().toPandas().user.tolist() == ["u1"]
     d.close()
+
+
+def test_stored_output_rows_of_both_formats_are_read(spark, tmp_path):
+    """A version's output is one JSON array per key (this format) or one JSON object per output row (stores written
+    by the first release of the function API): a replay reads both, row for row."""
+    from clients.spark.functions import DATA_COL, KIND_COL, OUTPUT
+
+    driver = RebalancingDriver(spark, key="user", function=top_n("user", "v", 2), key_groups=12, partitions=3,
+                               state_dir=str(tmp_path / "s"))
+    rows = [("a", OUTPUT, '[{"user":"a","rank":1,"value":9.5},{"user":"a","rank":2,"value":3.0}]'),
+            ("b", OUTPUT, '{"user":"b","rank":1,"value":7.25}'),
+            ("c", "s", '[{"value":1.0}]')]
+    df = spark.createDataFrame(rows, f"user string, {KIND_COL} string, {DATA_COL} string")
+    got = sorted(tuple(r) for r in driver.state.output_frame(df).collect())
+    assert got == [("a", 1, 9.5), ("a", 2, 3.0), ("b", 1, 7.25)]
