@@ -85,9 +85,9 @@ class RebalancingDriver(ControllerLink):
             (:func:`clients.spark.stats.communication_stats`); the other operator must be in ``extra_operators``.
         extra_operators: more operators of the job (``[{"id": "split", "key_groups": 120}]``).
         measure_hash: also measure Spark's hash partitioning of each batch (one more shuffle; the demo uses it).
-        state_stats: send state bytes per key group. Mergeable aggregations with a durable store measure it once
-            (one aggregation over the whole state, at the first batch or after a recovery) and then keep it exact
-            from each batch's changes; otherwise the aggregation is repeated every ``state_stats_every`` batches
+        state_stats: send state bytes per key group. Mergeable aggregations measure it once (one aggregation
+            over the whole state, after a start with stored state or a recovery) and then keep it exact from each
+            batch's changes; the function API repeats the aggregation every ``state_stats_every`` batches
             (default ``window_batches``) and after each migration.
         send_bytes: send each key group's record ``bytes`` with the statistics (default; ``False`` for a controller
             older than the optional ``bytes`` field, which answers 422 to it).

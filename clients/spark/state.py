@@ -44,6 +44,7 @@ import numpy as np
 
 from clients.spark.routing import KG_COL, ROUTE_COL, RoutingTable, key_group_column, key_group_of_route
 from clients.spark.stats import row_bytes_column
+from clients.spark.stats import sql_name as _q
 from clients.spark.store import VERSION_COL
 
 log = logging.getLogger("rebalancer.spark")
@@ -173,7 +174,7 @@ class KeyedState:
     def batch_observation(self) -> list:
         """Aggregate columns over the rows of one version (the delta): ``(key group, records, bytes, state bytes
         change)`` of each key the batch touched, and the number of keys — the batch statistics, measured while the
-        delta is written instead of in a job of their own (:func:`batch_statistics` sums them per key group)."""
+        delta is written instead of in a job of their own (:meth:`statistics` sums them per key group)."""
         from pyspark.sql import functions as F
 
         return [F.collect_list(F.array(F.col(KG_COL).cast("long"), *[F.col(c) for c in self._batch_columns()]))
@@ -225,7 +226,10 @@ class KeyedState:
     def statistics(self, observed: Mapping) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(records, bytes, change of the state bytes or None) per key group, shape (G,) each, from
         :meth:`batch_observation`'s values."""
-        return batch_statistics(observed, self.routing.key_groups)
+        rows = np.asarray(observed.get("rows") or np.zeros((0, 4)), dtype=np.int64).reshape(-1, 4)
+        G = self.routing.key_groups
+        n, b, d = (np.bincount(rows[:, 0], weights=rows[:, i], minlength=G).astype(np.int64) for i in (1, 2, 3))
+        return n, b, d
 
     def restore_extra(self, extra: Mapping) -> None:
         """The counterpart of :meth:`commit_extra`, called before :meth:`restore`."""
@@ -452,19 +456,6 @@ class KeyedState:
         if self.df is not None:
             _release_checkpoint(self.df)
             self.df = None
-
-
-def batch_statistics(observed: Mapping, key_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(records, bytes, change of the state bytes) per key group, shape (G,) each, from
-    :meth:`KeyedState.batch_observation`'s values."""
-    rows = np.asarray(observed.get("rows") or np.zeros((0, 4)), dtype=np.int64).reshape(-1, 4)
-    n, b, d = (np.bincount(rows[:, 0], weights=rows[:, i], minlength=key_groups).astype(np.int64) for i in (1, 2, 3))
-    return n, b, d
-
-
-def _q(name: str) -> str:
-    """A column name quoted for SQL text."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 @contextlib.contextmanager

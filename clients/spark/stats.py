@@ -27,6 +27,11 @@ _FIXED_WIDTH = {
 }
 
 
+def sql_name(name: str) -> str:
+    """A column name quoted for SQL text (backticks doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def row_bytes_column(df, columns: Sequence[str] | None = None):
     """Column: the estimated size in bytes of a row's ``columns`` (default: all but the ``_rb_*`` columns).
 
@@ -41,7 +46,7 @@ def row_bytes_column(df, columns: Sequence[str] | None = None):
     parts = []
     for c in names:
         t = types[c]
-        col = "`" + c.replace("`", "``") + "`"
+        col = sql_name(c)
         if t in ("string", "binary") or t.startswith("varchar") or t.startswith("char"):
             parts.append(f"coalesce(octet_length({col}), 0)")
         elif t in _FIXED_WIDTH:
