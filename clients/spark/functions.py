@@ -283,11 +283,9 @@ class FunctionState(KeyedState):
     def output_frame(self, df):
         from pyspark.sql import functions as F
 
-        # one JSON array of the key's output rows per key and version; a store written before that format holds
-        # one JSON object per output row, still read as a one-row array
-        data = F.col(DATA_COL)
-        rows = F.when(F.ltrim(data).startswith("["), F.from_json(data, _rows_ddl(self.function.output_schema))) \
-            .otherwise(F.array(F.from_json(data, self.function.output_schema)))
+        # one JSON array of the key's output rows per key and version; a store written before that format holds one
+        # JSON object per output row, which from_json with an array schema reads as a one-row array (tested)
+        rows = F.from_json(DATA_COL, _rows_ddl(self.function.output_schema))
         out = df.filter(F.col(KIND_COL) == OUTPUT).select(F.explode(rows).alias("_rb_o"))
         return out.select(*[F.col("_rb_o." + c).alias(c) for c in self.output_cols])
 
