@@ -423,8 +423,7 @@ class SubResult:
     d_int: int | None = None     # the proven bound on the model's scaled integer d (CP-SAT)
 
 
-def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1, seed: int = 0,
-                params: dict[str, Any] | None = None) -> SubResult:
+def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1, seed: int = 0) -> SubResult:
     t0 = time.perf_counter()
     p = state.units.problem
     model = cp_model.CpModel()
@@ -538,11 +537,6 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
     solver.parameters.max_time_in_seconds = remaining
     solver.parameters.num_workers = max(1, int(workers))
     solver.parameters.random_seed = int(seed)
-    for k, v in (params or {}).items():
-        if isinstance(v, list):
-            getattr(solver.parameters, k).extend(v)
-        else:
-            setattr(solver.parameters, k, v)
     st = solver.solve(model)
     secs = time.perf_counter() - t0
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
