@@ -10,6 +10,7 @@ tolerance of "optimal").
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -165,3 +166,16 @@ def test_band_bound_is_valid_with_any_pattern_box(seed, box):
     if opt is None:
         return
     assert lb <= float(opt) + 1e-6 * max(1.0, float(opt)), (seed, box, lb, float(opt))
+
+
+def test_band_bound_skips_a_setup_that_cannot_end_before_the_deadline(monkeypatch):
+    # issue 16.4: the O(m log m) setup cannot stop, so it is not started when its estimate passes the deadline;
+    # the bound is then the granularity bound (valid on its own: the heaviest key group stays on an active node)
+    import solvers.albic.milp.bounds as bounds_mod
+    p = Problem.from_arrays([300.0, 10.0, 10.0, 10.0, 20.0], [0, 0, 0, 1, 2], [1.0, 1.0, 1.0], max_migrations=2)
+    opt = float(exact_optimum(p))
+    full = band_bound(p)
+    monkeypatch.setattr(bounds_mod, "SETUP_SECONDS_PER_KEY_GROUP", 1e3)
+    quick = band_bound(p, deadline=time.perf_counter() + 60.0)   # the estimate, 5 × 1e3 s, is past it
+    gran = 300.0 - 350.0 / 3
+    assert quick == pytest.approx(gran) and quick <= full + 1e-9 <= opt + 2e-9

@@ -21,7 +21,8 @@ inside ``time_limit``:
    band widths give, by bisection, the smallest distance any plan within the budget can reach (per node the
    fewest key groups out and in that land it in the band; every arrival is one of the budget's departures, so
    when the budget is nearly spent the arrivals come from the nodes that must send anyway — the sender pools);
-   Lemma 2 under the budget (load that cannot leave the removing nodes) gives another.
+   Lemma 2 under the budget (load that cannot leave the removing nodes) gives another. Its O(m log m) setup
+   cannot stop, so it starts only when it fits in the time left (else the granularity bound stands in).
 3. **Randomised restarts and ruin-and-recreate** (most of the time limit): GRASP restarts of the greedy, and
    rounds that undo ~30 % of the best plan's migrations and spend the freed budget again — either greedily or
    with a budget-aware repair that lands each critical node inside a slightly tighter band at the lowest cost.
