@@ -113,6 +113,12 @@ class _Run:
         return (self.t_start + self.limit - STOP_MARGIN[0] - STOP_MARGIN[1] * self.limit
                 - STOP_MARGIN[2] * self.p.n_key_groups)
 
+    @property
+    def end(self) -> float:
+        """The end of the call less the final checks' share of the stop margin (``STOP_MARGIN[2]`` per key group):
+        work that cannot be resumed later (Flux, the analytic bound) may use the rest of the margin."""
+        return self.t_start + self.limit - STOP_MARGIN[2] * self.p.n_key_groups
+
     def reached(self) -> bool:
         """The best plan meets the bound and drains every removing node: nothing left to search for."""
         assert self.pool.best is not None
@@ -127,7 +133,7 @@ def _warm_start(run: _Run, base_place: np.ndarray, flux: bool, hint: np.ndarray 
         from solvers.baselines.flux import flux_moves
         # Flux may use the stop margin's share for the search too (not the final checks' share): under a short
         # limit on a large instance a truncated Flux would make the plan worse than plain Flux (issue 16.4)
-        flux_end = min(run.at(FLUX_SHARE), run.t_start + run.limit - STOP_MARGIN[2] * run.p.n_key_groups)
+        flux_end = min(run.at(FLUX_SHARE), run.end)
         fl = flux_moves(run.p, max(0.001, flux_end - time.perf_counter()))
         if placement_ok(units, fl):
             run.starts.append((fl, "flux"))
@@ -274,7 +280,7 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     # phase 1: warm start; phase 2: the analytic bound (Lemma 2, budget, granularity)
     flux = unit_of is None and not allowed and p.n_key_groups <= FLUX_MAX_KEY_GROUPS
     _warm_start(run, base_place, flux, hint)
-    run.lb = analytic_bound(p, deadline=max(run.stop, time.perf_counter() + 0.01))
+    run.lb = analytic_bound(p, deadline=max(run.end, time.perf_counter() + 0.01))
     details["analytic_bound"] = run.lb
     # phase 3: restarts; phase 4: the exact model (small) or neighbourhood search (large, long limits)
     _restarts(run, min(run.at(RESTART_END_SMALL if full else RESTART_END), run.stop))
