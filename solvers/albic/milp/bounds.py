@@ -53,9 +53,10 @@ POOL_NODES_MAX = 300
 #: … and the instance has at most this many key groups (it doubles the bound's time at 1,000 × 100,000, where
 #: the time is better spent searching: the bound there is not a target)
 POOL_KEY_GROUPS_MAX = 20_000
-#: seconds per key group of :func:`band_bound`'s setup (sorts, prefix sums, pattern tables) and its first checks,
-#: which cannot stop at the deadline: 0.06 s warm, 0.08–0.12 s on the first call of a process at 1,000 × 100,000
-SETUP_SECONDS_PER_KEY_GROUP = 1.2e-6
+#: seconds per key group and per (node × pattern) of :func:`band_bound`'s setup (sorts and prefix sums; the
+#: n × (A+1)² pattern tables) and first checks, which cannot stop at the deadline. Measured (first call of a process
+#: about twice the later ones): 0.05–0.12 s at 1,000 × 100,000, 0.16–0.35 s at 10,000 nodes × 20,000 (A = 24)
+SETUP_SECONDS = (8e-7, 4e-8)
 
 
 def analytic_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) -> float:
@@ -108,8 +109,8 @@ def lemma2_bound(problem: Problem) -> float:
 def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) -> float:
     """The bisection on the band conditions of the module docstring. It may stop at ``deadline``
     (``time.perf_counter()``): the lower end of the bisection is a valid bound at every step. The setup is not
-    started when it would not end before the deadline (estimated by ``SETUP_SECONDS_PER_KEY_GROUP``); the bound is
-    then the granularity bound alone (O(m))."""
+    started when it would not end before the deadline (estimated by ``SETUP_SECONDS``); the bound is then the
+    granularity bound alone (O(m))."""
     p = problem
     if p.communication_cost > 0 and p.comm.nnz or time.perf_counter() > deadline:
         return 0.0
@@ -131,7 +132,9 @@ def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) ->
         gran = max(0.0, float(w[on_active].max()) / float(cap[act].max()) - t)
     Mc = math.inf if p.max_migrations is None else float(p.max_migrations)
     Mb = math.inf if p.max_migration_bytes is None else float(p.max_migration_bytes)
-    if math.isinf(Mc) and math.isinf(Mb) or time.perf_counter() + SETUP_SECONDS_PER_KEY_GROUP * m > deadline:
+    A = int(min(PATTERN_MAX, Mc if not math.isinf(Mc) else PATTERN_MAX))  # patterns of ≤ A key groups in/out
+    setup = SETUP_SECONDS[0] * m + SETUP_SECONDS[1] * n * (A + 1) ** 2
+    if math.isinf(Mc) and math.isinf(Mb) or time.perf_counter() + setup > deadline:
         return min(gran, d_cur)
 
     # per node: key groups by load, descending, and cumulative loads
@@ -173,7 +176,6 @@ def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) ->
 
     # patterns (a own key groups out, b key groups in): the net loss lies in
     # [Σ a lightest own − Σ b heaviest anywhere, Σ a heaviest own − Σ b lightest anywhere]
-    A = int(min(PATTERN_MAX, Mc if not math.isinf(Mc) else PATTERN_MAX))
     # own_large[i, a] / own_small[i, a]: Σ of node i's a heaviest / lightest key groups (inf: fewer than a)
     csum = np.concatenate([[0.0], np.cumsum(wsorted)])
     aa = np.arange(A + 1)[None, :]
