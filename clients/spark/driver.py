@@ -43,7 +43,7 @@ from clients.spark.reports import BatchReport, StateMismatchError
 from clients.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable, key_group_ids
 from clients.spark.state import KeyedState, MigrationReport
 from clients.spark.stats import max_over_mean, partition_record_counts
-from clients.spark.store import VERSION_COL, StateStore
+from clients.spark.store import StateStore
 
 log = logging.getLogger("rebalancer.spark")
 
@@ -315,9 +315,7 @@ class RebalancingDriver(ControllerLink):
             if self.store is not None:  # the version's delta, just written: a small read, not a scan of the state
                 self.output(self._output_frame(self.store.read_delta(batch_id)), batch_id)
             else:
-                from pyspark.sql import functions as F
-
-                self.output(self._output_frame(self.state.df.filter(F.col(VERSION_COL) == batch_id)), batch_id)
+                self.output(self._output_frame(self.state.df.filter(self.state.changed_rows())), batch_id)
 
         report = BatchReport(
             batch_id=batch_id, epoch=self.epoch, records=int(part.sum()),
@@ -359,12 +357,13 @@ class RebalancingDriver(ControllerLink):
         rec = None
         if self.store is None:
             self.state.step(df, batch_id, lazy=False)
-            observed = self.state.observe(batch_id)
+            observed = self.state.observe()
             self.state.absorb(observed)
         else:
             self.state.step(df, batch_id, lazy=True)
             try:
-                rec = self.store.commit(batch_id, self.state.df, keys=self.keys, columns=self.state.stored_columns(),
+                rec = self.store.commit(batch_id, self.state.df, changed=self.state.changed_rows(), keys=self.keys,
+                                        columns=self.state.stored_columns(),
                                         epoch=self.epoch, partition_of=self.routing.partition_of.tolist(),
                                         extra=self.state.absorb, observe=self.state.batch_observation(),
                                         keep=self.state.stored_rows(), files=self._write_tasks())

@@ -15,10 +15,14 @@ renamed to ``_commits/<version>.json``. A version exists iff its commit record e
 the record — one small object written at once — is still the commit point). A crash leaves at most an
 uncommitted directory, which the next commit of that version replaces.
 
-**Rows.** Every state row carries the key group ``_rb_kg``, the key columns, the aggregates and ``_rb_v``, the
-version (batch id) that last changed it. A delta holds only the rows with ``_rb_v`` = its version. Loading
-version V reads the latest snapshot at or before V and the deltas after it, and keeps per key the row with the
-highest ``_rb_v`` (an upsert) — reading happens on recovery only.
+**Rows.** Every state row carries the key group ``_rb_kg``, the key columns and the aggregates. A delta holds the
+rows its version changed; a row's version is the version of the directory it is stored in (the files carry no
+version column, so that a batch's plan has no batch-specific literal and Spark reuses its generated code: a
+literal that changes every batch cost ~6 Janino compilations, 0.1–0.4 s, per batch). Loading version V reads the
+latest snapshot at or before V and the deltas after it, gives each row its directory's version as ``_rb_v`` and
+keeps per key the row with the highest ``_rb_v`` (an upsert) — reading happens on recovery only. Files of the
+first release carry ``_rb_v`` themselves (a snapshot row its own, older, version); their directory's version
+replaces it, which keeps the same row per key (every delta after a snapshot is newer than the snapshot).
 
 **Routing.** The commit record holds the routing epoch and the key group → partition table the batch ran under,
 so a restarted driver places the state as it was and resynchronises with the controller from that epoch.
@@ -167,12 +171,13 @@ class StateStore:
         return last is not None and version <= last.version and self._exists(self._record(version))
 
     # ------------------------------------------------------------------ writing
-    def commit(self, version: int, state_df, *, keys: Sequence[str], columns: Sequence[str], epoch: int,
-               partition_of: Sequence[int], delta_rows: int | None = None,
+    def commit(self, version: int, state_df, *, changed: Any, keys: Sequence[str], columns: Sequence[str],
+               epoch: int, partition_of: Sequence[int], delta_rows: int | None = None,
                extra: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                observe: Sequence[Any] = (), keep: Any = None, files: int | None = None) -> Commit:
-        """Write version ``version``: the rows of ``state_df`` with ``_rb_v == version`` (and the whole state
-        when a snapshot is due), then the commit record. ``state_df`` must have ``columns`` (with ``_rb_v``).
+        """Write version ``version``: the rows of ``state_df`` that the version changed (the predicate Column
+        ``changed``; it must not name the version, see the module docstring) and the whole state when a snapshot is
+        due, then the commit record. ``state_df`` must have ``columns``.
 
         ``observe``: aggregate columns computed over the delta rows while they are written (Spark's
         ``Observation``; no job of their own); their values are in the returned commit's ``observed`` (not stored),
@@ -181,7 +186,6 @@ class StateStore:
         observed values (the record is written after the data). ``files``: write the delta and the snapshot as at
         most this many files (``coalesce``: fewer, larger tasks and files — on ``local[2]`` writing 8 small Parquet
         files cost twice as much as writing 2)."""
-        from pyspark.sql import functions as F
 
         t0 = time.perf_counter()
         last = self.latest()
@@ -189,8 +193,8 @@ class StateStore:
             raise ValueError(f"state version {version} is already committed (latest {last.version})")
         snapshot = last is None or last.snapshot is None or version - last.snapshot >= self.snapshot_every
         tmp = f"{self.root}/_tmp/{uuid.uuid4().hex}"
-        cols = list(columns)
-        delta = state_df.filter(F.col(VERSION_COL) == F.lit(version))
+        cols = [c for c in columns if c != VERSION_COL]
+        delta = state_df.filter(changed)
         observed: dict[str, Any] = {}
         if observe:
             from pyspark.sql import Observation
@@ -203,7 +207,7 @@ class StateStore:
             delta, state_df = delta.coalesce(max(1, int(files))), state_df.coalesce(max(1, int(files)))
         delta.select(*cols).write.mode("overwrite").parquet(tmp + "/delta")
         if observe:
-            observed = dict(obs.get)
+            observed = _observed(obs)
             if delta_rows is None and "keys" in observed:
                 delta_rows = int(observed["keys"])
         if callable(extra):
@@ -252,8 +256,16 @@ class StateStore:
         """The rows changed by ``version`` (its batch's output in update mode)."""
         return self.spark.read.parquet(self._dir(version) + "/delta")
 
+    def _read(self, path: str, columns: Sequence[str], version: int):
+        """The stored ``columns`` of the Parquet files at ``path`` and ``_rb_v`` = ``version`` (see **Rows**)."""
+        from pyspark.sql import functions as F
+
+        stored = [c for c in columns if c != VERSION_COL]
+        return self.spark.read.parquet(path).select(*stored, F.lit(int(version)).cast("long").alias(VERSION_COL))
+
     def load(self, version: int | None = None, *, dedup: bool = True):
         """(state DataFrame, commit) of ``version`` (default: the latest), or ``(None, None)`` for an empty store.
+        The DataFrame has the stored columns and ``_rb_v``, the version that wrote each row.
 
         Reads the snapshot the version builds on and the deltas after it, newest row per key wins (``dedup=False``:
         the caller keeps the newest ``_rb_v`` per key itself, e.g. after placing the rows, in the same shuffle).
@@ -266,16 +278,34 @@ class StateStore:
         if rec.snapshot is None:
             raise OSError(f"state version {rec.version} names no snapshot")
         vs = [v for v in self.versions() if rec.snapshot < v <= rec.version]
-        parts = [self.spark.read.parquet(self._dir(rec.snapshot) + "/snapshot").select(*rec.columns)]
+        parts = [self._read(self._dir(rec.snapshot) + "/snapshot", rec.columns, rec.snapshot)]
         for v in vs:
             if self._exists(self._dir(v) + "/delta"):
-                parts.append(self.spark.read.parquet(self._dir(v) + "/delta").select(*rec.columns))
+                parts.append(self._read(self._dir(v) + "/delta", rec.columns, v))
         df = parts[0]
         for p in parts[1:]:
             df = df.unionByName(p)
         if len(parts) > 1 and dedup:
-            others = [c for c in rec.columns if c not in rec.keys]
+            others = [c for c in df.columns if c not in rec.keys]
             latest = F.max_by(F.struct(*[F.col(c) for c in others]), F.col(VERSION_COL)).alias("_rb_row")
             df = df.groupBy(*rec.keys).agg(latest).select(*rec.keys, *[F.col("_rb_row." + c).alias(c)
-                                                                        for c in others]).select(*rec.columns)
+                                                                        for c in others]).select(*parts[0].columns)
         return df, rec
+
+
+def _observed(obs) -> dict[str, Any]:
+    """An ``Observation``'s values. Read from the JVM row one value at a time (text and numbers pass py4j as they
+    are), not through ``Observation.get``, which pickles the row and has py4j decode the bytes one by one (0.15 s
+    for a 350 kB row); values of other types take that path."""
+    try:
+        jrow = obs._jo.getRow()
+        names = list(jrow.schema().fieldNames())
+        out = {}
+        for i, name in enumerate(names):
+            v = jrow.get(i)
+            if v is not None and not isinstance(v, (str, int, float, bool)):
+                return dict(obs.get)
+            out[name] = v
+        return out
+    except AttributeError:  # an Observation without the JVM object (e.g. Spark Connect)
+        return dict(obs.get)

@@ -173,3 +173,49 @@ def test_state_bytes_tracked_from_the_batches_equal_a_measurement_of_the_whole_s
         d2.process(spark.createDataFrame(frames[b]), b)
         assert (d2._state_b[1] == d2.state.state_bytes_per_key_group()).all()
     d2.close()
+
+
+def test_a_store_of_the_first_release_whose_rows_carry_their_version_is_loaded_and_continued(spark, tmp_path):
+    """The first release wrote ``_rb_v`` (the version that last changed a row) into every file and listed it in the
+    commit records; files are now version-free (a row's version is its directory's). A store in the old format is
+    rebuilt here from a new one — each row gets the version the first release gave it — and must load and go on
+    exactly: a snapshot row's own (older) version is replaced by the snapshot's, which keeps the newest row per key
+    only if the loader compares deltas against the snapshot's version (a wrong replacement double-counts)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frames = _batches(n=5, seed=12)
+    root = tmp_path / "s"
+    d = _driver(spark, root, snapshot_every=2)
+    for b in range(4):                                  # v0 snapshot, v1 delta, v2 snapshot, v3 delta
+        d.process(spark.createDataFrame(frames[b]), b)
+    d.close()
+    last_change = {}                                    # key -> the batch that last changed it (the old _rb_v)
+    for b in range(4):
+        for k in frames[b].key:
+            last_change[k] = b
+    older = 0                                           # snapshot rows older than their snapshot
+    for v in range(4):
+        vdir = root / f"v{v:020d}"
+        for part in ("delta", "snapshot"):
+            if not (vdir / part).exists():
+                continue
+            table = pq.read_table(vdir / part)
+            versions = [last_change[k] if part == "snapshot" else v for k in table.column("key").to_pylist()]
+            older += sum(1 for x in versions if x < v)
+            for f in [*(vdir / part).glob("*.parquet"), *(vdir / part).glob(".*.crc")]:
+                f.unlink()                              # (Hadoop's checksums of the files replaced)
+            pq.write_table(table.append_column("_rb_v", pa.array(versions, pa.int64())), vdir / part / "p.parquet")
+        record = root / "_commits" / f"{v:020d}.json"
+        doc = json.loads(record.read_text())
+        doc["columns"] = [*doc["columns"], "_rb_v"]
+        record.write_text(json.dumps(doc))
+        (record.parent / f".{record.name}.crc").unlink(missing_ok=True)
+    assert older > 0
+
+    d2 = _driver(spark, root, snapshot_every=2)
+    assert d2.process(spark.createDataFrame(frames[3]), 3).replayed
+    _eq(_state(d2), _expected(frames[:4]))
+    d2.process(spark.createDataFrame(frames[4]), 4)
+    _eq(_state(d2), _expected(frames))
+    d2.close()
