@@ -155,6 +155,7 @@ class KeyedState:
         self.fallback_merges = 0          # merges that needed an explicit repartition (should stay 0)
         self._previous: list = []         # states a lazily checkpointed state still reads (release_previous)
         self._merge_placed = False        # the merge's plan was seen to keep the placement (checked once)
+        self._exprs: dict[str, list] = {}  # column expressions built once (see _merge_exprs)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -287,15 +288,17 @@ class KeyedState:
         # foreachBatch hands over DataFrames of the stream's own (cloned) session: plan in that session
         self.session = batch_df.sparkSession
         G = self.routing.key_groups
-        routed = (batch_df.withColumn(B_COL, row_bytes_column(batch_df))
-                  .withColumn(ROUTE_COL, self.routing.route_column(key_group_column(self.keys, G))))
+        routed = batch_df.withColumns({B_COL: row_bytes_column(batch_df),
+                                       ROUTE_COL: self.routing.route_column(key_group_column(self.keys, G))})
         placed = self.routing.place(routed)  # only the route value travels; the key group is pmod(route, G)
-        aggs = [F.expr(f"{fn}({'1' if col is None else _q(col)})").alias(out)
-                for out, (fn, col) in self.aggregations.items()]
-        aggs += [F.expr("count(1)").alias(N_COL), F.expr(f"sum({_q(B_COL)})").alias(B_COL)]
+        if "partials" not in self._exprs:
+            aggs = [F.expr(f"{fn}({'1' if col is None else _q(col)})").alias(out)
+                    for out, (fn, col) in self.aggregations.items()]
+            self._exprs["partials"] = [*aggs, F.expr("count(1)").alias(N_COL), F.expr(f"sum({_q(B_COL)})").alias(B_COL)]
         with _no_adaptive(self.session):  # a cached adaptive plan would hide the hash partitioning on the route
-            part = (placed.groupBy(ROUTE_COL, *self.keys).agg(*aggs)
-                    .withColumn(KG_COL, key_group_of_route(ROUTE_COL, G)))
+            # (grouping by the route and the key group pmod(route, G) as well: the placement satisfies both)
+            part = placed.groupBy(ROUTE_COL, key_group_of_route(ROUTE_COL, G).alias(KG_COL), *self.keys) \
+                .agg(*self._exprs["partials"])
             if persist:
                 part = part.persist(StorageLevel.MEMORY_AND_DISK)
         return BatchPartials(part, self.n_partitions)
@@ -307,27 +310,17 @@ class KeyedState:
         the plan, see the module docstring). ``lazy``: the new state is materialised by the next job that reads it
         (the durable store's delta write) instead of a job of its own; the previous state is kept until
         :meth:`release_previous`."""
-        from pyspark.sql import functions as F
 
         with _no_adaptive(self.session):  # (expressions as SQL text: one JVM call each, see row_bytes_column)
-            new_rows = partials.df.withColumn(TOUCHED_COL, F.expr("true"))
-            new_rows = new_rows.withColumn(D_COL, self._row_bytes(new_rows)).select(*self._state_columns())
+            x = self._merge_exprs(partials.df)
+            new_rows = partials.df.select(*x["new_rows"])
             if self.df is None:
                 merged = new_rows
             else:
-                this = _q(TOUCHED_COL)  # in the union: the batch's row of a key (the state's rows are not)
-                aggs = [F.expr(f"{_MERGE[fn]}({_q(out)})").alias(out) for out, (fn, _) in self.aggregations.items()]
-                aggs.append(F.expr(f"bool_or({this})").alias(TOUCHED_COL))
-                aggs += [F.expr(f"cast(sum(if({this}, {_q(c)}, 0)) as bigint)").alias(c) for c in (N_COL, B_COL)]
-                # the state row's size before the batch (null for a new key): its change is the delta's D_COL
-                aggs.append(F.sum(F.when(~F.expr(this), self._row_bytes(self.df))).alias("_rb_old"))
-
                 def merged_of(union):
-                    out = union.groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*aggs)
-                    return (out.withColumn(D_COL, (self._row_bytes(out) - F.expr("coalesce(_rb_old, 0)"))
-                                           .cast("long")).select(*self._state_columns()))
+                    return union.groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*x["merge"]).select(*x["merged"])
 
-                state = self.df.withColumn(TOUCHED_COL, F.expr("false"))
+                state = self.df.select(*x["state"])
                 merged = merged_of(state.unionByName(new_rows))
                 # the merge's plan has the same shape every batch: its partitioning is checked until it holds once
                 # (inspecting the physical plan costs ~0.1 s of JVM calls per batch)
@@ -338,6 +331,30 @@ class KeyedState:
                     merged = merged_of(state.unionByName(new_rows).repartition(self.n_partitions, ROUTE_COL))
             self._replace(merged, lazy=lazy)
         self.updates += 1
+
+    def _merge_exprs(self, partials_df) -> dict[str, list]:
+        """The column expressions of :meth:`merge`, built once (they do not change from batch to batch; each is
+        a JVM call): ``new_rows`` (the batch's rows, marked changed, with their size as the change ``D_COL``),
+        ``state`` (the state's rows, unmarked), ``merge`` (the aggregation of their union per key) and ``merged``
+        (the state's columns of its result)."""
+        from pyspark.sql import functions as F
+
+        if "merge" not in self._exprs:
+            size = self._row_bytes(partials_df)  # keys and values: the same types in the batch and the state
+            this = _q(TOUCHED_COL)  # in the union: the batch's row of a key (the state's rows are not)
+            front = [ROUTE_COL, KG_COL, *self.keys, *self.value_columns()]
+            merge = [F.expr(f"{_MERGE[fn]}({_q(out)})").alias(out) for out, (fn, _) in self.aggregations.items()]
+            merge.append(F.expr(f"bool_or({this})").alias(TOUCHED_COL))
+            merge += [F.expr(f"cast(sum(if({this}, {_q(c)}, 0)) as bigint)").alias(c) for c in (N_COL, B_COL)]
+            # the state row's size before the batch (null for a new key): its change is the delta's D_COL
+            merge.append(F.sum(F.when(~F.expr(this), size)).alias("_rb_old"))
+            self._exprs.update(
+                new_rows=[*front, F.expr("true").alias(TOUCHED_COL), N_COL, B_COL, size.alias(D_COL)],
+                state=[*front, F.expr("false").alias(TOUCHED_COL), *self._batch_columns()],
+                merge=merge,
+                merged=[*front, TOUCHED_COL, N_COL, B_COL,
+                        (size - F.expr("coalesce(_rb_old, 0)")).cast("long").alias(D_COL)])
+        return self._exprs
 
     def update(self, batch_df, version: int = 0) -> BatchPartials:
         """:meth:`partials` then :meth:`merge`; returns the (cached) partials for statistics."""
