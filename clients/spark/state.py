@@ -237,7 +237,7 @@ class KeyedState:
     def statistics(self, observed: Mapping) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(records, bytes, change of the state bytes or None) per key group, shape (G,) each, from
         :meth:`batch_observation`'s values."""
-        rows = np.asarray(json.loads(observed.get("rows") or "[]") or np.zeros((0, 4)), dtype=np.int64).reshape(-1, 4)
+        rows = np.asarray(json.loads(observed.get("rows") or "[]"), dtype=np.int64).reshape(-1, 4)
         G = self.routing.key_groups
         n, b, d = (np.bincount(rows[:, 0], weights=rows[:, i], minlength=G).astype(np.int64) for i in (1, 2, 3))
         return n, b, d

@@ -193,7 +193,7 @@ class StateStore:
             raise ValueError(f"state version {version} is already committed (latest {last.version})")
         snapshot = last is None or last.snapshot is None or version - last.snapshot >= self.snapshot_every
         tmp = f"{self.root}/_tmp/{uuid.uuid4().hex}"
-        cols = [c for c in columns if c != VERSION_COL]
+        cols = _stored(columns)
         delta = state_df.filter(changed)
         observed: dict[str, Any] = {}
         if observe:
@@ -260,8 +260,8 @@ class StateStore:
         """The stored ``columns`` of the Parquet files at ``path`` and ``_rb_v`` = ``version`` (see **Rows**)."""
         from pyspark.sql import functions as F
 
-        stored = [c for c in columns if c != VERSION_COL]
-        return self.spark.read.parquet(path).select(*stored, F.lit(int(version)).cast("long").alias(VERSION_COL))
+        version_col = F.lit(int(version)).cast("long").alias(VERSION_COL)
+        return self.spark.read.parquet(path).select(*_stored(columns), version_col)
 
     def load(self, version: int | None = None, *, dedup: bool = True):
         """(state DataFrame, commit) of ``version`` (default: the latest), or ``(None, None)`` for an empty store.
@@ -291,6 +291,11 @@ class StateStore:
             df = df.groupBy(*rec.keys).agg(latest).select(*rec.keys, *[F.col("_rb_row." + c).alias(c)
                                                                         for c in others]).select(*parts[0].columns)
         return df, rec
+
+
+def _stored(columns: Sequence[str]) -> list[str]:
+    """The columns files hold: ``columns`` without ``_rb_v`` (a first-release record lists it; see **Rows**)."""
+    return [c for c in columns if c != VERSION_COL]
 
 
 def _observed(obs) -> dict[str, Any]:
