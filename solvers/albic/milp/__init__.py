@@ -23,6 +23,10 @@ inside ``time_limit``:
    when the budget is nearly spent the arrivals come from the nodes that must send anyway — the sender pools);
    Lemma 2 under the budget (load that cannot leave the removing nodes) gives another. Its O(m log m) setup
    cannot stop, so it starts only when it fits in the time left (else the granularity bound stands in).
+   **Decision model at the bound** (issue 16.2): when only a few nodes (≤ ``AT_BOUND_NODES``) lie outside the
+   bound's band in the current assignment, CP-SAT looks for a plan with distance ≤ bound that moves only their
+   units (:func:`solvers.albic.milp.submodel.at_bound`; a fixed band makes the model a small subset sum, which
+   CP-SAT settles in milliseconds where it cannot squeeze the min–max objective); found, it is optimal.
 3. **Randomised restarts and ruin-and-recreate** (most of the time limit): GRASP restarts of the greedy, and
    rounds that undo ~30 % of the best plan's migrations and spend the freed budget again — either greedily or
    with a budget-aware repair that lands each critical node inside a slightly tighter band at the lowest cost.
@@ -43,7 +47,8 @@ unit on B divided by the largest active capacity) the planner prefers less load 
 no removing nodes the objective is exactly the paper's (d first, then the band width).
 
 Time shares (fractions of ``time_limit`` from the start of the call, named below): Flux ≤ ``FLUX_SHARE``, the
-greedy until ``GREEDY_SHARE`` after Flux, every other start's local search until ``WARM_END``, restarts until
+greedy until ``GREEDY_SHARE`` after Flux, every other start's local search until ``WARM_END``, the decision model
+at the bound for ``AT_BOUND_SHARE`` (after importing OR-tools, when it runs), restarts until
 ``RESTART_END`` (``RESTART_END_SMALL`` when the exact model will run), then the MILP phase; ``STOP_MARGIN`` is kept
 for picking and checking the plan. OR-tools and PuLP are imported only when a MILP phase runs.
 
@@ -68,7 +73,7 @@ from solvers import metrics
 from solvers.albic.milp.bounds import analytic_bound
 from solvers.albic.milp.search import improve
 from solvers.albic.milp.state import Pool, State, cheapest_feasible_units, drain_floor, hint_place, placement_ok
-from solvers.albic.milp.submodel import full_model, neighbourhood_search
+from solvers.albic.milp.submodel import AT_BOUND_NODES, at_bound, full_model, needy_nodes, neighbourhood_search
 from solvers.albic.milp.units import Units, build_units, split_units
 from solvers.errors import InvalidInput
 from solvers.model import Plan, Problem
@@ -83,6 +88,7 @@ FLUX_SHARE = 1.0               # Flux runs to completion unless it needs more th
 GREEDY_SHARE = 0.25            # the greedy local search from the cheapest placement, after Flux
 WARM_END = 0.1                 # local search from the other starts ends here (small instances) …
 WARM_END_LARGE = 0.6           # … or here (large instances)
+AT_BOUND_SHARE = 0.15          # decision models at the bound (few nodes outside its band) for at most this share
 RESTART_END_SMALL = 0.15       # restarts and ruin-and-recreate end here when the exact model follows
 RESTART_END = 0.9              # … and here otherwise (then neighbourhood search)
 STOP_MARGIN = (0.03, 0.05, 6e-7)  # seconds + share of the limit + seconds per key group kept for picking and
@@ -158,6 +164,21 @@ def _warm_start(run: _Run, base_place: np.ndarray, flux: bool, hint: np.ndarray 
         pool.offer(s.place, origin + "+ls")
         if s.key() < run.best.key():
             run.best = s
+
+
+def _at_bound(run: _Run, seed: int) -> None:
+    """Phase 2b: when the incumbent is above the proven bound and only a few nodes lie outside the bound's band in
+    the current assignment, the decision model at the bound (:func:`~solvers.albic.milp.submodel.at_bound`), for
+    at most ``AT_BOUND_SHARE`` of the limit. OR-tools is imported only then (its import counts)."""
+    if run.lb <= 0 or run.reached():
+        return
+    start = State(run.units, run.p.current, run.t_lin)
+    if not 2 <= needy_nodes(start, run.lb).size <= AT_BOUND_NODES:
+        return
+    import solvers.albic.milp.cpsat  # noqa: F401  (first call in a process: ~0.3 s, before the phase's share)
+    end = min(time.perf_counter() + AT_BOUND_SHARE * run.limit, run.stop)
+    run.best, info = at_bound(start, run.pool, run.lb, run.best, end, 1, seed)
+    run.details.update(info)
 
 
 def _restarts(run: _Run, end: float) -> None:
@@ -282,6 +303,8 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     _warm_start(run, base_place, flux, hint)
     run.lb = analytic_bound(p, deadline=max(run.end, time.perf_counter() + 0.01))
     details["analytic_bound"] = run.lb
+    if unit_of is None and not allowed and not (p.communication_cost > 0 and p.comm.nnz):
+        _at_bound(run, seed)
     # phase 3: restarts; phase 4: the exact model (small) or neighbourhood search (large, long limits)
     _restarts(run, min(run.at(RESTART_END_SMALL if full else RESTART_END), run.stop))
     if not run.reached():

@@ -423,7 +423,13 @@ class SubResult:
     d_int: int | None = None     # the proven bound on the model's scaled integer d (CP-SAT)
 
 
-def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1, seed: int = 0) -> SubResult:
+def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1, seed: int = 0,
+                d_max: int | None = None) -> SubResult:
+    """Solve the sub-MILP ``sm`` (objective ``W1·d + hi − lo``) hinted with ``state``.
+
+    ``d_max`` (scaled utilisation units) turns it into the *decision* model: ``d ≤ d_max``, fewest migrations.
+    CP-SAT finds such plans far faster than it optimises the min–max objective (a subset-sum with a fixed band,
+    not a band to squeeze). Its ``d_bound`` then says nothing about the distance (the caller ignores it)."""
     t0 = time.perf_counter()
     p = state.units.problem
     model = cp_model.CpModel()
@@ -512,7 +518,11 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
                     use = cp_model.LinearExpr.weighted_sum([v for v, _ in xs[b]],
                                                            [int(sm.res_coef[a, r]) for _, a in xs[b]])
                     model.add(use <= int(sm.res_room[b, r]) - const)
-    if sm.edges is not None:
+    if d_max is not None:
+        model.add(d <= d_max)
+        if cost_terms_v:
+            model.minimize(cp_model.LinearExpr.weighted_sum(cost_terms_v, cost_terms_c))
+    elif sm.edges is not None:
         W1 = 1  # exact communication costs: d alone (the band tie-break makes the cut model much slower to prove)
         model.minimize(d)
     else:
@@ -553,6 +563,8 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         for v, a in xs[b]:
             if solver.boolean_value(v):
                 newp[a] = sm.nodes[phys[b]]
+    if d_max is not None:  # the objective was the migration count: no bound on d
+        return SubResult(newp, "optimal" if st == cp_model.OPTIMAL else "feasible", None, secs)
     bound_obj = solver.best_objective_bound
     # W1·d ≥ bound − (hi − lo) > bound − W1; the float of a bound near 2^59 may be off by up to 2^7 units
     d_int_bound = (math.floor((bound_obj - 256.0) / W1) if W1 > 1 else math.ceil(bound_obj - 1e-6)) \

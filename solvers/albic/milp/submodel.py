@@ -17,6 +17,7 @@ OR-tools / PuLP are imported here lazily, only when a MILP phase runs.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,9 @@ SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
 LNS_MIN_SECONDS = 0.25         # an LNS round is only started with this much time left
 LNS_BUILD_SECONDS = 0.1        # reserved for building one sub-MILP
 EXACT_COMM_MAX = 20_000        # unit edges × nodes up to which the full model charges cut edges exactly
+AT_BOUND_NODES = 16            # the decision model at a target distance: at most this many nodes outside its band …
+AT_BOUND_UNITS = 400           # … holding at most this many units
+AT_BOUND_MIN_SECONDS = 0.02    # a decision model is only started with this much time left
 
 
 def _backend(backend: str) -> Callable[..., Any]:
@@ -69,6 +73,61 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
             state = new
     bound = res.d_bound if exact_loads or exact_comm else None
     return state, bound, res.status
+
+
+def needy_nodes(start: State, tau: float) -> np.ndarray:
+    """Nodes that every plan with distance ≤ ``tau`` must change: active nodes outside ``[t − τ, t + τ]`` in
+    ``start`` and removing nodes that hold load."""
+    p = start.units.problem
+    return np.flatnonzero((start.devs() > tau) | (~p.active & (start.L > 0)))
+
+
+def at_bound(start: State, pool: Pool, lb: float, best: State, deadline: float, workers: int, seed: int
+             ) -> tuple[State, dict[str, Any]]:
+    """Decision models from the current assignment (issue 16.2): is there a plan with distance ≤ τ that moves
+    only units of the nodes outside the τ band?
+
+    τ starts at the proven bound ``lb`` — a plan found there is optimal — and is bisected towards the incumbent's
+    distance while the time lasts (a failed τ proves nothing: nodes inside the band could have helped; it only
+    moves the next τ up). Each model keeps every other unit at home, so the whole budget is available; it runs
+    only while the nodes outside the band are few (``AT_BOUND_NODES``, ``AT_BOUND_UNITS``): then the ALBIC model
+    (§4.3.1) with a fixed band is a small multi-way subset sum that CP-SAT settles in milliseconds, where the local
+    search's moves and swaps need a coordinated 8–10-move exchange (e.g. two overloaded nodes sending four key
+    groups each, with the right ones, to two underloaded nodes).
+
+    Returns the best state (``best`` or better) and ``{"at_bound_tries", "at_bound_improved"}``."""
+    from solvers.albic.milp.cpsat import build, solve_cpsat
+    units = start.units
+    info: dict[str, Any] = {"at_bound_tries": 0, "at_bound_improved": 0}
+    lo, hi = lb, best.key()[2]
+    tau = lb
+    while hi - lo > 1e-3 * max(hi, 1e-300):
+        remaining = deadline - time.perf_counter()
+        needy = needy_nodes(start, tau)
+        cand = np.flatnonzero(np.isin(start.place, needy))
+        if remaining < AT_BOUND_MIN_SECONDS or needy.size < 2 or needy.size > AT_BOUND_NODES \
+                or cand.size > AT_BOUND_UNITS:
+            break
+        sm = build(start, cand, needy)
+        d_max = int(math.ceil(sm.S * (tau + sm.tol)))
+        res = solve_cpsat(start, sm, remaining, workers=workers, seed=seed, d_max=d_max)
+        info["at_bound_tries"] += 1
+        if res.place is not None:
+            new = start.copy()
+            for a, u in enumerate(cand.tolist()):
+                new.move(u, int(res.place[a]))
+            if placement_ok(units, new.place):
+                pool.offer(new.place, "at-bound")
+                if new.key() < best.key():
+                    best = new
+                    info["at_bound_improved"] += 1
+            hi = min(hi, new.key()[2])
+            if hi <= tau:
+                break  # at τ: the bound itself (optimal), or the best this bisection can show
+        else:
+            lo = tau
+        tau = 0.5 * (lo + hi)
+    return best, info
 
 
 def _edge_count(units: Units) -> int:
