@@ -23,14 +23,16 @@ inside ``time_limit``:
    when the budget is nearly spent the arrivals come from the nodes that must send anyway — the sender pools);
    Lemma 2 under the budget (load that cannot leave the removing nodes) gives another. Its O(m log m) setup
    cannot stop, so it starts only when it fits in the time left (else the granularity bound stands in).
-   **Decision model at the bound** (issue 16.2): when only a few nodes (≤ ``AT_BOUND_NODES``) lie outside the
-   bound's band in the current assignment, CP-SAT looks for a plan with distance ≤ bound that moves only their
-   units (:func:`solvers.albic.milp.submodel.at_bound`; a fixed band makes the model a small subset sum, which
-   CP-SAT settles in milliseconds where it cannot squeeze the min–max objective); found, it is optimal.
 3. **Randomised restarts and ruin-and-recreate** (most of the time limit): GRASP restarts of the greedy, and
    rounds that undo ~30 % of the best plan's migrations and spend the freed budget again — either greedily or
    with a budget-aware repair that lands each critical node inside a slightly tighter band at the lowest cost.
    Stops as soon as the plan meets the bound.
+   **3b. Decision model at the bound** (issue 16.2): when the restarts have not reached the bound and only a few
+   nodes (≤ ``AT_BOUND_NODES``) lie outside the bound's band in the current assignment, CP-SAT looks for a plan
+   with distance ≤ bound that moves only their units (:func:`solvers.albic.milp.submodel.at_bound`; a fixed band
+   makes the model a small subset sum, which CP-SAT settles in milliseconds where it cannot squeeze the min–max
+   objective); found, it is optimal. It takes the last ``AT_BOUND_SHARE`` of the restarts' time (on small
+   instances: runs after them, before the exact model).
 4. **Exact model on small instances** — when units × nodes ≤ 6,000 the full MILP is solved by CP-SAT (or CBC),
    hinted with the incumbent; its proven bound is combined with the analytic one; with communication costs CP-SAT
    charges cut edges exactly, so the plan and the bound are those of the true objective
@@ -47,10 +49,11 @@ unit on B divided by the largest active capacity) the planner prefers less load 
 no removing nodes the objective is exactly the paper's (d first, then the band width).
 
 Time shares (fractions of ``time_limit`` from the start of the call, named below): Flux ≤ ``FLUX_SHARE``, the
-greedy until ``GREEDY_SHARE`` after Flux, every other start's local search until ``WARM_END``, the decision model
-at the bound for ``AT_BOUND_SHARE`` (after importing OR-tools, when it runs), restarts until
-``RESTART_END`` (``RESTART_END_SMALL`` when the exact model will run), then the MILP phase; ``STOP_MARGIN`` is kept
-for picking and checking the plan. OR-tools and PuLP are imported only when a MILP phase runs.
+greedy until ``GREEDY_SHARE`` after Flux, every other start's local search until ``WARM_END``, restarts until
+``RESTART_END`` (``RESTART_END_SMALL`` when the exact model will run; when phase 3b applies, its
+``AT_BOUND_SHARE`` is the restarts' last share, or follows them on small instances), then the MILP phase;
+``STOP_MARGIN`` is kept for picking and checking the plan. OR-tools and PuLP are imported only when a MILP phase
+(3b included) runs.
 
 Status (issue 16): ``optimal`` only when the plan's distance meets a *valid* lower bound — the analytic bound or
 the full model's proven bound minus its rounding tolerance, both valid for the problem as given (fractional bytes
@@ -168,19 +171,27 @@ def _warm_start(run: _Run, base_place: np.ndarray, flux: bool, hint: np.ndarray 
             run.best = s
 
 
-def _at_bound(run: _Run, seed: int) -> None:
-    """Phase 2b: when the incumbent is above the proven bound and only a few nodes lie outside the bound's band in
-    the current assignment, the decision model at the bound (:func:`~solvers.albic.milp.submodel.at_bound`), for
-    at most ``AT_BOUND_SHARE`` of the limit. OR-tools is imported only then (its import counts)."""
+def _at_bound_start(run: _Run) -> State | None:
+    """Whether phase 3b applies: the incumbent is above the proven bound and only 2–``AT_BOUND_NODES`` nodes lie
+    outside the bound's band in the current assignment. Returns the current assignment's state, after importing
+    OR-tools (in a fresh process only when ``ORTOOLS_IMPORT_SECONDS`` plus the phase's share remain), or None."""
     if run.lb <= 0 or run.reached():
-        return
+        return None
     start = State(run.units, run.p.current, run.t_lin)
     if not 2 <= needy_nodes(start, run.lb).size <= AT_BOUND_NODES:
-        return
+        return None
     if "solvers.albic.milp.cpsat" not in sys.modules and \
             run.stop - time.perf_counter() < ORTOOLS_IMPORT_SECONDS + AT_BOUND_SHARE * run.limit:
-        return  # a fresh process (the CLI) with too little time to load OR-tools and still use it
-    import solvers.albic.milp.cpsat  # noqa: F401  (first call in a process: ~0.3 s, before the phase's share)
+        return None  # a fresh process (the CLI) with too little time to load OR-tools and still use it
+    import solvers.albic.milp.cpsat  # noqa: F401  (first call in a process: 0.3–0.9 s, counted)
+    return start
+
+
+def _at_bound(run: _Run, start: State, seed: int) -> None:
+    """Phase 3b: the decision model at the bound (:func:`~solvers.albic.milp.submodel.at_bound`) for at most
+    ``AT_BOUND_SHARE`` of the limit, when the restarts before it have not reached the bound."""
+    if run.reached():
+        return
     end = min(time.perf_counter() + AT_BOUND_SHARE * run.limit, run.stop)
     run.best, info = at_bound(start, run.pool, run.lb, run.best, end, 1, seed)
     run.details.update(info)
@@ -223,7 +234,8 @@ def _restarts(run: _Run, end: float) -> None:
         if s.key() < run.best.key():
             run.pool.offer(s.place, origin)
             run.best = s
-    run.details.update(ruins=ruins, restarts=restarts, search_seconds=round(time.perf_counter() - run.t_start, 4))
+    run.details.update(ruins=run.details.get("ruins", 0) + ruins, restarts=run.details.get("restarts", 0) + restarts,
+                       search_seconds=round(time.perf_counter() - run.t_start, 4))
 
 
 def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
@@ -308,10 +320,18 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     _warm_start(run, base_place, flux, hint)
     run.lb = analytic_bound(p, deadline=max(run.end, time.perf_counter() + 0.01))
     details["analytic_bound"] = run.lb
+    # phase 3: restarts (3b: the decision model at the bound, after them on small instances, else before their
+    # last AT_BOUND_SHARE); phase 4: the exact model (small) or neighbourhood search (large, long limits)
+    restart_end = RESTART_END_SMALL if full else RESTART_END
+    start = None
     if unit_of is None and not allowed and not (p.communication_cost > 0 and p.comm.nnz):
-        _at_bound(run, seed)
-    # phase 3: restarts; phase 4: the exact model (small) or neighbourhood search (large, long limits)
-    _restarts(run, min(run.at(RESTART_END_SMALL if full else RESTART_END), run.stop))
+        start = _at_bound_start(run)
+    if start is not None and not full:
+        _restarts(run, min(run.at(restart_end - AT_BOUND_SHARE), run.stop))
+        _at_bound(run, start, seed)
+    _restarts(run, min(run.at(restart_end), run.stop))
+    if start is not None and full:
+        _at_bound(run, start, seed)
     if not run.reached():
         remaining = run.stop - time.perf_counter()
         if full and remaining > 0.02:

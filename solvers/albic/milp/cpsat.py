@@ -424,12 +424,13 @@ class SubResult:
 
 
 def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1, seed: int = 0,
-                d_max: int | None = None) -> SubResult:
+                d_max: int | None = None, hint: np.ndarray | None = None) -> SubResult:
     """Solve the sub-MILP ``sm`` (objective ``W1·d + hi − lo``) hinted with ``state``.
 
     ``d_max`` (scaled utilisation units) turns it into the *decision* model: ``d ≤ d_max``, fewest migrations.
     CP-SAT finds such plans far faster than it optimises the min–max objective (a subset-sum with a fixed band,
-    not a band to squeeze). Its ``d_bound`` then says nothing about the distance (the caller ignores it)."""
+    not a band to squeeze). Its ``d_bound`` then says nothing about the distance (the caller ignores it).
+    ``hint``: a node per unit of ``sm.cand`` to hint instead of ``state`` (nodes outside ``sm.nodes``: home)."""
     t0 = time.perf_counter()
     p = state.units.problem
     model = cp_model.CpModel()
@@ -447,7 +448,13 @@ def solve_cpsat(state: State, sm: SubModel, time_limit: float, workers: int = 1,
         model.add(hi >= sm.hi_fixed)
         model.add(lo <= sm.lo_fixed)
     cur_pos = np.searchsorted(sm.nodes, state.place[sm.cand])
-    hint_pos, maps = _canonical(cur_pos, sm)
+    hint_src = cur_pos
+    if hint is not None:
+        hp = np.searchsorted(sm.nodes, hint)
+        inside = (hp < sm.nodes.size) & (sm.nodes[np.minimum(hp, sm.nodes.size - 1)] == hint)
+        hint_src = np.where(inside & sm.mask[np.arange(cur_pos.size), np.minimum(hp, sm.nodes.size - 1)],
+                            hp, cur_pos)
+    hint_pos, maps = _canonical(hint_src, sm)
     perm_units = np.zeros(nc, dtype=bool)
     if sm.perm and sm.home_pos is not None:
         perm_units = np.isin(sm.home_pos, np.concatenate(sm.sym)) if sm.sym else perm_units

@@ -31,7 +31,7 @@ SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
 LNS_MIN_SECONDS = 0.25         # an LNS round is only started with this much time left
 LNS_BUILD_SECONDS = 0.1        # reserved for building one sub-MILP
 EXACT_COMM_MAX = 20_000        # unit edges × nodes up to which the full model charges cut edges exactly
-AT_BOUND_NODES = 16            # the decision model at a target distance: at most this many nodes outside its band …
+AT_BOUND_NODES = 10            # the decision model at a target distance: at most this many nodes outside its band …
 AT_BOUND_UNITS = 400           # … holding at most this many units
 AT_BOUND_MIN_SECONDS = 0.02    # a decision model is only started with this much time left
 
@@ -88,7 +88,8 @@ def at_bound(start: State, pool: Pool, lb: float, best: State, deadline: float, 
     only units of the nodes outside the τ band?
 
     τ starts at the proven bound ``lb`` — a plan found there is optimal — and is bisected towards the incumbent's
-    distance while the time lasts (a failed τ proves nothing: nodes inside the band could have helped; it only
+    distance while the time lasts (the incumbent's placement of those units is the hint: 4× faster on 20 × 400 / 10
+    / 0.3 seed 0) (a failed τ proves nothing: nodes inside the band could have helped; it only
     moves the next τ up). Each model keeps every other unit at home, so the whole budget is available; it runs
     only while the nodes outside the band are few (``AT_BOUND_NODES``, ``AT_BOUND_UNITS``): then the ALBIC model
     (§4.3.1) with a fixed band is a small multi-way subset sum that CP-SAT settles in milliseconds, where the local
@@ -110,7 +111,7 @@ def at_bound(start: State, pool: Pool, lb: float, best: State, deadline: float, 
             break
         sm = build(start, cand, needy)
         d_max = int(math.ceil(sm.S * (tau + sm.tol)))
-        res = solve_cpsat(start, sm, remaining, workers=workers, seed=seed, d_max=d_max)
+        res = solve_cpsat(start, sm, remaining, workers=workers, seed=seed, d_max=d_max, hint=best.place[cand])
         info["at_bound_tries"] += 1
         if res.place is not None:
             new = start.copy()
