@@ -37,7 +37,6 @@ Aggregations are mergeable ones: ``count``, ``sum``, ``min``, ``max`` (``{"click
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -189,23 +188,22 @@ class KeyedState:
 
     def batch_observation(self) -> list:
         """Aggregate columns over the rows the latest batch changed (the delta): ``(key group, records, bytes, state
-        bytes change)`` of each key the batch touched, as one JSON text (read without py4j's per-byte decoding of a
-        pickled row, which cost ~0.15 s for 25,000 keys), and the number of keys — the batch statistics, measured
-        while the delta is written instead of in a job of their own (:meth:`statistics` sums them per key group)."""
+        bytes change)`` of each key the batch touched, as one text of comma-separated numbers (read without py4j's
+        per-byte decoding of a pickled row, which cost ~0.15 s for 25,000 keys), and the number of keys — the batch
+        statistics, measured while the delta is written instead of in a job of their own (:meth:`statistics` sums
+        them per key group)."""
         from pyspark.sql import functions as F
 
         if "observation" not in self._exprs:  # built once per query (a JVM call per part)
             parts = ", ".join([f"cast({_q(KG_COL)} as bigint)", *[_q(c) for c in self._batch_columns()]])
-            self._exprs["observation"] = [F.expr(f"to_json(collect_list(array({parts})))").alias("rows"),
+            rows = f"array_join(flatten(collect_list(array({parts}))), ',', '0')"  # "kg,n,b,d,kg,n,b,d,..."
+            self._exprs["observation"] = [F.expr(rows).alias("rows"),
                                           F.expr("count(1)").alias("keys")]
         return self._exprs["observation"]
 
-    @staticmethod
-    def changed_rows():
+    def changed_rows(self):
         """Predicate (Column) of the rows the latest batch changed (what a durable store writes as its delta)."""
-        from pyspark.sql import functions as F
-
-        return F.col(TOUCHED_COL)
+        return self._cols([TOUCHED_COL])[0]
 
     def _row_bytes(self, df):
         """Column: the state bytes of a row (keys and values), as :meth:`state_bytes_per_key_group` counts them."""
@@ -251,7 +249,8 @@ class KeyedState:
     def statistics(self, observed: Mapping) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(records, bytes, change of the state bytes or None) per key group, shape (G,) each, from
         :meth:`batch_observation`'s values."""
-        rows = np.asarray(json.loads(observed.get("rows") or "[]"), dtype=np.int64).reshape(-1, 4)
+        # numpy's text parser: a third of the time of json.loads on 25,000 keys
+        rows = np.fromstring(observed.get("rows") or "", dtype=np.int64, sep=",").reshape(-1, 4)
         G = self.routing.key_groups
         n, b, d = (np.bincount(rows[:, 0], weights=rows[:, i], minlength=G).astype(np.int64) for i in (1, 2, 3))
         return n, b, d
