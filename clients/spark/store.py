@@ -38,6 +38,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from clients.spark.stats import sql_name
+
 log = logging.getLogger("rebalancer.spark")
 
 VERSION_COL = "_rb_v"
@@ -99,6 +101,10 @@ class StateStore:
         self.on_event = on_event
         sc = spark.sparkContext
         self._jvm = sc._jvm
+        # the class looked up once: ``jvm.org.apache.hadoop.fs.Path`` is five reflective lookups through py4j, the
+        # first ones failing class loads that search the whole class path (~0.7 ms a path, ~10 per commit)
+        self._path_class = sc._jvm.org.apache.hadoop.fs.Path
+        self._columns: tuple[tuple[str, ...], list] | None = None   # (stored column names, their Columns)
         self._conf = sc._jsc.hadoopConfiguration()
         self._fs = self._path(self.root).getFileSystem(self._conf)
         self._fs.mkdirs(self._path(self.root + "/_commits"))
@@ -108,7 +114,17 @@ class StateStore:
 
     # ------------------------------------------------------------------ file system
     def _path(self, p: str):
-        return self._jvm.org.apache.hadoop.fs.Path(p)
+        return self._path_class(p)
+
+    def _select(self, columns: Sequence[str]) -> list:
+        """Columns of the stored ``columns``, built once per column list (a column given by name costs three JVM
+        calls every time it is used)."""
+        from pyspark.sql import functions as F
+
+        names = tuple(columns)
+        if self._columns is None or self._columns[0] != names:
+            self._columns = (names, [F.expr(sql_name(c)) for c in names])
+        return self._columns[1]
 
     def _dir(self, version: int) -> str:
         return f"{self.root}/v{version:0{_W}d}"
@@ -205,20 +221,22 @@ class StateStore:
             delta, state_df = delta.filter(keep), state_df.filter(keep)
         if files is not None:
             delta, state_df = delta.coalesce(max(1, int(files))), state_df.coalesce(max(1, int(files)))
-        delta.select(*cols).write.mode("overwrite").parquet(tmp + "/delta")
+        delta.select(*self._select(cols)).write.mode("overwrite").parquet(tmp + "/delta")
+        if snapshot:
+            state_df.select(*self._select(cols)).write.mode("overwrite").parquet(tmp + "/snapshot")
+        final = self._dir(version)
+        if self._exists(final):  # an uncommitted attempt of this version (a crash before its record)
+            self._fs.delete(self._path(final), True)
+        if not self._fs.rename(self._path(tmp), self._path(final)):
+            raise OSError(f"cannot move {tmp} to {final}")
+        # the observation is read once the data is in place: Spark delivers it through its listener bus after the
+        # write's job (~30 ms later), which the file system calls above overlap
         if observe:
             observed = _observed(obs)
             if delta_rows is None and "keys" in observed:
                 delta_rows = int(observed["keys"])
         if callable(extra):
             extra = extra(observed)
-        if snapshot:
-            state_df.select(*cols).write.mode("overwrite").parquet(tmp + "/snapshot")
-        final = self._dir(version)
-        if self._exists(final):  # an uncommitted attempt of this version (a crash before its record)
-            self._fs.delete(self._path(final), True)
-        if not self._fs.rename(self._path(tmp), self._path(final)):
-            raise OSError(f"cannot move {tmp} to {final}")
         if self.on_event is not None:
             self.on_event("data-written", version)
         rec = Commit(version=int(version), kind="snapshot" if snapshot else "delta",
