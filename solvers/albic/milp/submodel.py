@@ -88,9 +88,9 @@ def at_bound(start: State, pool: Pool, lb: float, best: State, deadline: float, 
     only units of the nodes outside the τ band?
 
     τ starts at the proven bound ``lb`` — a plan found there is optimal — and is bisected towards the incumbent's
-    distance while the time lasts (the incumbent's placement of those units is the hint: 4× faster on 20 × 400 / 10
-    / 0.3 seed 0) (a failed τ proves nothing: nodes inside the band could have helped; it only
-    moves the next τ up). Each model keeps every other unit at home, so the whole budget is available; it runs
+    distance while the time lasts; a failed τ proves nothing (nodes inside the band could have helped), it only
+    moves the next τ up. The incumbent's placement of those units is the hint (4× faster on 20 × 400 / 10 / 0.3
+    seed 0). Each model keeps every other unit at home, so the whole budget is available; it runs
     only while the nodes outside the band are few (``AT_BOUND_NODES``, ``AT_BOUND_UNITS``): then the ALBIC model
     (§4.3.1) with a fixed band is a small multi-way subset sum that CP-SAT settles in milliseconds, where the local
     search's moves and swaps need a coordinated 8–10-move exchange (e.g. two overloaded nodes sending four key
