@@ -113,22 +113,29 @@ def at_bound(start: State, pool: Pool, lb: float, best: State, deadline: float, 
         d_max = int(math.ceil(sm.S * (tau + sm.tol)))
         res = solve_cpsat(start, sm, remaining, workers=workers, seed=seed, d_max=d_max, hint=best.place[cand])
         info["at_bound_tries"] += 1
-        if res.place is not None:
-            new = start.copy()
-            for a, u in enumerate(cand.tolist()):
-                new.move(u, int(res.place[a]))
-            if placement_ok(units, new.place):
-                pool.offer(new.place, "at-bound")
-                if new.key() < best.key():
-                    best = new
-                    info["at_bound_improved"] += 1
+        new = _moved(start, cand, res.place)
+        if new is not None and placement_ok(units, new.place):
+            pool.offer(new.place, "at-bound")
+            if new.key() < best.key():
+                best = new
+                info["at_bound_improved"] += 1
             hi = min(hi, new.key()[2])
             if hi <= tau:
                 break  # at τ: the bound itself (optimal), or the best this bisection can show
-        else:
+        else:  # no plan within τ found (or one that breaks a resource limit): τ moves up
             lo = tau
         tau = 0.5 * (lo + hi)
     return best, info
+
+
+def _moved(state: State, cand: np.ndarray, place: np.ndarray | None) -> State | None:
+    """A copy of ``state`` with the units ``cand`` on the nodes ``place`` of a sub-model's answer (None: none)."""
+    if place is None:
+        return None
+    new = state.copy()
+    for a, u in enumerate(cand.tolist()):
+        new.move(u, int(place[a]))
+    return new
 
 
 def _edge_count(units: Units) -> int:
@@ -157,10 +164,8 @@ def neighbourhood_search(state: State, pool: Pool, deadline: float, budget_total
         sub_t = min(remaining, max(0.05, min(0.3, 0.2 * budget_total))) - LNS_BUILD_SECONDS
         res = solver(state, sm, sub_t, workers=workers, seed=int(rng.integers(1 << 30)))
         iters += 1
-        if res.place is not None:
-            new = state.copy()
-            for a, u in enumerate(cand.tolist()):
-                new.move(u, int(res.place[a]))
+        new = _moved(state, cand, res.place)
+        if new is not None:
             if new.key() < state.key() and placement_ok(units, new.place):
                 state = new
                 improved += 1
