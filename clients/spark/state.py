@@ -189,14 +189,16 @@ class KeyedState:
     def batch_observation(self) -> list:
         """Aggregate columns over the rows the latest batch changed (the delta): ``(key group, records, bytes, state
         bytes change)`` of each key the batch touched, as one text of comma-separated numbers (read without py4j's
-        per-byte decoding of a pickled row, which cost ~0.15 s for 25,000 keys), and the number of keys — the batch
+        per-byte decoding of a pickled row, which cost ~0.15 s for 25,000 keys; each key's part is formatted in the
+        tasks, so the driver's scheduler thread only joins the parts: formatting the numbers there when the job
+        ended cost ~30 ms a batch for 22,000 keys), and the number of keys — the batch
         statistics, measured while the delta is written instead of in a job of their own (:meth:`statistics` sums
         them per key group)."""
         from pyspark.sql import functions as F
 
         if "observation" not in self._exprs:  # built once per query (a JVM call per part)
-            parts = ", ".join([f"cast({_q(KG_COL)} as bigint)", *[_q(c) for c in self._batch_columns()]])
-            rows = f"array_join(flatten(collect_list(array({parts}))), ',', '0')"  # "kg,n,b,d,kg,n,b,d,..."
+            parts = ", ".join(f"cast(coalesce({_q(c)}, 0) as string)" for c in [KG_COL, *self._batch_columns()])
+            rows = f"array_join(collect_list(concat_ws(',', {parts})), ',')"  # "kg,n,b,d,kg,n,b,d,..."
             self._exprs["observation"] = [F.expr(rows).alias("rows"),
                                           F.expr("count(1)").alias("keys")]
         return self._exprs["observation"]
