@@ -7,13 +7,14 @@ a snapshot every ``spark.sql.streaming.stateStore.minDeltasForSnapshot`` = 10 de
     <root>/v00000000000000000007/delta/*.parquet      the rows that changed in batch 7 (their new values)
     <root>/v00000000000000000010/snapshot/*.parquet   the whole state after batch 10 (every ``snapshot_every``)
     <root>/_commits/00000000000000000007.json          the commit: version, routing epoch and assignment, counts
-    <root>/_tmp/...                                    data being written (removed on open)
+    <root>/_tmp/...                                    commit records being written (removed on open)
 
-**Commit protocol.** A version's Parquet files are written under ``_tmp`` and renamed to ``v<version>`` (an
-atomic directory rename on HDFS and local disks); then the commit record is written to a temporary name and
-renamed to ``_commits/<version>.json``. A version exists iff its commit record exists (on S3, where renames copy,
-the record — one small object written at once — is still the commit point). A crash leaves at most an
-uncommitted directory, which the next commit of that version replaces.
+**Commit protocol.** A version's Parquet files are written into ``v<version>`` (by Spark's file committer, without
+a ``_SUCCESS`` marker); then the commit record is written to a temporary name and renamed to
+``_commits/<version>.json``. A version exists iff its commit record exists: the record (one small file, or one S3
+object written at once) is the commit point, and nothing reads the directory of a version without one. A crash
+leaves at most an uncommitted directory, which the next commit of that version (Spark replays the batch with the
+same id) deletes before writing. The data is not renamed after the write (on S3 a rename is a copy).
 
 **Rows.** Every state row carries the key group ``_rb_kg``, the key columns and the aggregates. A delta holds the
 rows its version changed; a row's version is the version of the directory it is stored in (the files carry no
@@ -84,7 +85,7 @@ class StateStore:
         snapshot_every: write the whole state every this many versions (Spark's default 10).
         retain_versions: keep at least this many recent versions (Spark's ``minBatchesToRetain``, 100); older
             versions are deleted once a newer snapshot makes them unnecessary.
-        on_event: test hook ``f(point, version)`` called at ``"data-written"`` (Parquet renamed, record not yet
+        on_event: test hook ``f(point, version)`` called at ``"data-written"`` (Parquet written, record not yet
             written) and ``"committed"``; a kill there must not lose or duplicate anything.
     """
 
@@ -208,7 +209,9 @@ class StateStore:
         if last is not None and version <= last.version:
             raise ValueError(f"state version {version} is already committed (latest {last.version})")
         snapshot = last is None or last.snapshot is None or version - last.snapshot >= self.snapshot_every
-        tmp = f"{self.root}/_tmp/{uuid.uuid4().hex}"
+        final = self._dir(version)
+        if self._exists(final):  # an uncommitted attempt of this version (a crash before its record)
+            self._fs.delete(self._path(final), True)
         cols = _stored(columns)
         delta = state_df.filter(changed)
         observed: dict[str, Any] = {}
@@ -217,20 +220,11 @@ class StateStore:
 
             obs = Observation(f"rebalancer-{version}")
             delta = delta.observe(obs, *observe)
-        if keep is not None:
-            delta, state_df = delta.filter(keep), state_df.filter(keep)
-        if files is not None:
-            delta, state_df = delta.coalesce(max(1, int(files))), state_df.coalesce(max(1, int(files)))
-        delta.select(*self._select(cols)).write.mode("overwrite").parquet(tmp + "/delta")
+        self._write(delta, keep, cols, files, final + "/delta")
         if snapshot:
-            state_df.select(*self._select(cols)).write.mode("overwrite").parquet(tmp + "/snapshot")
-        final = self._dir(version)
-        if self._exists(final):  # an uncommitted attempt of this version (a crash before its record)
-            self._fs.delete(self._path(final), True)
-        if not self._fs.rename(self._path(tmp), self._path(final)):
-            raise OSError(f"cannot move {tmp} to {final}")
+            self._write(state_df, keep, cols, files, final + "/snapshot")
         # the observation is read once the data is in place: Spark delivers it through its listener bus after the
-        # write's job (~30 ms later), which the file system calls above overlap
+        # write's job (~30 ms later), which the file system calls below overlap
         if observe:
             observed = _observed(obs)
             if delta_rows is None and "keys" in observed:
@@ -254,6 +248,18 @@ class StateStore:
         if snapshot:
             self._expire(version)
         return rec
+
+    def _write(self, df, keep: Any, columns: Sequence[str], files: int | None, path: str) -> None:
+        """Write ``columns`` of the rows of ``df`` that ``keep`` selects (None: all) as Parquet at ``path``, in at
+        most ``files`` files. No ``_SUCCESS`` marker:
+        the commit record is the version's marker (the marker cost two process forks per write on a local disk
+        without Hadoop's native library, which sets file permissions with ``chmod``)."""
+        if keep is not None:
+            df = df.filter(keep)
+        if files is not None:
+            df = df.coalesce(max(1, int(files)))
+        (df.select(*self._select(columns)).write.mode("overwrite")
+         .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false").parquet(path))
 
     def _expire(self, version: int) -> None:
         """Delete versions older than the newest snapshot that is at least ``retain_versions`` old."""
