@@ -17,6 +17,10 @@ posts statistics, asks for and executes proposals, and adopts the controller's (
   a background thread; the plan is applied at the first batch boundary after it arrived.
 * **A controller that comes back empty** (its database lost the job) gets the driver's *current* assignment
   registered explicitly, so nothing moves back to the default layout.
+* **No solve that cannot pay off.** Before asking for a proposal, the link computes the load distance of its current
+  layout over its own window of statistics; when even a perfect plan (distance 0) would fail
+  :func:`worth_executing` (a stationary stream whose imbalance is sampling noise), it does not ask: the controller's
+  solver would burn its time limit of CPU for a plan that is then thrown away.
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import numpy as np
 
 from clients.python import APIError, ConflictError, NotFoundError, RebalancerError
 from clients.spark.routing import RoutingTable, partition_ids
@@ -152,6 +159,10 @@ class ControllerLink:
         self._refusals = 0
         self._pool = None
         self._inflight = None
+        self._window_ids: tuple[str, ...] = ()        # key group ids of the window's load vectors
+        self._window: deque[np.ndarray] = deque(maxlen=max(1, self.window_batches))
+        self.proposals_skipped = 0                     # proposals not asked for (see _may_gain)
+        self._plain_job = False                        # the job is what this side sees (see _note_job)
 
     # ------------------------------------------------------------------ availability and back-off
     def _controller_available(self) -> bool:
@@ -233,8 +244,19 @@ class ControllerLink:
             return False
         self.registered = True
         self._ok()
+        self._note_job(job)
         self._adopt(job.epoch, job.assignment)
         return True
+
+    def _note_job(self, job) -> None:
+        """Remember whether the controller's job is exactly what this side can judge on its own (see
+        :meth:`_may_gain`): its nodes are this side's partitions, none removing, all of one capacity, and no
+        communication cost."""
+        raw = getattr(job, "raw", {}) or {}
+        nodes = raw.get("nodes") or []
+        caps = {float(nd.get("capacity", 1.0)) for nd in nodes if isinstance(nd, dict)}
+        self._plain_job = (sorted(job.nodes) == sorted(self.node_ids) and not job.removing and len(caps) <= 1
+                           and not float(raw.get("communication_cost") or 0.0))
 
     # ------------------------------------------------------------------ assignments
     def _own(self, assignment: Mapping[str, str]) -> dict[str, str]:
@@ -279,17 +301,50 @@ class ControllerLink:
         except NotFoundError:
             self.registered = False  # deleted (or a fresh controller database): register again
             return
+        self._note_job(job)
         if not self._accept(job.epoch, job.assignment):
             return
         own = self._own(job.assignment)
         if job.epoch != self.epoch or own != self._layout():
             self.pending = (job.epoch, own)
 
+    # ------------------------------------------------------------------ the window on this side
+    def _remember(self, stats: list[dict[str, Any]]) -> None:
+        """Keep the loads per key group of the last ``window_batches`` batches (the controller's window)."""
+        ids = tuple(str(s["id"]) for s in stats)
+        if ids != self._window_ids:
+            self._window_ids = ids
+            self._window.clear()
+        self._window.append(np.fromiter((float(s["load"]) for s in stats), dtype=np.float64, count=len(stats)))
+
+    def _may_gain(self, edges: list[dict[str, Any]] | None) -> bool:
+        """Whether a proposal could be worth executing: False only when, on this side's window and the current
+        layout, the load distance ``before`` fails :func:`worth_executing` even against a perfect plan
+        (``after`` = 0). Unknown parts of the job (operators this link does not route, communication, a window
+        not yet full, a job whose nodes, capacities or communication cost differ from this side's view) answer
+        True: the controller decides."""
+        if (not self._plain_job or self.extra_operators or edges
+                or len(self._window) < (self._window.maxlen or 1)):
+            return True
+        layout = self._layout()
+        index = {p: i for i, p in enumerate(self.node_ids)}
+        try:
+            nodes = np.fromiter((index[layout[k]] for k in self._window_ids), dtype=np.int64,
+                                count=len(self._window_ids))
+        except KeyError:  # a key group or node this side does not know: let the controller judge
+            return True
+        loads = np.bincount(nodes, weights=np.mean(self._window, axis=0), minlength=self.n)
+        mean = float(loads.sum()) / self.n
+        before = float(np.max(np.abs(loads - mean)))
+        return worth_executing(before, 0.0, mean, min_gain=self.min_gain, threshold=self.load_distance_threshold,
+                               noise_sigmas=self.noise_sigmas if self.load == "records" else None)
+
     # ------------------------------------------------------------------ per batch
     def _talk(self, batch_id: int, stats: list[dict[str, Any]], edges: list[dict[str, Any]] | None, report) -> str:
         """All controller traffic of one batch; never raises."""
         if self.client is None:
             return "disabled"
+        self._remember(stats)
         refusals = self._refusals
         status = self._talk_inner(batch_id, stats, edges, report)
         return "refused" if self._refusals > refusals and status in ("ok", "conflict") else status
@@ -329,6 +384,9 @@ class ControllerLink:
                 report.plan_received = self.pending is not None
                 return status
             if not self.auto and ack.window_ready and self.batches_since_change + 1 >= self.cooldown_batches:
+                if not self._may_gain(edges):
+                    self.proposals_skipped += 1
+                    return "ok"
                 if self.async_plans:
                     return self._propose_in_background()
                 status = self._guarded("proposal", self._propose_and_execute)

@@ -189,3 +189,32 @@ def test_an_imbalance_that_sampling_noise_explains_is_not_chased():
     assert worth_executing(70.0, 10.0, 1250.0, min_gain=0.02, noise_sigmas=None)      # guard off
     assert not worth_executing(400.0, 390.0, 1250.0, min_gain=0.02)                   # gain below 2% of the mean
     assert not worth_executing(400.0, 50.0, 1250.0, min_gain=0.02, threshold=500.0)
+
+
+def test_a_stationary_stream_asks_for_no_proposal_a_skewed_one_does(spark, controller):
+    """The pre-check of ControllerLink._may_gain: an imbalance that sampling noise explains asks the controller for
+    no solve at all (it would burn its time limit for a plan that is then thrown away); a skewed stream still asks
+    and rebalances."""
+    rc = RebalancerClient(controller.url, timeout=10, retries=1)
+
+    def run(make, seed):
+        driver = RebalancingDriver(spark, key="key", aggregations={"count": ("count", None)}, client=rc,
+                                   job_id=_jid(), key_groups=12, partitions=3, algorithm="flux",
+                                   budget={"max_migrations": 4}, window_batches=1, async_plans=False)
+        assert driver.start()
+        rng = np.random.default_rng(seed)
+        for b in range(4):
+            driver.process(spark.createDataFrame(make(rng)), b)
+        driver.close()
+        return driver
+
+    def uniform(rng):  # 3,000 users drawn uniformly: node loads differ by noise only
+        return pd.DataFrame({"key": [f"u{r}" for r in rng.integers(0, 3000, 2000)],
+                             "v": rng.integers(0, 10, 2000).astype("int64")})
+
+    steady = run(uniform, 5)
+    assert steady.proposals_skipped == 4 and steady.epoch == 0
+    assert [r.controller for r in steady.reports] == ["ok"] * 4
+    skewed = run(lambda rng: _batch(rng, rows=2000), 6)
+    assert skewed.reports[0].plan_received and skewed.epoch >= 1       # asked at once, and the plan was executed
+    assert sum(r.migrations for r in skewed.reports) >= 1 and skewed.proposals_skipped < 4
