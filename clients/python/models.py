@@ -82,6 +82,8 @@ class Job:
     metrics: dict[str, Any] | None = None
     removing: list[str] = field(default_factory=list)
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    capacity: dict[str, float] = field(default_factory=dict)   # node → capacity (1.0 unless set)
+    communication_cost: float = 0.0
 
     @classmethod
     def from_json(cls, doc: Any) -> Job:
@@ -89,8 +91,11 @@ class Job:
         nodes = d.docs("nodes")
         ids = [n.text("id", nonempty=True) for n in nodes]
         removing = [i for i, n in zip(ids, nodes, strict=True) if n.flag("removing")]
+        capacity = {i: 1.0 if (c := n.number("capacity", True)) is None else c for i, n in zip(ids, nodes, strict=True)}
+        comm = d.number("communication_cost", True)
         return cls(d.text("job_id", nonempty=True), d.integer("epoch"), ids, d.text_map("assignment"),
-                   _window(d.obj("window")), d.mapping("metrics", True), removing, dict(d.d))
+                   _window(d.obj("window")), d.mapping("metrics", True), removing, dict(d.d), capacity,
+                   0.0 if comm is None else comm)
 
 
 def _window(w: Doc) -> dict[str, Any]:

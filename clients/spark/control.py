@@ -252,11 +252,8 @@ class ControllerLink:
         """Remember whether the controller's job is exactly what this side can judge on its own (see
         :meth:`_may_gain`): its nodes are this side's partitions, none removing, all of one capacity, and no
         communication cost."""
-        raw = getattr(job, "raw", {}) or {}
-        nodes = raw.get("nodes") or []
-        caps = {float(nd.get("capacity", 1.0)) for nd in nodes if isinstance(nd, dict)}
-        self._plain_job = (sorted(job.nodes) == sorted(self.node_ids) and not job.removing and len(caps) <= 1
-                           and not float(raw.get("communication_cost") or 0.0))
+        self._plain_job = (sorted(job.nodes) == sorted(self.node_ids) and not job.removing
+                           and len(set(job.capacity.values())) <= 1 and not job.communication_cost)
 
     # ------------------------------------------------------------------ assignments
     def _own(self, assignment: Mapping[str, str]) -> dict[str, str]:
@@ -324,7 +321,7 @@ class ControllerLink:
         not yet full, a job whose nodes, capacities or communication cost differ from this side's view) answer
         True: the controller decides."""
         if (not self._plain_job or self.extra_operators or edges
-                or len(self._window) < (self._window.maxlen or 1)):
+                or len(self._window) < self.window_batches):
             return True
         layout = self._layout()
         index = {p: i for i, p in enumerate(self.node_ids)}

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from clients.spark.routing import KG_COL, ROUTE_COL, RoutingTable, key_group_column, key_group_of_route
-from clients.spark.stats import row_bytes_column
+from clients.spark.stats import NamedColumns, row_bytes_column
 from clients.spark.stats import sql_name as _q
 from clients.spark.store import VERSION_COL
 
@@ -155,23 +155,13 @@ class KeyedState:
         self._previous: list = []         # states a lazily checkpointed state still reads (release_previous)
         self._merge_placed = False        # the merge's plan was seen to keep the placement (checked once)
         self._exprs: dict[str, list] = {}  # column expressions built once (see _merge_exprs)
-        self._named: dict[str, object] = {}  # columns by name, built once (see _cols)
+        self._cols = NamedColumns()        # columns by name, built once per query
         self._routed: tuple | None = None   # (stream schema and routing, a batch's withColumns) (_routed_exprs)
 
     # ------------------------------------------------------------------ helpers
     @property
     def n_partitions(self) -> int:
         return self.routing.n_partitions
-
-    def _cols(self, names: Sequence[str]) -> list:
-        """Columns of ``names``, built once per query: a column given by name costs three JVM calls each time it
-        is used (``functions.col`` looked up by reflection), ~1 ms per name and DataFrame operation."""
-        from pyspark.sql import functions as F
-
-        for n in names:
-            if n not in self._named:
-                self._named[n] = F.expr(_q(n))
-        return [self._named[n] for n in names]
 
     def value_columns(self) -> list[str]:
         """The state's columns besides the keys (:class:`clients.spark.functions.FunctionState` has others)."""

@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from clients.spark.stats import sql_name
+from clients.spark.stats import NamedColumns
 
 log = logging.getLogger("rebalancer.spark")
 
@@ -105,7 +105,7 @@ class StateStore:
         # the class looked up once: ``jvm.org.apache.hadoop.fs.Path`` is five reflective lookups through py4j, the
         # first ones failing class loads that search the whole class path (~0.7 ms a path, ~10 per commit)
         self._path_class = sc._jvm.org.apache.hadoop.fs.Path
-        self._columns: tuple[tuple[str, ...], list] | None = None   # (stored column names, their Columns)
+        self._select = NamedColumns()   # the stored columns by name, built once
         self._conf = sc._jsc.hadoopConfiguration()
         self._fs = self._path(self.root).getFileSystem(self._conf)
         self._fs.mkdirs(self._path(self.root + "/_commits"))
@@ -116,16 +116,6 @@ class StateStore:
     # ------------------------------------------------------------------ file system
     def _path(self, p: str):
         return self._path_class(p)
-
-    def _select(self, columns: Sequence[str]) -> list:
-        """Columns of the stored ``columns``, built once per column list (a column given by name costs three JVM
-        calls every time it is used)."""
-        from pyspark.sql import functions as F
-
-        names = tuple(columns)
-        if self._columns is None or self._columns[0] != names:
-            self._columns = (names, [F.expr(sql_name(c)) for c in names])
-        return self._columns[1]
 
     def _dir(self, version: int) -> str:
         return f"{self.root}/v{version:0{_W}d}"
@@ -251,9 +241,9 @@ class StateStore:
 
     def _write(self, df, keep: Any, columns: Sequence[str], files: int | None, path: str) -> None:
         """Write ``columns`` of the rows of ``df`` that ``keep`` selects (None: all) as Parquet at ``path``, in at
-        most ``files`` files. No ``_SUCCESS`` marker:
-        the commit record is the version's marker (the marker cost two process forks per write on a local disk
-        without Hadoop's native library, which sets file permissions with ``chmod``)."""
+        most ``files`` files. No ``_SUCCESS`` marker: the commit record is the version's marker (the marker cost
+        two process forks per write on a local disk without Hadoop's native library, which sets file permissions
+        with ``chmod``)."""
         if keep is not None:
             df = df.filter(keep)
         if files is not None:

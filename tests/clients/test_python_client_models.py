@@ -167,3 +167,15 @@ def test_client_imports_only_httpx_and_the_standard_library():
              "networkx", "api", "controller", "solvers", "cli", "evaluation", "pyspark", "pandas"}
     assert modules & heavy == set(), sorted(modules & heavy)
     assert "httpx" in modules
+
+
+def test_job_model_reads_node_capacities_and_the_communication_cost():
+    """What ControllerLink._note_job judges a job by (a job this side cannot judge alone is left to the controller)."""
+    doc = {"job_id": "j", "epoch": 3, "assignment": {"agg/0": "p0"}, "communication_cost": 0.5,
+           "window": {"size": 1, "batches": [], "covered_batches": 0, "ready": False},
+           "nodes": [{"id": "p0", "capacity": 2.0, "removing": False}, {"id": "p1", "removing": False},
+                     {"id": "p2", "capacity": 1.0, "removing": True}]}
+    job = Job.from_json(doc)
+    assert job.capacity == {"p0": 2.0, "p1": 1.0, "p2": 1.0} and job.communication_cost == 0.5
+    assert job.removing == ["p2"]
+    assert Job.from_json({**doc, "communication_cost": None}).communication_cost == 0.0

@@ -218,3 +218,29 @@ def test_a_stationary_stream_asks_for_no_proposal_a_skewed_one_does(spark, contr
     skewed = run(lambda rng: _batch(rng, rows=2000), 6)
     assert skewed.reports[0].plan_received and skewed.epoch >= 1       # asked at once, and the plan was executed
     assert sum(r.migrations for r in skewed.reports) >= 1 and skewed.proposals_skipped < 4
+
+
+def test_the_pre_check_leaves_jobs_it_cannot_judge_to_the_controller(spark):
+    """_may_gain says "no plan can pay off" only for a job that is exactly the driver's view: its partitions as
+    nodes, one capacity, no communication cost, none removing; anything else goes to the controller."""
+    from clients.python.models import Job
+
+    driver = RebalancingDriver(spark, key="key", client=None, key_groups=12, partitions=3, window_batches=1)
+    ids = [f"agg/{k}" for k in range(12)]
+    driver._remember([{"id": i, "load": 100.0 + (k % 3)} for k, i in enumerate(ids)])  # noise-sized imbalance
+
+    def job(**kw):
+        base = {"job_id": "j", "epoch": 0, "nodes": ["p0", "p1", "p2"], "assignment": driver.routing.assignment(),
+                "capacity": {"p0": 1.0, "p1": 1.0, "p2": 1.0}, "communication_cost": 0.0}
+        return Job(**{**base, **kw})
+
+    driver._note_job(job())
+    assert not driver._may_gain(None)
+    assert driver._may_gain([{"src": "agg/0", "dst": "agg/1", "rate": 1.0}])     # communication: ask
+    for other in (job(nodes=["p0", "p1", "p2", "p8"]), job(removing=["p2"]), job(communication_cost=0.5),
+                  job(capacity={"p0": 2.0, "p1": 1.0, "p2": 1.0})):
+        driver._note_job(other)
+        assert driver._may_gain(None), other
+    driver._note_job(job())
+    driver._remember([{"id": i, "load": 1000.0 if k < 4 else 10.0} for k, i in enumerate(ids)])  # real skew
+    assert driver._may_gain(None)
