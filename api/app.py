@@ -16,11 +16,11 @@ from fastapi import Depends, FastAPI
 
 from api import docs, errors
 from api.deps import documented_auth
+from api.io import REQUEST_DOCUMENTS
 from api.middleware import OPEN_PATHS, AuthMiddleware, BodyLimitMiddleware, JobIdSlashMiddleware, MetricsMiddleware
-from api.offload import OffloadMiddleware
 from api.routes import jobs, ops, planning
-from api.schemas import ErrorDoc, StatsRequest
 from api.tenants import grants
+from controller import edge
 from controller.lease import ServerLease, lease_for
 from controller.service import Controller
 from controller.settings import Settings
@@ -55,7 +55,7 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
     before loading anything); without one the lifespan takes its own."""
     settings = (settings or Settings()).resolved()
     controller = Controller(settings)
-    controller.telemetry.job_samples = job_sampler(lambda: controller.jobs)
+    controller.ctx.telemetry.job_samples = job_sampler(lambda: controller.ctx.jobs)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -82,12 +82,10 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
     secured = [Depends(documented_auth)] if settings.auth_enabled() else []
     app.include_router(planning.router, dependencies=secured)
     app.include_router(jobs.router, dependencies=secured)
-    # innermost first: big plans to a worker, body limit, auth, metrics (outermost)
-    app.add_middleware(OffloadMiddleware, controller=controller, min_bytes=settings.offload_min_bytes,
-                       seconds_per_mb=settings.offload_seconds_per_mb)
+    # innermost first: body limit, auth, metrics (outermost)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, grants=grants(settings.tokens(), settings.token_scopes))
-    app.add_middleware(MetricsMiddleware, telemetry=controller.telemetry)
+    app.add_middleware(MetricsMiddleware, telemetry=controller.ctx.telemetry)
     app.add_middleware(JobIdSlashMiddleware)
 
     def openapi() -> dict[str, Any]:
@@ -97,16 +95,13 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
 
         schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
         comps = schema.setdefault("components", {}).setdefault("schemas", {})
-        extra = StatsRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-        for name, sub in extra.pop("$defs", {}).items():
-            comps.setdefault(name, sub)
-        comps["StatsRequest"] = extra
+        for name, cls in REQUEST_DOCUMENTS.items():  # the request documents the routes read themselves
+            doc = edge.schema(cls)
+            for sub_name, sub in doc.pop("$defs", {}).items():
+                comps.setdefault(sub_name, sub)
+            comps[name] = doc
         # every 422 of this API has the {"detail": [{"field", "reason"}]} shape, not FastAPI's default
-        err = ErrorDoc.model_json_schema(ref_template="#/components/schemas/{model}")
-        for name, sub in err.pop("$defs", {}).items():
-            comps.setdefault(name, sub)
-        comps["ErrorDoc"] = err
-        comps["HTTPValidationError"] = {"$ref": "#/components/schemas/ErrorDoc"}
+        comps["HTTPValidationError"] = {"$ref": "#/components/schemas/Error"}
         comps.pop("ValidationError", None)
         if settings.auth_enabled():  # /docs gets an Authorize button; every operation but the open ones needs it
             schemes = schema["components"].setdefault("securitySchemes", {})

@@ -97,11 +97,12 @@ def _time_limit(option: float | None, param: str | None) -> float:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    from clients.python.wire import dump
     from solvers import documents
 
     problem = documents.problem_from_dict(read_json(args.input, "problem"))
     plan = documents.plan_from_dict(problem, read_json(args.plan, "plan"))
-    write_json(documents.evaluation(problem, plan))
+    write_json(dump(documents.evaluation(problem, plan)))
     return 0
 
 

@@ -5,35 +5,61 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from controller import repository as repo
 from controller.errors import NotFound
-from controller.jobs import Job
+from controller.model import Job, ProposalRecord
 from controller.settings import Settings
 from controller.solving import SolverPool
 from controller.telemetry import Telemetry
 from controller.writer import InlineWriter, Writer, make_writer
 
-if TYPE_CHECKING:
-    from controller.proposals import ProposalCache
+PROPOSAL_CACHE = 2000
+
+
+class ProposalCache:
+    """The most recent proposals in memory (pending ones are never dropped); older ones are read back from the
+    database."""
+
+    def __init__(self, size: int = PROPOSAL_CACHE):
+        self.size = size
+        self.items: dict[str, ProposalRecord] = {}
+
+    def get(self, pid: str) -> ProposalRecord | None:
+        return self.items.get(pid)
+
+    def put(self, prop: ProposalRecord) -> None:
+        self.items[prop.id] = prop
+        while len(self.items) > self.size:
+            oldest = next(iter(self.items))
+            if self.items[oldest].status == "pending":
+                self.items[oldest] = self.items.pop(oldest)  # move to the end
+                if all(p.status == "pending" for p in self.items.values()):
+                    break
+                continue
+            self.items.pop(oldest)
+
+    def drop_job(self, job_id: str) -> None:
+        for pid in [p for p, d in self.items.items() if d.job_id == job_id]:
+            self.items.pop(pid, None)
 
 
 class Context:
     """One per server process. ``writer`` and ``pool`` exist between :meth:`open` and :meth:`close`."""
 
-    def __init__(self, settings: Settings, proposals: ProposalCache):
+    def __init__(self, settings: Settings):
         self.settings = settings
         self.url = settings.sqlalchemy_url()
         self.engine = repo.make_engine(self.url, settings.sqlite_synchronous)
         self.telemetry = Telemetry()
         self.jobs: dict[str, Job] = {}
-        self.proposals = proposals
+        self.proposals = ProposalCache()
         self._writer: Writer | InlineWriter | None = None
         self._pool: SolverPool | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self.started_at = time.time()
-        #: bytes of statistics held by every window (issue 12 item 10: ``max_total_window_bytes``)
+        #: bytes of statistics held by every window (capped by ``max_total_window_bytes``)
         self.window_bytes = 0
 
     @property

@@ -86,6 +86,7 @@ proposals = Table(
     Column("executed_epoch", BigInteger, nullable=True),
     Column("created_at", Float, nullable=False),
     Column("generation", String(32), nullable=True),  # the job's generation when it was proposed
+    Column("decision", Text, nullable=True),  # JSON: the policy's verdict on the plan
 )
 
 def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:

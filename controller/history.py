@@ -1,4 +1,4 @@
-"""Epoch history stored as what changed (issue 12 item 10): deltas with periodic snapshots, and retention.
+"""Epoch history stored as what changed: deltas with periodic snapshots, and retention.
 
 Every epoch is a row of the ``epochs`` table. A *snapshot* row holds the whole assignment (a JSON list of node ids
 in key group order) and the node list; a *delta* row holds only the moves relative to the epoch before
@@ -23,17 +23,19 @@ import numpy as np
 from sqlalchemy import delete, func, select
 from sqlalchemy.engine import Connection, Engine
 
-from controller.jobs import Job, Node
+from clients.python import contract as c
+from clients.python.wire import dump
+from controller.model import Job, Node
 from controller.repository import Op, dumps, epochs, nodes_json, proposals
 from controller.settings import Settings
 
 
 def snapshot_every(s: Settings) -> int:
-    return max(1, int(getattr(s, "history_snapshot_every", 100)))
+    return max(1, s.history_snapshot_every)
 
 
 def retention(s: Settings) -> int:
-    return max(0, int(getattr(s, "history_retention_epochs", 1000)))
+    return max(0, s.history_retention_epochs)
 
 
 def is_snapshot(assignment_json: str) -> bool:
@@ -41,12 +43,13 @@ def is_snapshot(assignment_json: str) -> bool:
 
 
 def epoch_row(job: Job, epoch: int, kind: str, proposal_id: str | None, nodes: list[Node], assignment: np.ndarray,
-              plan: Mapping[str, Any] | None, now: float, every: int) -> dict[str, Any]:
+              plan: c.Plan | None, now: float, every: int, decision: c.Decision | None = None) -> dict[str, Any]:
     """The history row of ``epoch`` (``job`` still holds the epoch before): a snapshot every ``every`` epochs (and
-    at the registration), a delta otherwise."""
+    at the registration), a delta otherwise; a plan's moves, metrics and solver, and the policy's verdict."""
     history_plan = None
-    if plan is not None and plan.get("metrics") is not None:
-        history_plan = dumps({k: plan.get(k) for k in ("algorithm", "moves", "metrics", "solver")})
+    if plan is not None:
+        history_plan = dumps({"algorithm": plan.algorithm, "moves": dump(plan.moves), "metrics": dump(plan.metrics),
+                              "solver": dump(plan.solver), "decision": dump(decision)})
     ids = [nd.id for nd in nodes]
     if epoch == 0 or epoch % every == 0:
         return {"job_id": job.job_id, "epoch": epoch, "kind": kind, "proposal_id": proposal_id,

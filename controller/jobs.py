@@ -1,4 +1,5 @@
-"""A registered job: its configuration, its nodes, its topology and the numeric problem it is now.
+"""Registered jobs: registration (idempotent on the topology), configuration updates, node changes, deletion,
+the job document and its history.
 
 A job is registered with explicit ``key_groups`` (id, operator, node) or with ``operators`` (key group counts)
 whose key groups ``<op>/<k>`` are spread over the active nodes in Flink's contiguous ranges. Each registration
@@ -9,18 +10,24 @@ computed for (DELETE and PUT of the same id make a new job).
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
-from controller.errors import TooLarge
+from clients.python import contract as c
+from clients.python.wire import dump, read
+from controller import history as hist
+from controller import repository as repo
+from controller.context import Context
+from controller.errors import Conflict, QuotaExceeded, TooLarge
+from controller.model import Job, JobConfig, Node, new_generation
+from controller.planning import Planning
+from controller.rounds import Rounds
 from controller.settings import Settings
 from controller.windows import Window
-from solvers import documents, metrics
+from solvers import documents
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 
@@ -33,148 +40,6 @@ def flink_ranges(n_keygroups: int, n_nodes: int) -> np.ndarray:
     return (k * n_nodes) // n_keygroups
 
 
-def new_generation() -> str:
-    """The identity of one registration of a job id (16 hex digits)."""
-    return uuid.uuid4().hex[:16]
-
-
-@dataclass(frozen=True)
-class Node:
-    id: str
-    capacity: float = 1.0
-    removing: bool = False
-
-    @classmethod
-    def parse(cls, nd: str | Mapping[str, Any]) -> Node:
-        """A node from its id or from ``{"id", "capacity"?, "removing"?}``."""
-        if isinstance(nd, str):
-            return cls(nd)
-        return cls(str(nd["id"]), float(nd.get("capacity", 1.0)), bool(nd.get("removing", False)))
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "capacity": self.capacity, "removing": self.removing}
-
-
-@dataclass(frozen=True)
-class Budget:
-    max_migrations: int | None = None
-    max_migration_bytes: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"max_migrations": self.max_migrations, "max_migration_bytes": self.max_migration_bytes}
-
-
-@dataclass(frozen=True)
-class AutoConfig:
-    """Automatic rounds (DESIGN.md "Service shape"): fire when the window is full, the cooldown has passed and the
-    windowed load distance exceeds the threshold (None: whenever a plan improves it)."""
-
-    enabled: bool = False
-    load_distance_threshold: float | None = None
-    cooldown_batches: int = 3
-    time_limit_s: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"enabled": self.enabled, "load_distance_threshold": self.load_distance_threshold,
-                "cooldown_batches": self.cooldown_batches, "time_limit_s": self.time_limit_s}
-
-
-@dataclass(frozen=True)
-class JobConfig:
-    """What ``PUT /v1/jobs/{id}`` may change without a new registration."""
-
-    algorithm: str
-    params: dict[str, Any]
-    budget: Budget
-    window_batches: int
-    communication_cost: float
-    time_limit_s: float
-    auto: AutoConfig
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"algorithm": self.algorithm, "params": dict(self.params), "budget": self.budget.as_dict(),
-                "window_batches": self.window_batches, "communication_cost": self.communication_cost,
-                "time_limit_s": self.time_limit_s, "auto": self.auto.as_dict()}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> JobConfig:
-        b = d.get("budget") or {}
-        a = d.get("auto") or {}
-        threshold, auto_tl = a.get("load_distance_threshold"), a.get("time_limit_s")
-        return cls(
-            algorithm=str(d["algorithm"]), params=dict(d.get("params") or {}),
-            budget=Budget(b.get("max_migrations"), b.get("max_migration_bytes")),
-            window_batches=int(d["window_batches"]), communication_cost=float(d.get("communication_cost", 0.0)),
-            time_limit_s=float(d["time_limit_s"]),
-            auto=AutoConfig(bool(a.get("enabled", False)), None if threshold is None else float(threshold),
-                            int(a.get("cooldown_batches", 3)), None if auto_tl is None else float(auto_tl)))
-
-
-@dataclass
-class Job:
-    job_id: str
-    generation: str
-    config: JobConfig
-    registration: dict[str, Any]   # the topology as registered (PUT is idempotent on it)
-    kg_ids: list[str]
-    operators: list[str]
-    reg_state: np.ndarray
-    nodes: list[Node]
-    assignment: np.ndarray
-    epoch: int
-    window: Window
-    created_at: float
-    updated_at: float
-    last_round_batch: int | None = None
-    kg_index: dict[str, int] = field(default_factory=dict)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    def __post_init__(self) -> None:
-        if not self.kg_index:
-            self.kg_index = {k: i for i, k in enumerate(self.kg_ids)}
-
-    @property
-    def node_ids(self) -> list[str]:
-        return [nd.id for nd in self.nodes]
-
-    def assignment_doc(self, assignment: np.ndarray | None = None) -> dict[str, str]:
-        a = self.assignment if assignment is None else assignment
-        ids = self.node_ids
-        return {kid: ids[int(i)] for kid, i in zip(self.kg_ids, a.tolist(), strict=True)}
-
-    def problem(self) -> Problem:
-        """The numeric problem of the job now: current assignment, windowed loads, latest state sizes."""
-        m = len(self.kg_ids)
-        src, dst, rate = self.window.mean_comm()
-        comm = sp.csr_matrix((rate, (src, dst)), shape=(m, m))
-        comm.sum_duplicates()
-        return Problem(
-            node_ids=self.node_ids,
-            capacity=np.array([nd.capacity for nd in self.nodes], dtype=np.float64),
-            removing=np.array([nd.removing for nd in self.nodes], dtype=bool),
-            kg_ids=list(self.kg_ids), operator=list(self.operators),
-            load=self.window.mean_load(), state_bytes=self.window.latest_state(self.reg_state),
-            current=self.assignment.copy(), comm=comm,
-            communication_cost=self.config.communication_cost,
-            max_migrations=self.config.budget.max_migrations,
-            max_migration_bytes=self.config.budget.max_migration_bytes,
-        )
-
-    def state(self, with_metrics: bool = True) -> dict[str, Any]:
-        """The job document of ``GET /v1/jobs/{id}``."""
-        counts = np.bincount(self.assignment, minlength=len(self.nodes))
-        doc: dict[str, Any] = {
-            "job_id": self.job_id, "epoch": self.epoch,
-            "nodes": [dict(nd.as_dict(), key_groups=int(c)) for nd, c in zip(self.nodes, counts.tolist(), strict=True)],
-            "assignment": self.assignment_doc(), **self.config.as_dict(),
-            "window": self.window.state(), "metrics": None,
-            "created_at": self.created_at, "updated_at": self.updated_at,
-        }
-        if with_metrics and self.window.batches:
-            doc["metrics"] = metrics.state_metrics(self.problem(), self.assignment)
-        return doc
-
-
 @dataclass
 class Topology:
     """A registration request turned into numbers: nodes, key groups and their initial placement."""
@@ -184,67 +49,209 @@ class Topology:
     problem: Problem
 
 
-def topology(spec: Mapping[str, Any], s: Settings) -> Topology:
+def topology(spec: c.JobSpec, s: Settings) -> Topology:
     """Nodes and key groups of a ``PUT /v1/jobs/{id}`` body, with the size caps of ``s`` (413) and 422s naming
     the field. Key groups given by ``operators`` are placed in Flink's contiguous ranges (:func:`flink_ranges`)."""
-    nodes = [Node.parse(nd) for nd in spec["nodes"]]
+    nodes = [Node.of(nd) for nd in spec.nodes]
     if len(nodes) > s.max_nodes:
         raise TooLarge(f"nodes: more than {s.max_nodes} nodes")
-    kgs: list[dict[str, Any]] | None = spec.get("key_groups")
-    ops: list[dict[str, Any]] = spec.get("operators") or []
-    if (kgs is None) == (spec.get("operators") is None):
+    if (spec.key_groups is None) == (spec.operators is None):
         raise InvalidInput("key_groups", "give either key_groups (explicit placement) or operators (key group "
                                          "counts), not both or neither")
-    window = int(spec["window_batches"])
-    if window > s.max_window_batches:
+    if spec.window_batches > s.max_window_batches:
         raise InvalidInput("window_batches", f"must be ≤ {s.max_window_batches}")
-    node_docs = [nd.as_dict() for nd in nodes]
-    if kgs is not None:
-        m = len(kgs)
+    node_docs = [nd.doc() for nd in nodes]
+    if spec.key_groups is not None:
+        m = len(spec.key_groups)
         if m > s.max_key_groups:
             raise TooLarge(f"key_groups: more than {s.max_key_groups} key groups")
-        _check_cells(m, window, s)
-        kg_docs = [{"id": k["id"], "operator": k.get("operator") or "", "node": k["node"], "load": 0.0,
-                    "state_bytes": k.get("state_bytes") or 0} for k in kgs]
-        registration = {"nodes": node_docs, "key_groups": [{kk: k.get(kk) for kk in ("id", "operator", "node",
-                                                                                      "state_bytes")} for k in kgs]}
+        _check_cells(m, spec.window_batches, s)
+        kgs = [c.KeyGroup(id=k.id, operator=k.operator, node=k.node, load=0.0, state_bytes=k.state_bytes)
+               for k in spec.key_groups]
+        registration = {"nodes": dump(node_docs), "key_groups": [
+            {"id": k.id, "operator": k.operator, "node": k.node, "state_bytes": k.state_bytes}
+            for k in spec.key_groups]}
     else:
-        m = sum(int(o["key_groups"]) for o in ops)
+        ops = spec.operators or []
+        m = sum(o.key_groups for o in ops)
         if m > s.max_key_groups:
             raise TooLarge(f"operators: more than {s.max_key_groups} key groups in total")
-        _check_cells(m, window, s)
+        _check_cells(m, spec.window_batches, s)
         seen: set[str] = set()
         for i, o in enumerate(ops):
-            if o["id"] in seen:
-                raise InvalidInput(f"operators[{i}].id", f"duplicate operator id {o['id']!r}")
-            seen.add(o["id"])
+            if o.id in seen:
+                raise InvalidInput(f"operators[{i}].id", f"duplicate operator id {o.id!r}")
+            seen.add(o.id)
         active = [nd.id for nd in nodes if not nd.removing]
         if not active:
             raise InvalidInput("nodes", "every node is marked removing; at least one node must stay")
-        kg_docs = []
+        kgs = []
         for o in ops:
-            where = flink_ranges(int(o["key_groups"]), len(active))
-            kg_docs += [{"id": f"{o['id']}/{k}", "operator": o["id"], "node": active[int(where[k])], "load": 0.0,
-                         "state_bytes": 0} for k in range(int(o["key_groups"]))]
-        registration = {"nodes": node_docs, "operators": [{"id": o["id"], "key_groups": int(o["key_groups"])}
-                                                          for o in ops]}
+            where = flink_ranges(o.key_groups, len(active)).tolist()
+            kgs += [c.KeyGroup(id=f"{o.id}/{k}", operator=o.id, node=active[where[k]], load=0.0)
+                    for k in range(o.key_groups)]
+        registration = {"nodes": dump(node_docs), "operators": [{"id": o.id, "key_groups": o.key_groups}
+                                                                for o in ops]}
+    doc = c.Problem(nodes=[c.Node(id=nd.id, capacity=nd.capacity, removing=nd.removing) for nd in nodes],
+                    key_groups=kgs)
     try:
-        problem = documents.problem_from_dict({"nodes": node_docs, "key_groups": kg_docs})
+        problem = documents.problem_of(doc)
     except InvalidInput as exc:
-        if kgs is None and exc.field.startswith("key_groups"):
+        if spec.key_groups is None and exc.field.startswith("key_groups"):
             raise InvalidInput("operators", exc.reason) from None
         raise
     return Topology(nodes, registration, problem)
 
 
 def _check_cells(m: int, window: int, s: Settings) -> None:
-    """Issue 12 item 10: a job's window holds at most ``max_window_cells`` (key group, batch) statistics."""
+    """A job's window holds at most ``max_window_cells`` (key group, batch) statistics."""
     cap = s.max_window_cells
     if m * window > cap:
         raise TooLarge(f"window_batches: {m} key groups × {window} batches = {m * window} statistics per window, "
                        f"more than the {cap} allowed per job (REBALANCER_MAX_WINDOW_CELLS)")
 
 
-def config_from_spec(spec: Mapping[str, Any], algorithm: str, params: dict[str, Any]) -> JobConfig:
-    """The configuration part of a ``PUT /v1/jobs/{id}`` body (algorithm and params already validated)."""
-    return JobConfig.from_dict({**spec, "algorithm": algorithm, "params": params})
+class Jobs:
+    """Registration, configuration, nodes, deletion and the documents of registered jobs."""
+
+    def __init__(self, ctx: Context, planning: Planning, rounds: Rounds):
+        self.ctx = ctx
+        self.planning = planning
+        self.rounds = rounds
+
+    def state(self, job: Job) -> c.JobState:
+        return job.state(self.ctx.settings.time_limit(job.config.time_limit_s))
+
+    async def get(self, job_id: str) -> c.JobState:
+        return self.state(self.ctx.job(job_id))
+
+    def summaries(self) -> list[c.JobSummary]:
+        return [c.JobSummary(job_id=j.job_id, epoch=j.epoch, nodes=len(j.nodes), key_groups=len(j.kg_ids))
+                for j in self.ctx.jobs.values()]
+
+    async def put(self, job_id: str, spec: c.JobSpec) -> tuple[bool, c.JobState]:
+        """Register a job (``True``, state) or, when it exists with the same topology, update its configuration
+        (``False``, state). A different topology for an existing job is a 409 (DELETE it first)."""
+        topo = topology(spec, self.ctx.settings)
+        name, params = self.planning.check_algorithm(spec.algorithm, spec.params)
+        config = JobConfig.of(spec, name, params)
+        existing = self.ctx.jobs.get(job_id)
+        if existing is not None:
+            return False, await self._update(existing, topo.registration, config)
+        self._check_job_count()
+        problem, now = topo.problem, time.time()
+        job = Job(job_id=job_id, generation=new_generation(), config=config, registration=topo.registration,
+                  kg_ids=list(problem.kg_ids), operators=list(problem.operator),
+                  reg_state=problem.state_bytes.copy(), nodes=topo.nodes, assignment=problem.current.copy(),
+                  epoch=0, window=Window(config.window_batches, problem.n_key_groups), created_at=now,
+                  updated_at=now)
+        self.ctx.jobs[job_id] = job  # reserve the id before the await (a concurrent PUT sees it and compares)
+        try:
+            async with job.lock:
+                erow = hist.epoch_row(job, 0, "register", None, job.nodes, job.assignment, None, now, 1)
+                await self.ctx.writer.run(repo.insert_job(repo.job_row(job), erow))
+        except BaseException:
+            self.ctx.jobs.pop(job_id, None)
+            raise
+        self.ctx.telemetry.record_epoch(job_id, "register", 0)
+        return True, self.state(job)
+
+    def _check_job_count(self) -> None:
+        """At most ``max_jobs`` registered jobs (429 beyond; DELETE one first)."""
+        cap = self.ctx.settings.max_jobs
+        if len(self.ctx.jobs) >= cap:
+            raise QuotaExceeded(f"{len(self.ctx.jobs)} jobs are registered, the most this server keeps "
+                                f"(REBALANCER_MAX_JOBS = {cap}); delete one first")
+
+    async def _update(self, job: Job, registration: dict[str, Any], config: JobConfig) -> c.JobState:
+        async with job.lock:
+            if self.ctx.jobs.get(job.job_id) is not job:
+                raise Conflict(f"job {job.job_id!r} changed concurrently; retry")
+            if job.registration != registration:
+                raise Conflict(f"job {job.job_id!r} exists with another topology (nodes/key groups); DELETE it "
+                               f"first or use POST /v1/jobs/{job.job_id}/nodes to scale")
+            if job.config != config:
+                now = time.time()
+                drop = [] if job.window.size == config.window_batches else job.window.dropped_by(config.window_batches)
+                await self.ctx.writer.run(repo.update_job_config(job.job_id, config, now, drop))
+                job.config = config
+                job.updated_at = now
+                if job.window.size != config.window_batches:
+                    before = job.window.nbytes
+                    job.window.resize(config.window_batches)
+                    self.ctx.window_bytes += job.window.nbytes - before
+            return self.state(job)
+
+    async def delete(self, job_id: str) -> None:
+        job = self.ctx.job(job_id)
+        async with job.lock:
+            self.ctx.still_registered(job)
+            await self.ctx.writer.run(repo.delete_job(job_id))
+            self.ctx.jobs.pop(job_id, None)
+            self.ctx.window_bytes -= job.window.nbytes
+            self.ctx.proposals.drop_job(job_id)
+            self.ctx.telemetry.forget_job(job_id)
+            if job.round is not None:
+                job.round.cancel()
+
+    async def change_nodes(self, job_id: str, req: c.NodesRequest) -> c.JobState:
+        """Add nodes, mark nodes removing (they drain over the next rounds), delete empty removing nodes.
+
+        A change creates a new epoch (proposals computed for the old node set can no longer be executed).
+        """
+        job = self.ctx.job(job_id)
+        async with job.lock:
+            self.ctx.still_registered(job)
+            nodes = _changed_nodes(job, req)
+            if len(nodes) > self.ctx.settings.max_nodes:
+                raise TooLarge(f"nodes: more than {self.ctx.settings.max_nodes} nodes")
+            if nodes != job.nodes:
+                index = {nd.id: i for i, nd in enumerate(nodes)}
+                old = job.node_ids
+                assignment = np.array([index[old[i]] for i in job.assignment.tolist()], dtype=np.int64)
+                await self.rounds.advance(job, assignment, kind="nodes", nodes=nodes)
+            return self.state(job)
+
+    async def history(self, job_id: str, limit: int | None = None) -> c.History:
+        job = self.ctx.job(job_id)
+        rows = await asyncio.to_thread(hist.read, self.ctx.engine, job_id, limit)
+        out = []
+        for r in rows:
+            plan = repo.loads(r["plan"]) or {}
+            out.append(read(c.HistoryEntry, {
+                "epoch": r["epoch"], "kind": r["kind"], "created_at": r["created_at"],
+                "proposal_id": r["proposal_id"], "nodes": repo.loads(r["nodes"]), **plan}))
+        return c.History(job_id=job_id, epoch=job.epoch, epochs=out)
+
+
+def _changed_nodes(job: Job, req: c.NodesRequest) -> list[Node]:
+    """The job's nodes after ``req`` (422/409 naming the first change that cannot be made)."""
+    nodes = list(job.nodes)
+    index = {nd.id: i for i, nd in enumerate(nodes)}
+    for i, raw in enumerate(req.add):
+        nd = Node.of(raw)
+        if nd.id in index:
+            if nodes[index[nd.id]] == nd:
+                continue  # a retried add: nothing to do
+            raise InvalidInput(f"add[{i}].id", f"node {nd.id!r} already exists (with another capacity or state)")
+        index[nd.id] = len(nodes)
+        nodes.append(nd)
+    for i, nid in enumerate(req.remove):
+        if nid not in index:
+            raise InvalidInput(f"remove[{i}]", f"unknown node {nid!r}")
+        nodes[index[nid]] = Node(nid, nodes[index[nid]].capacity, True)
+    counts = np.bincount(job.assignment, minlength=len(job.nodes))
+    doomed = set()
+    for i, nid in enumerate(req.delete):
+        if nid not in index:
+            raise InvalidInput(f"delete[{i}]", f"unknown node {nid!r}")
+        if not nodes[index[nid]].removing:
+            raise Conflict(f"node {nid!r} is not marked removing; remove it first and let it drain")
+        if index[nid] < len(counts) and counts[index[nid]]:
+            raise Conflict(f"node {nid!r} still holds {int(counts[index[nid]])} key groups; execute drain rounds "
+                           f"first")
+        doomed.add(nid)
+    nodes = [nd for nd in nodes if nd.id not in doomed]
+    if all(nd.removing for nd in nodes):
+        raise InvalidInput("remove", "every node would be removing; at least one node must stay")
+    return nodes

@@ -1,66 +1,74 @@
-"""Stateless use cases: plans, offline evaluation, Gedik partitioning, what-if scaling — and the planner choice
-and solve wrapper the stateful ones share.
+"""Planning without a job: plans, offline evaluation, what-if scaling — and the planner choice and solve wrapper
+that the rounds of registered jobs share.
 
-Every solve runs in the process pool (:mod:`controller.solving`) under its admission cap; the pure what-if logic
-is :mod:`solvers.scaling`.
+A ``POST /v1/plans``, ``/v1/evaluate`` or ``/v1/what-if/scaling`` body goes to a solver worker as raw bytes,
+whatever its size: the worker validates it against the contract (:func:`controller.edge.parse`), counts it against
+the size caps before building any model (413), builds the problem, solves and serialises the answer
+(:func:`plan_task`, :func:`evaluate_task`); the event loop only moves bytes. A what-if is parsed in a worker
+(:func:`what_if_task`) and its candidates are then solved in parallel, one solve slot each. The CLI runs the
+same functions in its own process.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from clients.python import contract as c
 from controller.context import Context
+from controller.edge import Invalid, encode, parse
 from controller.errors import TooLarge
-from controller.solver_worker import Solved
+from controller.settings import Settings
+from controller.solver_worker import Solved, solve_plan
 from controller.solving import Kind
 from solvers import documents, registry, scaling
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 
-log = logging.getLogger("rebalancer.controller")
-
 PREFERRED_ALGORITHMS = ("albic-milp", "albic", "flux")
 
 
-def prefixed(exc: InvalidInput, prefix: str) -> InvalidInput:
-    """The same error with its field path under ``prefix`` (``problem`` + ``nodes[0].id``)."""
-    field_ = f"{prefix}.{exc.field}" if exc.field else prefix
-    return InvalidInput(field_, exc.reason)
-
-
 @dataclass(frozen=True)
-class Caps:
-    """The request-size caps a problem document is checked against (settings ``max_key_groups`` …)."""
+class Limits:
+    """What a worker needs of the settings to answer a request on its own."""
 
     max_key_groups: int
     max_edges: int
     max_nodes: int
+    max_candidates: int
+    default_algorithm: str
+    default_time_limit_s: float
+    max_time_limit_s: float
+
+    @classmethod
+    def of(cls, s: Settings, default_algorithm: str) -> Limits:
+        return cls(s.max_key_groups, s.max_edges, s.max_nodes, s.max_candidates, default_algorithm,
+                   s.default_time_limit_s, s.max_time_limit_s)
+
+    def time_limit(self, requested: float | None) -> float:
+        """:meth:`Settings.time_limit` in a worker."""
+        return min(self.default_time_limit_s if requested is None else float(requested), self.max_time_limit_s)
 
 
-def check_problem_size(doc: Any, caps: Caps, where: str = "problem") -> None:
-    """TooLarge (413) when a problem document has more key groups, edges or nodes than the caps — counted on the
-    decoded JSON, before any model is built."""
-    if isinstance(doc, dict):
-        for key, cap, what in (("key_groups", caps.max_key_groups, "key groups"),
-                               ("communication", caps.max_edges, "edges"), ("nodes", caps.max_nodes, "nodes")):
-            items = doc.get(key)
-            if isinstance(items, list) and len(items) > cap:
-                raise TooLarge(f"{where}.{key}: more than {cap} {what}")
+def check_size(doc: c.Problem, limits: Limits, where: str = "problem") -> None:
+    """TooLarge (413) when a problem has more key groups, edges or nodes than the caps."""
+    for key, items, cap, what in (("key_groups", doc.key_groups, limits.max_key_groups, "key groups"),
+                                  ("communication", doc.communication or [], limits.max_edges, "edges"),
+                                  ("nodes", doc.nodes, limits.max_nodes, "nodes")):
+        if len(items) > cap:
+            raise TooLarge(f"{where}.{key}: more than {cap} {what}")
 
 
-def problem_from_doc(doc: Any, caps: Caps, where: str = "problem") -> Problem:
-    """The numeric problem of a problem document: size caps first (413), then :mod:`solvers.documents` (422 with
-    the field path under ``where``)."""
-    check_problem_size(doc, caps, where)
+def problem_of(doc: c.Problem, limits: Limits, where: str = "problem") -> Problem:
+    """The numeric problem of a validated problem document: the size caps first, then its cross-field checks
+    (422 with the field path under ``where``)."""
+    check_size(doc, limits, where)
     try:
-        return documents.problem_from_dict(doc)
+        return documents.problem_of(doc)
     except InvalidInput as exc:
-        raise prefixed(exc, where) from None
+        raise InvalidInput(f"{where}.{exc.field}" if exc.field else where, exc.reason) from None
 
 
 def check_algorithm(name: str, params: Mapping[str, Any] | None, where: str = "") -> tuple[str, dict[str, Any]]:
@@ -79,82 +87,141 @@ def check_algorithm(name: str, params: Mapping[str, Any] | None, where: str = ""
     return name, dict(params or {})
 
 
-def evaluation(problem: Problem, plan_doc: Any) -> dict[str, Any]:
-    """The evaluation document of a plan document for ``problem`` (the one of ``rebalancer evaluate`` too)."""
-    return documents.evaluation(problem, documents.plan_from_dict(problem, plan_doc))
+# ---------------------------------------------------------------------- in a worker (and in the CLI)
+Answer = tuple[int, bytes, str | None, str | None]  # status, body, planner, solver status
 
 
+def _client_error(exc: Exception) -> Answer:
+    """The status and body of a request's error (the API's mapping, in a worker)."""
+    if isinstance(exc, TooLarge):
+        return 413, encode(c.Error(detail=f"request too large: {exc}")), None, None
+    if isinstance(exc, Invalid):
+        return 422, encode(c.Error(detail=exc.items)), None, None
+    assert isinstance(exc, InvalidInput)
+    return 422, encode(c.Error(detail=[c.ErrorItem(field=exc.field or "body", reason=exc.reason)])), None, None
+
+
+def plan_task(raw: bytes, limits: Limits) -> Answer:
+    """``POST /v1/plans`` from its raw body to its answer."""
+    try:
+        req = parse(c.PlanRequest, raw)
+        problem = problem_of(req.problem, limits)
+        name, params = check_algorithm(req.algorithm or limits.default_algorithm, req.params)
+    except (Invalid, InvalidInput, TooLarge) as exc:
+        return _client_error(exc)
+    plan = solve_plan(name, problem, limits.time_limit(req.time_limit_s), params).plan
+    return 200, encode(plan), name, plan.solver.status
+
+
+def evaluate_task(raw: bytes, limits: Limits) -> Answer:
+    """``POST /v1/evaluate`` from its raw body to its answer."""
+    try:
+        req = parse(c.EvaluateRequest, raw)
+        problem = problem_of(req.problem, limits)
+        return 200, encode(documents.evaluation(problem, documents.plan_of(problem, req.plan))), None, None
+    except (Invalid, InvalidInput, TooLarge) as exc:
+        return _client_error(exc)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """A what-if request ready to solve: the problem, its candidate clusters and the planner."""
+
+    request: c.WhatIfRequest
+    problem: Problem
+    variants: list[scaling.Variant]
+    algorithm: str
+    params: dict[str, Any]
+    time_limit: float
+
+
+def what_if_task(raw: bytes, limits: Limits) -> WhatIf | Answer:
+    """``POST /v1/what-if/scaling``'s body parsed into its candidate problems, or the error answer."""
+    try:
+        req = parse(c.WhatIfRequest, raw)
+        problem = problem_of(req.problem, limits)
+        name, params = check_algorithm(req.algorithm or limits.default_algorithm, req.params)
+        if len(req.candidates) > limits.max_candidates:
+            raise TooLarge(f"candidates: more than {limits.max_candidates}")
+        variants = []
+        for j, cand in enumerate(req.candidates):
+            if isinstance(cand, int) and cand > limits.max_nodes:
+                raise TooLarge(f"candidates[{j}]: more than {limits.max_nodes} nodes")
+            v = scaling.variant(problem, j, cand)
+            if v.problem.n_nodes > limits.max_nodes:
+                raise TooLarge(f"candidates[{j}]: more than {limits.max_nodes} nodes")
+            variants.append(v)
+    except (Invalid, InvalidInput, TooLarge) as exc:
+        return _client_error(exc)
+    return WhatIf(req, problem, variants, name, params, limits.time_limit(req.time_limit_s))
+
+
+def answer_task(task: Any, raw: bytes, limits: Limits) -> tuple[Any, ...]:
+    """A worker's call of ``task(raw, limits)``; a bug in it comes back as an error (a 500), never a crash."""
+    try:
+        return ("ok", task(raw, limits))
+    except Exception as exc:
+        return ("error", f"{type(exc).__name__}: {exc}")
+
+
+def what_if_report(w: WhatIf, plans: list[c.Plan]) -> c.WhatIfReport:
+    """The report of :mod:`solvers.scaling` once every candidate is solved."""
+    from clients.python.wire import dump, read
+
+    cands = [cand if isinstance(cand, int) else dump(cand) for cand in w.request.candidates]
+    doc = scaling.report(w.problem, cands, w.variants, [dump(p) for p in plans], w.algorithm,
+                         w.request.target_load_distance, w.request.max_utilisation)
+    return read(c.WhatIfReport, doc)
+
+
+# ---------------------------------------------------------------------- in the server
 class Planning:
+    """The planner choice and the solves of the server (in its worker pool)."""
+
     def __init__(self, ctx: Context):
         self.ctx = ctx
         self._default_algorithm: str | None = None
 
-    # ------------------------------------------------------------------ planners
     def default_algorithm(self) -> str:
         s = self.ctx.settings
         if s.default_algorithm:
             return s.default_algorithm
         if self._default_algorithm is None:
-            self._default_algorithm = next((n for n in PREFERRED_ALGORITHMS if self._available(n)), "flux")
+            self._default_algorithm = next((n for n in PREFERRED_ALGORITHMS if _available(n)), "flux")
         return self._default_algorithm
-
-    @staticmethod
-    def _available(name: str) -> bool:
-        try:
-            registry.get(name)
-        except (InvalidInput, ImportError) as exc:
-            log.info("planner %s is not available: %s", name, exc)
-            return False
-        return True
 
     def check_algorithm(self, name: str | None, params: Mapping[str, Any] | None,
                         where: str = "") -> tuple[str, dict[str, Any]]:
         """:func:`check_algorithm` with the server's default planner when ``name`` is None."""
         return check_algorithm(name or self.default_algorithm(), params, where)
 
-    def algorithms(self) -> list[dict[str, Any]]:
+    @property
+    def limits(self) -> Limits:
+        return Limits.of(self.ctx.settings, self.default_algorithm())
+
+    def algorithms(self) -> list[c.Algorithm]:
+        from clients.python.wire import read
+
         out = []
         for name in registry.names():
             try:
-                out.append(registry.get(name).describe())
-            except ImportError as exc:
-                log.warning("planner %s is not listed: %s", name, exc)
+                out.append(read(c.Algorithm, registry.get(name).describe()))
+            except ImportError:
+                continue
         return out
 
     async def solve(self, name: str, problem: Problem, time_limit: float, params: Mapping[str, Any],
                     admit: bool = True, kind: Kind = "adhoc") -> Solved:
         """The plan (document and numeric assignment) from the pool; ``kind`` "auto" for the automatic rounds of
-        registered jobs (they have a reserved share of the solve slots), "adhoc" for everything a request asks
-        for."""
+        registered jobs (they have a reserved share of the solve slots), "adhoc" for what a request asks for."""
         t0 = time.perf_counter()
         solved = await self.ctx.pool.solve(name, problem, time_limit, dict(params), admit=admit, kind=kind)
-        self.ctx.telemetry.solve_seconds.observe(time.perf_counter() - t0, name)
-        self.ctx.telemetry.plans.inc(name, solved.doc["solver"]["status"])
+        self.observe(name, solved.plan.solver.status, time.perf_counter() - t0)
         return solved
 
-    # ------------------------------------------------------------------ documents
-    @property
-    def caps(self) -> Caps:
-        s = self.ctx.settings
-        return Caps(s.max_key_groups, s.max_edges, s.max_nodes)
-
-    def check_problem_size(self, doc: Any, where: str = "problem") -> None:
-        check_problem_size(doc, self.caps, where)
-
-    def problem_from_doc(self, doc: dict[str, Any], where: str = "problem") -> Problem:
-        return problem_from_doc(doc, self.caps, where)
-
-    # ------------------------------------------------------------------ use cases
-    async def plan(self, problem_doc: dict[str, Any], algorithm: str | None, params: dict[str, Any],
-                   time_limit: float) -> dict[str, Any]:
-        problem = self.problem_from_doc(problem_doc)
-        name, params = self.check_algorithm(algorithm, params)
-        return (await self.solve(name, problem, time_limit, params)).doc
-
-    async def evaluate(self, problem_doc: dict[str, Any], plan_doc: dict[str, Any]) -> dict[str, Any]:
-        problem = self.problem_from_doc(problem_doc)
-
-        return await asyncio.to_thread(evaluation, problem, plan_doc)
+    def observe(self, name: str, status: str, seconds: float) -> None:
+        self.ctx.telemetry.solve_seconds.observe(seconds, name)
+        self.ctx.telemetry.plans.inc(name, status)
 
     async def partitioning(self, spec: dict[str, Any]) -> Any:
         """The Gedik partitioning-function document (``solvers.gedik.build_document``), solved in the pool."""
@@ -163,26 +230,10 @@ class Planning:
         self.ctx.telemetry.solve_seconds.observe(time.perf_counter() - t0, "gedik")
         return doc
 
-    async def what_if(self, problem_doc: dict[str, Any], candidates: list[Any], target: float | None,
-                      algorithm: str | None, params: dict[str, Any], time_limit: float,
-                      max_utilisation: float | None = None) -> dict[str, Any]:
-        """What-if scaling (:mod:`solvers.scaling`): every candidate is rebalanced in the pool, and holds one
-        solve slot (admitted together, or 429/413 before any solve)."""
-        s = self.ctx.settings
-        problem = self.problem_from_doc(problem_doc)
-        name, params = self.check_algorithm(algorithm, params)
-        if len(candidates) > s.max_candidates:
-            raise TooLarge(f"candidates: more than {s.max_candidates}")
-        variants = []
-        for j, c in enumerate(candidates):
-            if isinstance(c, int) and not isinstance(c, bool) and c > s.max_nodes:
-                raise TooLarge(f"candidates[{j}]: more than {s.max_nodes} nodes")
-            v = scaling.variant(problem, j, c)
-            if v.problem.n_nodes > s.max_nodes:
-                raise TooLarge(f"candidates[{j}]: more than {s.max_nodes} nodes")
-            variants.append(v)
-        self.ctx.pool.check_admission(len(variants))
-        solved = await asyncio.gather(*(self.solve(name, v.problem, time_limit, params, admit=False)
-                                        for v in variants))
-        plans = [s.doc for s in solved]
-        return scaling.report(problem, candidates, variants, plans, name, target, max_utilisation)
+
+def _available(name: str) -> bool:
+    try:
+        registry.get(name)
+    except (InvalidInput, ImportError):
+        return False
+    return True

@@ -12,47 +12,29 @@ one updates a row, whatever the number of processes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from controller.database import (  # re-exported: the repository is the persistence API
-    create_schema as create_schema,
-)
-from controller.database import (
-    database_kind as database_kind,
-)
-from controller.database import (
-    epochs as epochs,
-)
-from controller.database import (
-    jobs as jobs,
-)
-from controller.database import (
-    make_engine as make_engine,
-)
-from controller.database import (
-    metadata as metadata,
-)
-from controller.database import (
-    proposals as proposals,
-)
-from controller.database import (
-    sqlite_path as sqlite_path,
-)
-from controller.database import (
-    stats as stats,
-)
-from controller.jobs import Job, JobConfig, Node
+from clients.python import contract as c
+from clients.python.wire import dump, read
+from controller.database import create_schema as create_schema  # re-exported: the repository is the storage API
+from controller.database import database_kind as database_kind
+from controller.database import epochs as epochs
+from controller.database import jobs as jobs
+from controller.database import make_engine as make_engine
+from controller.database import metadata as metadata
+from controller.database import proposals as proposals
+from controller.database import sqlite_path as sqlite_path
+from controller.database import stats as stats
+from controller.model import Job, JobConfig, Node, ProposalRecord
 from controller.windows import Batch, Window
 from solvers.model import int_if_whole
-
-if TYPE_CHECKING:
-    from controller.proposals import Proposal
 
 Op = Callable[[Connection], Any]
 
@@ -96,7 +78,7 @@ def batch_from_row(row: Mapping[str, Any]) -> Batch:
 
 
 def nodes_json(nodes: list[Node]) -> str:
-    return dumps([nd.as_dict() for nd in nodes])
+    return dumps([dump(nd.doc()) for nd in nodes])
 
 
 def assignment_json(job: Job, assignment: np.ndarray | None = None) -> str:
@@ -119,7 +101,7 @@ def job_from_row(row: Mapping[str, Any], batches: Sequence[Mapping[str, Any]],
     """A job from its row, the statistics rows of its window (in the order received) and its current assignment
     (rebuilt from the epoch history; the row's own is the one of the latest snapshot)."""
     kgs = loads(row["kgs"])
-    nodes = [Node.parse(nd) for nd in loads(row["nodes"])]
+    nodes = [Node.of(read(c.JobNode, nd)) for nd in loads(row["nodes"])]
     config = JobConfig.from_dict(loads(row["spec"]))
     node_index = {nd.id: i for i, nd in enumerate(nodes)}
     ids = loads(row["assignment"]) if assignment_ids is None else assignment_ids
@@ -137,28 +119,39 @@ def job_from_row(row: Mapping[str, Any], batches: Sequence[Mapping[str, Any]],
                last_round_batch=row["last_round_batch"])
 
 
-def executed_plan(plan: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def executed_plan(plan: c.Plan | None) -> c.Plan | None:
     """What an executed proposal keeps of its plan: all but the assignment, which is its epoch's (see
     :func:`assignment_at`) — so a proposal row, like an epoch row, grows with the moves, not with the job."""
-    return None if plan is None else {k: v for k, v in plan.items() if k != "assignment"}
+    return None if plan is None else dataclasses.replace(plan, assignment={})
 
 
-def proposal_row(p: Proposal) -> dict[str, Any]:
+def _json(doc: Any) -> str | None:
+    return None if doc is None else dumps(dump(doc))
+
+
+def proposal_row(p: ProposalRecord) -> dict[str, Any]:
     plan = executed_plan(p.plan) if p.status == "executed" else p.plan
     return {"id": p.id, "job_id": p.job_id, "generation": p.generation, "base_epoch": p.base_epoch,
             "status": p.status, "algorithm": p.algorithm, "params": dumps(p.params), "time_limit_s": p.time_limit_s,
-            "window": dumps(p.window), "plan": None if plan is None else dumps(plan), "error": p.error,
+            "window": _json(p.window), "plan": _json(plan), "decision": _json(p.decision), "error": p.error,
             "executed_epoch": p.executed_epoch, "created_at": p.created_at}
 
 
-def proposal_from_row(row: Mapping[str, Any]) -> Proposal:
-    from controller.proposals import Proposal
+def plan_from_json(text_: str | None) -> c.Plan | None:
+    """A stored plan (an executed one has no assignment: rows of the first releases leave the key out)."""
+    doc = loads(text_)
+    return None if doc is None else read(c.Plan, {"assignment": {}, **doc})
 
-    return Proposal(id=row["id"], job_id=row["job_id"], generation=row.get("generation") or "",
-                    base_epoch=int(row["base_epoch"]), status=row["status"], algorithm=row["algorithm"],
-                    params=loads(row["params"]), time_limit_s=float(row["time_limit_s"]),
-                    window=loads(row["window"]), plan=loads(row["plan"]), error=row["error"],
-                    executed_epoch=row["executed_epoch"], created_at=float(row["created_at"]))
+
+def proposal_from_row(row: Mapping[str, Any]) -> ProposalRecord:
+    window, decision = loads(row["window"]), loads(row.get("decision"))
+    return ProposalRecord(id=row["id"], job_id=row["job_id"], generation=row.get("generation") or "",
+                          base_epoch=int(row["base_epoch"]), status=row["status"], algorithm=row["algorithm"],
+                          params=loads(row["params"]), time_limit_s=float(row["time_limit_s"]),
+                          window=None if window is None else read(c.WindowState, window),
+                          plan=plan_from_json(row["plan"]),
+                          decision=None if decision is None else read(c.Decision, decision), error=row["error"],
+                          executed_epoch=row["executed_epoch"], created_at=float(row["created_at"]))
 
 
 # ---------------------------------------------------------------------- operations
@@ -192,25 +185,25 @@ def delete_job(job_id: str) -> Op:
 STATS_DELETE = delete(stats).where(stats.c.job_id == bindparam("j_id"), stats.c.batch_id == bindparam("b_id"))
 
 
-def insert_proposal(p: Proposal) -> Op:
+def insert_proposal(p: ProposalRecord) -> Op:
     def op(conn: Connection) -> None:
         conn.execute(insert(proposals).values(**proposal_row(p)))
     return op
 
 
-def finish_proposal(pid: str, status: str, plan: Mapping[str, Any] | None, error: str | None) -> Op:
-    plan_json = None if plan is None else dumps(plan)
+def finish_proposal(pid: str, status: str, plan: c.Plan | None, decision: c.Decision | None,
+                    error: str | None) -> Op:
+    values = {"status": status, "plan": _json(plan), "decision": _json(decision), "error": error}
 
     def op(conn: Connection) -> None:
-        conn.execute(update(proposals).where(proposals.c.id == pid, proposals.c.status == "pending")
-                     .values(status=status, plan=plan_json, error=error))
+        conn.execute(update(proposals).where(proposals.c.id == pid, proposals.c.status == "pending").values(**values))
     return op
 
 
 def advance_epoch(job_id: str, base_epoch: int, new_values: dict[str, Any], epoch_row_: dict[str, Any],
-                  proposal_id: str | None = None, proposal: Proposal | None = None,
+                  proposal_id: str | None = None, proposal: ProposalRecord | None = None,
                   last_round_batch: int | None = None, then: Op | None = None,
-                  plan: Mapping[str, Any] | None = None) -> Callable[[Connection], bool]:
+                  plan: c.Plan | None = None) -> Callable[[Connection], bool]:
     """The atomic epoch compare-and-set: new assignment/nodes + history row + proposal marked executed, or nothing.
 
     Returns False (and changes nothing) when the job's epoch is no longer ``base_epoch``; ``then`` runs in the
@@ -218,8 +211,8 @@ def advance_epoch(job_id: str, base_epoch: int, new_values: dict[str, Any], epoc
     without its assignment).
     """
     proposal_values = None if proposal is None else proposal_row(proposal)
-    kept = executed_plan(plan)
-    executed = {} if kept is None else {"plan": dumps(kept)}
+    kept = _json(executed_plan(plan))
+    executed = {} if kept is None else {"plan": kept}
 
     def op(conn: Connection) -> bool:
         new_epoch = base_epoch + 1
@@ -276,7 +269,7 @@ def fail_pending_proposals(engine: Engine) -> int:
                                 ).rowcount)
 
 
-def get_proposal(engine: Engine, job_id: str, pid: str) -> Proposal | None:
+def get_proposal(engine: Engine, job_id: str, pid: str) -> ProposalRecord | None:
     with engine.connect() as conn:
         r = conn.execute(select(proposals).where(proposals.c.id == pid, proposals.c.job_id == job_id)).first()
     return None if r is None else proposal_from_row(dict(r._mapping))

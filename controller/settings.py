@@ -170,6 +170,11 @@ class Settings(BaseSettings):
     def auth_enabled(self) -> bool:
         return bool(self.tokens() or self.token_scopes)
 
+    def time_limit(self, requested: float | None) -> float:
+        """The one place a solve's time limit is decided: the request's (already checked > 0 at the edge) or
+        ``default_time_limit_s``, capped at ``max_time_limit_s``."""
+        return min(self.default_time_limit_s if requested is None else float(requested), self.max_time_limit_s)
+
     def sqlalchemy_url(self) -> str:
         url = self.database_url
         if url.startswith("postgresql://") or url.startswith("postgres://"):

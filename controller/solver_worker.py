@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from clients.python.contract import Plan
 from controller.lifeline import bind_worker
 from solvers.errors import InvalidInput
 from solvers.model import Problem
@@ -108,22 +109,17 @@ class Solved:
     """A solve's result as it leaves the worker: the plan document (for users and the history) and the numeric
     assignment (node index per key group, in the problem's order) that the controller commits as it is."""
 
-    doc: dict[str, Any]
+    plan: Plan
     assignment: np.ndarray
 
 
 def solve_plan(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> Solved:
-    """The one solve of a plan request (in a worker): ``registry.solve``, then the plan document."""
+    """The one solve of a plan (in a worker): ``registry.solve``, then the plan document."""
     from solvers import registry
-    from solvers.documents import plan_to_dict
+    from solvers.documents import plan_document
 
     plan = registry.solve(name, problem, time_limit=time_limit, **params)
-    return Solved(plan_to_dict(problem, plan), np.asarray(plan.assignment, dtype=np.int64))
-
-
-def solve_document(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> dict[str, Any]:
-    """:func:`solve_plan`'s document (the offloaded plan requests answer with it directly)."""
-    return solve_plan(name, problem, time_limit, params).doc
+    return Solved(plan_document(problem, plan), np.asarray(plan.assignment, dtype=np.int64))
 
 
 def _solve_task(name: str, problem: Problem, time_limit: float, params: dict[str, Any]) -> tuple[Any, ...]:

@@ -8,7 +8,7 @@ groups costs O(m) numpy work and nothing else:
 - its state size is the latest reported value (or the registered one);
 - a communication edge's rate is likewise its mean per batch.
 
-Ordering rule (issue 12 item 3): the window holds the ``size`` most recently *received* distinct batch ids.
+Ordering rule: the window holds the ``size`` most recently *received* distinct batch ids.
 A batch id already in the window is not counted again (``duplicate``); once the window is full, an id at most
 ``size`` below the lowest id in it is a late re-post of a batch evicted recently and is not counted either. Any
 other id counts, and evicts the batch received earliest: batch ids identify batches without ordering them, so
@@ -20,9 +20,10 @@ batches from 0 again) can freeze the window — the batches received after it st
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+
+from clients.python.contract import WindowState
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Batch:
 
     @property
     def nbytes(self) -> int:
-        """Memory held by the batch's arrays (issue 12 item 10: the total over every window is capped)."""
+        """Memory held by the batch's arrays (the total over every window is capped)."""
         arrays = (self.idx, self.load, self.state, self.src, self.dst, self.rate)
         return sum(int(a.nbytes) for a in arrays if a is not None)
 
@@ -54,6 +55,7 @@ class Window:
 
     def __post_init__(self) -> None:
         self.load_sum = np.zeros(self.m)
+        self.load_sq_sum = np.zeros(self.m)  # for the per-key-group variance over the window (the noise guard)
         self.seen = np.zeros(self.m, dtype=np.int64)  # number of batches in the window reporting each kg
         self.nbytes = 0  # memory held by the batches' arrays
 
@@ -76,6 +78,7 @@ class Window:
         self.batches[batch.batch_id] = batch
         self.nbytes += batch.nbytes
         self.load_sum[batch.idx] += batch.load  # ids are unique within a batch (checked by the controller)
+        self.load_sq_sum[batch.idx] += np.square(batch.load)
         self.seen[batch.idx] += 1
         if batch.src is not None and batch.dst is not None and batch.rate is not None:
             for s, d, r in zip(batch.src.tolist(), batch.dst.tolist(), batch.rate.tolist(), strict=True):
@@ -97,10 +100,14 @@ class Window:
     def _remove(self, batch: Batch) -> None:
         self.nbytes -= batch.nbytes
         self.load_sum[batch.idx] -= batch.load
+        self.load_sq_sum[batch.idx] -= np.square(batch.load)
         self.seen[batch.idx] -= 1
         # numerical hygiene: a key group no batch reports any more has exactly 0 load
-        self.load_sum[self.seen == 0] = 0.0
+        gone = self.seen == 0
+        self.load_sum[gone] = 0.0
+        self.load_sq_sum[gone] = 0.0
         np.maximum(self.load_sum, 0.0, out=self.load_sum)
+        np.maximum(self.load_sq_sum, 0.0, out=self.load_sq_sum)
         if batch.src is not None and batch.dst is not None and batch.rate is not None:
             for s, d, r in zip(batch.src.tolist(), batch.dst.tolist(), batch.rate.tolist(), strict=True):
                 key = (s, d)
@@ -114,6 +121,16 @@ class Window:
     def mean_load(self) -> np.ndarray:
         n = len(self.batches)
         return self.load_sum / n if n else np.zeros(self.m)
+
+    def load_variance(self) -> np.ndarray | None:
+        """Each key group's sample variance of its load per batch over the window (a batch that did not report it
+        counts 0, as in :meth:`mean_load`); ``None`` with fewer than two batches."""
+        n = len(self.batches)
+        if n < 2:
+            return None
+        with np.errstate(over="ignore", invalid="ignore"):
+            var = (self.load_sq_sum - np.square(self.load_sum) / n) / (n - 1)
+        return np.maximum(var, 0.0)
 
     def latest_state(self, registered: np.ndarray) -> np.ndarray:
         out = registered.copy()
@@ -132,16 +149,15 @@ class Window:
         rates = np.fromiter(self.comm_sum.values(), dtype=np.float64, count=len(self.comm_sum)) / n
         return keys[:, 0], keys[:, 1], rates
 
-    def state(self) -> dict[str, Any]:
+    @property
+    def full(self) -> bool:
+        return len(self.batches) >= self.size
+
+    def state(self) -> WindowState:
         ids = list(self.batches)  # oldest received first
         covered = len(ids)
-        return {
-            "size": self.size,
-            "batches": ids,
-            "covered_batches": covered,
-            "coverage": round(covered / self.size, 6),
-            "key_groups_covered": int(np.count_nonzero(self.seen)),
-            "key_groups": self.m,
-            "ready": covered >= self.size,
-        }
+        return WindowState(size=self.size, batches=ids, covered_batches=covered,
+                           coverage=round(covered / self.size, 6),
+                           key_groups_covered=int(np.count_nonzero(self.seen)), key_groups=self.m,
+                           ready=covered >= self.size)
 

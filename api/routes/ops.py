@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
 from api.deps import get_controller
-from api.schemas import HealthDoc
+from clients.python.contract import Health
 from controller.service import Controller
 from controller.telemetry import CONTENT_TYPE
 
@@ -19,7 +19,7 @@ router = APIRouter(tags=["operations"])
 READY_TIMEOUT_S = 2.0
 
 
-@router.get("/healthz", response_model=HealthDoc)
+@router.get("/healthz", response_model=Health)
 async def healthz() -> dict[str, str]:
     """Liveness (never needs a token): the event loop answers."""
     return {"status": "ok"}
@@ -37,14 +37,14 @@ async def readyz(ctl: Controller = Depends(get_controller)) -> JSONResponse:
     out: dict[str, Any] = {}
     ok = True
     try:
-        await asyncio.wait_for(asyncio.to_thread(_ping, ctl.engine), READY_TIMEOUT_S)
+        await asyncio.wait_for(asyncio.to_thread(_ping, ctl.ctx.engine), READY_TIMEOUT_S)
         out["database"] = "ok"
     except TimeoutError:
         ok, out["database"] = False, f"no answer within {READY_TIMEOUT_S:g} s"
     except Exception as exc:  # noqa: BLE001 - any driver error means "not ready", reported with its type
         ok, out["database"] = False, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     try:
-        health = ctl.pool.health() if ctl.pool is not None else None
+        health = ctl.ctx.pool.health()
     except RuntimeError:  # not started yet
         health = None
     if health is None:
@@ -61,4 +61,4 @@ async def readyz(ctl: Controller = Depends(get_controller)) -> JSONResponse:
 async def prometheus(ctl: Controller = Depends(get_controller)) -> Response:
     """Prometheus text format: requests, latencies, solve times, plans, epochs, statistics batches, jobs, per-job
     epoch / load distance / migrations, the process (CPU, memory, file descriptors)."""
-    return Response(ctl.telemetry.render(), media_type=CONTENT_TYPE)
+    return Response(ctl.ctx.telemetry.render(), media_type=CONTENT_TYPE)

@@ -36,6 +36,8 @@ class MalformedResponse(RebalancerError):
 
     def __init__(self, reason: str, *, status_code: int = 0, method: str = "", url: str = ""):
         self.reason = reason
+        self.field = ""    # the path of the offending value, when a document was read (``nodes[2].id``)
+        self.detail = reason
         self.status_code = status_code
         self.method = method
         self.url = url

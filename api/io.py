@@ -1,0 +1,60 @@
+"""Bodies in and documents out: every route reads its body as raw bytes and answers with bytes.
+
+A body is validated where it is used, once, from the bytes (:func:`controller.edge.parse`: in the route, or in a
+solver worker for plans, evaluations and what-ifs). A route declares its body document with
+:func:`request_body` (for OpenAPI) and its answer with ``response_model`` (for OpenAPI only: :func:`respond`
+serialises the contract document itself, without revalidating what the controller built).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from controller.edge import encode
+
+#: the request documents the routes declare (their schemas are added to the OpenAPI components)
+REQUEST_DOCUMENTS: dict[str, Any] = {}
+
+
+def request_body(cls: Any, required: bool = True) -> dict[str, Any]:
+    """The ``openapi_extra`` of a route whose JSON body is the contract document ``cls``."""
+    REQUEST_DOCUMENTS[cls.__name__] = cls
+    return {"requestBody": {"required": required, "content": {
+        "application/json": {"schema": {"$ref": f"#/components/schemas/{cls.__name__}"}}}}}
+
+
+class UnsupportedMediaType(Exception):
+    """A request body that is not JSON (415)."""
+
+
+def is_json(content_type: str) -> bool:
+    """``application/json`` or ``application/<x>+json``, with any parameters (``; charset=utf-8``)."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    kind, _, sub = media.partition("/")
+    return kind == "application" and (sub == "json" or sub.endswith("+json"))
+
+
+async def read_body(request: Request, default: bytes | None = None) -> bytes:
+    """The raw body of a JSON request; a declared type that is not JSON is a 415 (a missing Content-Type is
+    read as JSON); an empty body is ``default`` when the body is optional."""
+    content_type = request.headers.get("content-type")
+    if content_type is not None and not is_json(content_type):
+        raise UnsupportedMediaType(f"unsupported media type {content_type[:100]!r}: send the body as "
+                                   "application/json")
+    raw = await request.body()
+    if not raw.strip() and default is not None:
+        return default
+    return raw
+
+
+def respond(doc: Any, status: int = 200, cls: Any = None, headers: dict[str, str] | None = None) -> Response:
+    """A contract document (``cls`` for a list of them) as the JSON answer."""
+    return Response(encode(doc, cls), status_code=status, media_type="application/json", headers=headers)
+
+
+def answer(status: int, body: bytes) -> Response:
+    """A body a solver worker already serialised."""
+    return Response(body, status_code=status, media_type="application/json")

@@ -1,0 +1,97 @@
+"""The edge: raw JSON bytes in, contract documents out, and back — the one place a request is validated.
+
+Requests are validated once, here, against :mod:`clients.python.contract` (pydantic reads its ``Check`` markers;
+strict: a boolean is not a number, a string of digits is not a number, unknown fields are refused), straight from
+the bytes (no intermediate ``dict``). The API routes, the solver workers that handle big bodies and the CLI all
+call :func:`parse`; what is inside trusts what it gets. Errors carry the field path and the reason, the body of
+every 422: ``{"detail": [{"field": "key_groups[3].load", "reason": "..."}]}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from clients.python.contract import ErrorItem
+
+T = TypeVar("T")
+
+#: pydantic error types whose message is replaced by ours
+_MESSAGES = {"missing": "is required", "missing_keyword_only_argument": "is required",
+             "extra_forbidden": "unknown field", "unexpected_keyword_argument": "unknown field"}
+
+
+class Invalid(Exception):
+    """A request that does not match its document: one :class:`ErrorItem` per offending field (422)."""
+
+    def __init__(self, items: list[ErrorItem]):
+        super().__init__("; ".join(f"{i.field}: {i.reason}" for i in items))
+        self.items = items
+
+
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
+def adapter(cls: Any) -> TypeAdapter[Any]:
+    """The (cached) pydantic adapter of a contract document."""
+    ta = _ADAPTERS.get(cls)
+    if ta is None:
+        ta = _ADAPTERS[cls] = TypeAdapter(cls)
+    return ta
+
+
+def parse(cls: type[T], raw: bytes | str) -> T:
+    """``raw`` JSON validated as the document ``cls``; :class:`Invalid` naming every offending field."""
+    try:
+        doc: T = adapter(cls).validate_json(raw)
+    except ValidationError as exc:
+        raise Invalid(error_items(exc.errors())) from None
+    return doc
+
+
+def encode(doc: Any, cls: Any = None) -> bytes:
+    """A contract document (or a list of them: give ``cls``, e.g. ``list[JobSummary]``) as JSON bytes."""
+    return adapter(type(doc) if cls is None else cls).dump_json(doc, by_alias=True)
+
+
+def schema(cls: Any) -> dict[str, Any]:
+    """The JSON schema of a document, with its sub-documents under ``$defs`` (OpenAPI components)."""
+    return adapter(cls).json_schema(ref_template="#/components/schemas/{model}")
+
+
+def field_path(loc: Iterable[Any]) -> str:
+    """``("key_groups", 3, "load")`` -> ``key_groups[3].load``."""
+    out = ""
+    for part in loc:
+        if part == "body" and not out:
+            continue
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _is_union_tag(part: Any) -> bool:
+    # pydantic names the union member it tried in the location ("JobNode", "str", "int", "ScalingChange")
+    return isinstance(part, str) and (part[:1].isupper() or part in ("str", "int", "float", "bool"))
+
+
+def error_items(errors: Iterable[Mapping[str, Any]]) -> list[ErrorItem]:
+    """pydantic's errors as ``{"field", "reason"}`` items (the first per field and reason)."""
+    out: list[ErrorItem] = []
+    seen: set[tuple[str, str]] = set()
+    for e in errors:
+        loc = [p for p in e.get("loc", ()) if not _is_union_tag(p) and not str(p).startswith("function-")]
+        if e.get("type") == "json_invalid":
+            item = ErrorItem(field="body", reason=f"invalid JSON: {e.get('msg')}")
+        else:
+            reason = _MESSAGES.get(str(e.get("type")), str(e.get("msg", "invalid")))
+            item = ErrorItem(field=field_path(loc) or "body", reason=reason)
+        key = (item.field, item.reason)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
