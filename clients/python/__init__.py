@@ -1,5 +1,10 @@
-"""Python HTTP client of the Rebalancer controller (issue 7's /v1 API); needs only httpx and the standard library."""
+"""Python HTTP client of the Rebalancer controller; needs only httpx and the standard library.
 
+:class:`RebalancerClient` speaks the controller's /v1 API with the documents of :mod:`clients.python.contract`
+(the controller's own definitions); every failure is a :class:`RebalancerError`.
+"""
+
+from clients.python import contract
 from clients.python.client import RebalancerClient
 from clients.python.errors import (
     APIError,
@@ -18,27 +23,10 @@ from clients.python.errors import (
     ServerError,
     ValidationError,
 )
-from clients.python.models import (
-    AlgorithmInfo,
-    ApplyPlan,
-    Evaluation,
-    Execution,
-    History,
-    HistoryEntry,
-    Job,
-    JobSummary,
-    PlanResult,
-    Proposal,
-    ScalingCandidate,
-    ScalingReport,
-    StateMetrics,
-    StatsAck,
-)
 
 __all__ = [
-    "RebalancerClient", "RebalancerError", "APIError", "AuthenticationError", "BadRequestError", "ConflictError",
-    "ControllerUnavailable", "DeadlineExceeded", "InvalidArgument", "MalformedResponse", "NotFoundError",
-    "PayloadTooLargeError", "RateLimitedError", "ResponseTooLarge", "ServerError", "ValidationError",
-    "AlgorithmInfo", "ApplyPlan", "Evaluation", "Execution", "History", "HistoryEntry", "Job", "JobSummary",
-    "PlanResult", "Proposal", "ScalingCandidate", "ScalingReport", "StateMetrics", "StatsAck",
+    "RebalancerClient", "contract", "RebalancerError", "APIError", "AuthenticationError", "BadRequestError",
+    "ConflictError", "ControllerUnavailable", "DeadlineExceeded", "InvalidArgument", "MalformedResponse",
+    "NotFoundError", "PayloadTooLargeError", "RateLimitedError", "ResponseTooLarge", "ServerError",
+    "ValidationError",
 ]

@@ -15,7 +15,6 @@ from urllib.parse import quote
 
 import httpx
 
-from clients.python._parse import kind
 from clients.python._transport import DeadlineTransport
 from clients.python.errors import (
     APIError,
@@ -250,10 +249,3 @@ class HTTPSession:
             raise MalformedResponse(exc.reason, status_code=status, method=method,
                                     url=f"{self.base_url}{path}") from None
 
-    @staticmethod
-    def _list(parse: Callable[[Any, str], T], where: str) -> Callable[[Any], list[T]]:
-        def read(doc: Any) -> list[T]:
-            if not isinstance(doc, list):
-                raise MalformedResponse(f"{where}: expected a list, got {kind(doc)}")
-            return [parse(x, f"{where}[{i}]") for i, x in enumerate(doc)]
-        return read

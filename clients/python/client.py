@@ -1,4 +1,4 @@
-"""``RebalancerClient``: the synchronous HTTP client of the controller's /v1 API (issue 7), on httpx.
+"""``RebalancerClient``: the synchronous HTTP client of the controller's /v1 API, on httpx.
 
 Design (httpx style: small typed module, explicit exceptions, no global state; only httpx and the standard library):
 
@@ -16,45 +16,42 @@ Design (httpx style: small typed module, explicit exceptions, no global state; o
   only when the request provably never reached the server (connect errors).
 * **Path segments are URL-encoded** (a job id is one segment: ``"victim?x="`` never addresses ``victim``) and ``.``,
   ``..`` and empty ids are refused (:class:`InvalidArgument`).
-* **Typed results** read strictly (:mod:`clients.python.models`: a malformed 2xx body is a
-  :class:`MalformedResponse`) and **one exception class per failure** (:mod:`clients.python.errors`): 409 →
-  ``ConflictError``, 404 → ``NotFoundError``, 422 → ``ValidationError``, 401/403 → ``AuthenticationError``,
-  413 → ``PayloadTooLargeError``, 5xx → ``ServerError``; unreachable → ``ControllerUnavailable``. Every error is a
-  :class:`RebalancerError`.
+* **Typed requests and results**: the documents of :mod:`clients.python.contract`, the controller's own; answers
+  are read strictly (:func:`clients.python.wire.read`: a malformed 2xx body is a :class:`MalformedResponse`).
+* **One exception class per failure** (:mod:`clients.python.errors`): 409 → ``ConflictError``, 404 →
+  ``NotFoundError``, 422 → ``ValidationError``, 401/403 → ``AuthenticationError``, 413 → ``PayloadTooLargeError``,
+  5xx → ``ServerError``; unreachable → ``ControllerUnavailable``. Every error is a :class:`RebalancerError`.
 
 Example::
 
     from clients.python import RebalancerClient
     with RebalancerClient("http://127.0.0.1:8000") as rc:
-        job = rc.put_job("clicks", nodes=["p0", "p1"], operators=[{"id": "agg", "key_groups": 120}],
+        job = rc.put_job("clicks", nodes=["p0", "p1"], operators=[{"id": "agg", "key_groups": 4}],
                          algorithm="flux", budget={"max_migrations": 10})
-        rc.post_stats("clicks", batch_id=0, epoch=job.epoch, key_groups=[{"id": "agg/0", "load": 12.0}])
+        ack = rc.post_stats("clicks", batch_id=0, epoch=job.epoch, load=[12.0, 3.0, 5.0, 1.0])
         prop = rc.create_proposal("clicks")
-        ex = rc.execute_proposal("clicks", prop.id)   # ConflictError if the epoch moved meanwhile
+        if prop.decision and prop.decision.worth:
+            ex = rc.execute_proposal("clicks", prop.id)   # ConflictError if the epoch moved meanwhile
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
+from clients.python import contract as c
 from clients.python._http import HTTPSession, segment
-from clients.python._parse import Doc
-from clients.python.models import (
-    AlgorithmInfo,
-    Evaluation,
-    Execution,
-    History,
-    Job,
-    JobSummary,
-    PlanResult,
-    Proposal,
-    ScalingReport,
-    StatsAck,
-)
+from clients.python.wire import dump, read
 
 __all__ = ["RebalancerClient", "segment"]
+
+T = TypeVar("T")
+
+
+def _document(cls: type[T], value: T | Mapping[str, Any]) -> Any:
+    """A request document as JSON-ready data: a contract document, or a mapping sent as it is."""
+    return dump(value) if isinstance(value, cls) else dict(value)  # type: ignore[arg-type]
 
 
 class RebalancerClient(HTTPSession):
@@ -79,14 +76,19 @@ class RebalancerClient(HTTPSession):
         seed: seed of the backoff jitter (reproducible tests).
     """
 
+    def _get(self, cls: type[T], method: str, path: str, **kw: Any) -> T:
+        """The answer of ``method path`` read as the document ``cls``."""
+        return self._typed(lambda doc: read(cls, doc), method, path, **kw)
+
+    def _get_list(self, cls: type[T], method: str, path: str, **kw: Any) -> list[T]:
+        """The answer of ``method path`` read as a list of documents ``cls``."""
+        return self._typed(lambda doc: cast("list[T]", read(list[cls], doc)), method, path,  # type: ignore[valid-type]
+                           **kw)
+
     # ------------------------------------------------------------------ operations
-    def health(self) -> dict[str, Any]:
+    def health(self) -> c.Health:
         """``GET /healthz``."""
-        def read(doc: Any) -> dict[str, Any]:
-            d = Doc(doc, "health")
-            d.text("status")
-            return dict(d.d)
-        return self._typed(read, "GET", "/healthz")
+        return self._get(c.Health, "GET", "/healthz")
 
     def is_healthy(self) -> bool:
         """True when ``/healthz`` answers 200 (no retries; never raises)."""
@@ -96,107 +98,106 @@ class RebalancerClient(HTTPSession):
         except Exception:  # noqa: BLE001 - a health probe reports, it does not raise
             return False
 
-    def algorithms(self) -> list[AlgorithmInfo]:
+    def algorithms(self) -> list[c.Algorithm]:
         """``GET /v1/algorithms``: the planners this server runs, with their parameters."""
-        return self._typed(self._list(AlgorithmInfo.from_json, "algorithms"), "GET", "/v1/algorithms")
+        return self._get_list(c.Algorithm, "GET", "/v1/algorithms")
 
     # ------------------------------------------------------------------ stateless
-    def plan(self, problem: Mapping[str, Any], algorithm: str = "albic-milp", *,
-             params: Mapping[str, Any] | None = None, time_limit_s: float = 1.0) -> PlanResult:
+    def plan(self, problem: c.Problem | Mapping[str, Any], algorithm: str | None = None, *,
+             params: Mapping[str, Any] | None = None, time_limit_s: float | None = None) -> c.Plan:
         """``POST /v1/plans``: plan a problem document (stateless, idempotent)."""
-        body = {"problem": problem, "algorithm": algorithm, "params": dict(params or {}), "time_limit_s": time_limit_s}
-        return self._typed(PlanResult.from_json, "POST", "/v1/plans", json=body, idempotent=True)
+        body = {"problem": _document(c.Problem, problem), "algorithm": algorithm, "params": dict(params or {}),
+                "time_limit_s": time_limit_s}
+        return self._get(c.Plan, "POST", "/v1/plans", json=_some(body), idempotent=True)
 
-    def evaluate(self, problem: Mapping[str, Any], plan: Mapping[str, Any] | PlanResult) -> Evaluation:
-        """``POST /v1/evaluate``: before/after metrics of a plan (a plan document or a :class:`PlanResult`)."""
-        doc = plan.raw if isinstance(plan, PlanResult) else plan
-        return self._typed(Evaluation.from_json, "POST", "/v1/evaluate", json={"problem": problem, "plan": doc},
-                           idempotent=True)
+    def evaluate(self, problem: c.Problem | Mapping[str, Any], plan: c.Plan | Mapping[str, Any]) -> c.Evaluation:
+        """``POST /v1/evaluate``: before/after metrics of a plan (a plan document, or its ``assignment``)."""
+        doc = {"assignment": plan.assignment, "moves": dump(plan.moves)} if isinstance(plan, c.Plan) else dict(plan)
+        body = {"problem": _document(c.Problem, problem), "plan": doc}
+        return self._get(c.Evaluation, "POST", "/v1/evaluate", json=body,
+                         idempotent=True)
 
-    def what_if_scaling(self, problem: Mapping[str, Any], candidates: Sequence[Any], *,
+    def what_if_scaling(self, problem: c.Problem | Mapping[str, Any], candidates: Sequence[Any], *,
                         target_load_distance: float | None = None, max_utilisation: float | None = None,
                         algorithm: str | None = None, params: Mapping[str, Any] | None = None,
-                        time_limit_s: float | None = None) -> ScalingReport:
-        """``POST /v1/what-if/scaling``: load distance, migrations and rounds per candidate cluster size."""
-        body: dict[str, Any] = {"problem": problem, "candidates": list(candidates)}
-        for name, value in (("target_load_distance", target_load_distance), ("max_utilisation", max_utilisation),
-                            ("algorithm", algorithm), ("params", params), ("time_limit_s", time_limit_s)):
-            if value is not None:
-                body[name] = dict(value) if isinstance(value, Mapping) else value
-        return self._typed(ScalingReport.from_json, "POST", "/v1/what-if/scaling", json=body, idempotent=True)
+                        time_limit_s: float | None = None) -> c.WhatIfReport:
+        """``POST /v1/what-if/scaling``: load distance, migrations and rounds per candidate cluster."""
+        body = {"problem": _document(c.Problem, problem), "candidates": dump(list(candidates)),
+                "target_load_distance": target_load_distance, "max_utilisation": max_utilisation,
+                "algorithm": algorithm, "params": None if params is None else dict(params),
+                "time_limit_s": time_limit_s}
+        return self._get(c.WhatIfReport, "POST", "/v1/what-if/scaling",
+                         json=_some(body), idempotent=True)
 
     def partitioning(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /v1/partitioning``: a Gedik partitioning-function document for a spec."""
-        return self._typed(lambda d: dict(Doc(d, "partitioning").d), "POST", "/v1/partitioning", json=dict(spec),
-                           idempotent=True)
+        return self._typed(lambda doc: read(dict[str, Any], doc), "POST", "/v1/partitioning",
+                           json=dict(spec), idempotent=True)
 
     # ------------------------------------------------------------------ jobs
-    def list_jobs(self) -> list[JobSummary]:
+    @staticmethod
+    def _job(job_id: str, tail: str = "") -> str:
+        return f"/v1/jobs/{segment(job_id, 'job_id')}{tail}"
+
+    def list_jobs(self) -> list[c.JobSummary]:
         """``GET /v1/jobs``: every registered job with its epoch and sizes."""
-        return self._typed(self._list(JobSummary.from_json, "jobs"), "GET", "/v1/jobs")
+        return self._get_list(c.JobSummary, "GET", "/v1/jobs")
 
-    def put_job(self, job_id: str, *, nodes: Sequence[Any], operators: Sequence[Mapping[str, Any]] | None = None,
-                key_groups: Sequence[Mapping[str, Any]] | None = None, algorithm: str | None = None,
-                params: Mapping[str, Any] | None = None, budget: Mapping[str, Any] | None = None,
-                window_batches: int | None = None, auto: Mapping[str, Any] | None = None,
-                **extra: Any) -> Job:
-        """``PUT /v1/jobs/{job_id}``: register a job (201) with epoch 0 and its assignment; the same topology again
-        answers 200 with the job as it is (epoch kept, settings updated); another topology is a ``ConflictError``."""
-        body: dict[str, Any] = {"nodes": list(nodes)}
-        if operators is not None:
-            body["operators"] = [dict(o) for o in operators]
-        if key_groups is not None:
-            body["key_groups"] = [dict(k) for k in key_groups]
-        for name, value in (("algorithm", algorithm), ("params", params), ("budget", budget),
-                            ("window_batches", window_batches), ("auto", auto)):
-            if value is not None:
-                body[name] = dict(value) if isinstance(value, Mapping) else value
-        body.update(extra)
-        return self._typed(Job.from_json, "PUT", f"/v1/jobs/{segment(job_id, 'job_id')}", json=body)
+    def put_job(self, job_id: str, spec: c.JobSpec | Mapping[str, Any] | None = None, **fields: Any) -> c.JobState:
+        """``PUT /v1/jobs/{job_id}``: register a job (201) with epoch 0 and its placement; the same topology again
+        answers 200 with the job as it is (epoch kept, settings updated); another topology is a
+        ``ConflictError``. Give a :class:`~clients.python.contract.JobSpec`, a mapping, or its fields as keyword
+        arguments (``nodes=[...], operators=[...], auto=True, policy={...}``)."""
+        body = _document(c.JobSpec, spec) if spec is not None else {}
+        body.update({k: dump(v) for k, v in fields.items() if v is not None})
+        return self._get(c.JobState, "PUT", self._job(job_id), json=body)
 
-    def get_job(self, job_id: str) -> Job:
+    def get_job(self, job_id: str) -> c.JobState:
         """``GET /v1/jobs/{job_id}``."""
-        return self._typed(Job.from_json, "GET", f"/v1/jobs/{segment(job_id, 'job_id')}")
+        return self._get(c.JobState, "GET", self._job(job_id))
 
     def delete_job(self, job_id: str) -> None:
         """``DELETE /v1/jobs/{job_id}`` (a retry that finds the job gone after an unanswered attempt succeeds)."""
-        self.request("DELETE", f"/v1/jobs/{segment(job_id, 'job_id')}", ok_after_retry=(404,))
+        self.request("DELETE", self._job(job_id), ok_after_retry=(404,))
 
-    def post_stats(self, job_id: str, *, batch_id: int, epoch: int, key_groups: Sequence[Mapping[str, Any]],
-                   communication: Sequence[Mapping[str, Any]] | None = None, retries: int | None = None) -> StatsAck:
+    def post_stats(self, job_id: str, *, batch_id: int, epoch: int, load: Sequence[float] | None = None,
+                   state_bytes: Sequence[float | None] | None = None,
+                   key_groups: Sequence[Mapping[str, Any]] | None = None,
+                   communication: Sequence[Mapping[str, Any]] | None = None, retries: int | None = None) -> c.StatsAck:
         """``POST /v1/jobs/{job_id}/stats`` (idempotent per ``batch_id``, so retried).
 
-        ``key_groups``: ``[{"id": "agg/5", "load": 123.0, "state_bytes": 4096}]``. Raises ``ConflictError`` when
-        ``epoch`` is newer than the job's; an older epoch is accepted and the ack's ``epoch`` tells the current one.
+        ``load`` (and ``state_bytes``): one number per key group of the job, in its order (``JobState.key_groups``);
+        or ``key_groups``: ``[{"id": "agg/5", "load": 123.0, "state_bytes": 4096}]``. Raises ``ConflictError`` when
+        ``epoch`` is newer than the job's; an older epoch is accepted and the answer's ``apply`` carries the newer
+        placement.
         """
-        body: dict[str, Any] = {"batch_id": int(batch_id), "epoch": int(epoch), "key_groups": list(key_groups)}
-        if communication:
-            body["communication"] = list(communication)
-        return self._typed(StatsAck.from_json, "POST", f"/v1/jobs/{segment(job_id, 'job_id')}/stats", json=body,
-                           idempotent=True, retries=retries)
+        body = {"batch_id": int(batch_id), "epoch": int(epoch),
+                "load": None if load is None else [float(x) for x in load],
+                "state_bytes": None if state_bytes is None else list(state_bytes),
+                "key_groups": None if key_groups is None else [dict(k) for k in key_groups],
+                "communication": [dict(e) for e in communication] if communication else None}
+        return self._get(c.StatsAck, "POST", self._job(job_id, "/stats"),
+                         json=_some(body), idempotent=True, retries=retries)
 
     def create_proposal(self, job_id: str, *, algorithm: str | None = None, params: Mapping[str, Any] | None = None,
                         time_limit_s: float | None = None, wait_s: float | None = None,
-                        wait: bool = True) -> Proposal:
-        """``POST /v1/jobs/{job_id}/proposals``: a dry-run plan from the current window.
+                        wait: bool = True) -> c.Proposal:
+        """``POST /v1/jobs/{job_id}/proposals``: a dry-run plan from the current window, with the policy's verdict
+        (``proposal.decision``).
 
         ``wait_s`` asks the server to wait that long for the solve before answering 202 (this call's timeout and
-        deadline grow by ``wait_s``). With ``wait``, a pending
-        proposal is polled (``GET .../proposals/{id}``) until it is no longer pending or ``proposal_poll_timeout``
-        has passed; the returned proposal may then still be pending (``proposal.ready`` is False). The call takes
-        at most the POST's deadline, ``proposal_poll_timeout`` and one GET's deadline.
+        deadline grow by ``wait_s``). With ``wait``, a pending proposal is polled (``GET .../proposals/{id}``)
+        until it is no longer pending or ``proposal_poll_timeout`` has passed; the returned proposal may then still
+        be pending. The call takes at most the POST's deadline, ``proposal_poll_timeout`` and one GET's deadline.
         """
-        body: dict[str, Any] = {}
-        for name, value in (("algorithm", algorithm), ("params", params), ("time_limit_s", time_limit_s),
-                            ("wait_s", wait_s)):
-            if value is not None:
-                body[name] = dict(value) if isinstance(value, Mapping) else value
+        body = _some({"algorithm": algorithm, "params": None if params is None else dict(params),
+                      "time_limit_s": time_limit_s, "wait_s": wait_s})
         waits = float(wait_s or 0.0)  # the server holds the answer up to wait_s: the attempt may take that longer
-        prop = self._typed(Proposal.from_json, "POST", f"/v1/jobs/{segment(job_id, 'job_id')}/proposals", json=body,
-                           idempotent=False, timeout=self.timeout + waits, deadline=self.deadline + waits)
+        prop: c.Proposal = self._get(c.Proposal, "POST", self._job(job_id, "/proposals"), json=body, idempotent=False,
+                                     timeout=self.timeout + waits, deadline=self.deadline + waits)
         if wait and prop.status == "pending":
             for _ in self._poll(self.proposal_poll_timeout):
-                prop = self._typed(Proposal.from_json, "GET", self._proposal_path(job_id, prop.id))
+                prop = self.get_proposal(job_id, prop.id)
                 if prop.status != "pending":
                     break
         return prop
@@ -209,39 +210,43 @@ class RebalancerClient(HTTPSession):
             delay = min(1.0, delay * 2)
             yield
 
-    @staticmethod
-    def _proposal_path(job_id: str, proposal_id: str) -> str:
-        return f"/v1/jobs/{segment(job_id, 'job_id')}/proposals/{segment(proposal_id, 'proposal_id')}"
+    def _proposal_path(self, job_id: str, proposal_id: str) -> str:
+        return self._job(job_id, f"/proposals/{segment(proposal_id, 'proposal_id')}")
 
-    def get_proposal(self, job_id: str, proposal_id: str) -> Proposal:
+    def get_proposal(self, job_id: str, proposal_id: str) -> c.Proposal:
         """``GET /v1/jobs/{job_id}/proposals/{id}``."""
-        return self._typed(Proposal.from_json, "GET", self._proposal_path(job_id, proposal_id))
+        return self._get(c.Proposal, "GET", self._proposal_path(job_id, proposal_id))
 
-    def execute_proposal(self, job_id: str, proposal_id: str) -> Execution:
-        """``POST /v1/jobs/{job_id}/proposals/{id}/execute`` → the new epoch.
+    def execute_proposal(self, job_id: str, proposal_id: str, *, force: bool = False) -> c.Execution:
+        """``POST /v1/jobs/{job_id}/proposals/{id}/execute`` → the new epoch and placement.
 
         Raises:
             ConflictError: the job's epoch is no longer the proposal's ``base_epoch`` (another execute won, nodes
-                changed, or it was executed already), or the proposal is pending or failed (409).
+                changed, or it was executed already), the proposal is pending or failed, or the policy judged its
+                plan not worth it (``force=True`` overrides the verdict) (409).
         """
-        return self._typed(Execution.from_json, "POST", self._proposal_path(job_id, proposal_id) + "/execute",
-                           idempotent=False)
+        return self._get(c.Execution, "POST",
+                         self._proposal_path(job_id, proposal_id) + "/execute",
+                         json={"force": True} if force else None, idempotent=False)
 
     def change_nodes(self, job_id: str, *, add: Sequence[Any] = (), remove: Sequence[str] = (),
-                     delete: Sequence[str] = ()) -> Job:
+                     delete: Sequence[str] = ()) -> c.JobState:
         """``POST /v1/jobs/{job_id}/nodes``: add nodes, mark nodes removing, or delete empty removing nodes.
 
         Not idempotent on the server (each change is a new epoch; a repeated ``delete`` is a 422), so it is retried
         only when the request never reached the server. After a :class:`ControllerUnavailable`, :meth:`get_job`
         tells whether the change happened."""
-        body: dict[str, Any] = {"add": list(add), "remove": list(remove)}
-        if delete:
-            body["delete"] = list(delete)
-        return self._typed(Job.from_json, "POST", f"/v1/jobs/{segment(job_id, 'job_id')}/nodes", json=body,
-                           idempotent=False)
+        body = {"add": dump(list(add)), "remove": list(remove), "delete": list(delete)}
+        return self._get(c.JobState, "POST", self._job(job_id, "/nodes"),
+                         json=body, idempotent=False)
 
-    def history(self, job_id: str, *, limit: int | None = None) -> History:
-        """``GET /v1/jobs/{job_id}/history``: epochs (oldest first) with their plans and metrics."""
+    def history(self, job_id: str, *, limit: int | None = None) -> c.History:
+        """``GET /v1/jobs/{job_id}/history``: epochs (oldest first) with their plans, metrics and verdicts."""
         params = None if limit is None else {"limit": int(limit)}
-        return self._typed(History.from_json, "GET", f"/v1/jobs/{segment(job_id, 'job_id')}/history",
-                           params=params)
+        return self._get(c.History, "GET", self._job(job_id, "/history"),
+                         params=params)
+
+
+def _some(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without its ``None`` fields (the server's defaults apply)."""
+    return {k: v for k, v in body.items() if v is not None}

@@ -377,8 +377,6 @@ class Placement:
     epoch: int
     placement: Annotated[list[int], Check("node index (in the job's nodes) of each key group, in order")]
     nodes: list[str]
-    proposal_id: str | None = None
-    migrations: int = 0
 
 
 @dataclass(kw_only=True)
