@@ -519,6 +519,48 @@ class NodesRequest:
 
 
 @dataclass(kw_only=True)
+class ScaleRequest:
+    """``POST /v1/jobs/{job_id}/scale``: the job's new node set, and its key groups placed on it in one step (a
+    Spark query restarted with another partition count). Key groups on nodes that go always move; ``budget``
+    bounds the moves in all (it must allow those), null rebalances fully."""
+
+    __pydantic_config__ = REQUEST
+    nodes: Annotated[list[JobNode | Id], Check("the nodes after the change, in order", min_length=1)]
+    budget: Budget | None = None
+    algorithm: Name | None = None
+    params: Params | None = None
+    time_limit_s: TimeLimit = None
+
+
+@dataclass(kw_only=True)
+class Scaled:
+    """A scale executed: the new epoch, its nodes and placement, the moves and the plan's metrics."""
+
+    __pydantic_config__ = RESPONSE
+    job_id: str
+    base_epoch: int
+    epoch: int
+    nodes: list[str]
+    placement: list[int]
+    moves: list[Move]
+    metrics: PlanMetrics
+    solver: SolverInfo
+
+
+@dataclass(kw_only=True)
+class JobWhatIfRequest:
+    """``POST /v1/jobs/{job_id}/what-if``: :class:`WhatIfRequest` on the job's own window."""
+
+    __pydantic_config__ = REQUEST
+    candidates: Annotated[list[Annotated[int, Check(ge=1)] | ScalingChange], Check(min_length=1)]
+    target_load_distance: Amount | None = None
+    max_utilisation: Positive | None = None
+    algorithm: Name | None = None
+    params: Params = field(default_factory=dict)
+    time_limit_s: TimeLimit = None
+
+
+@dataclass(kw_only=True)
 class HistoryEntry:
     __pydantic_config__ = RESPONSE
     epoch: int
