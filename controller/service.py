@@ -9,8 +9,9 @@ the database keeps executes atomic even across processes.
 The layers, bottom up: records (:mod:`controller.model`, :mod:`controller.windows`), the policy
 (:mod:`controller.policy`), storage (:mod:`controller.repository`, :mod:`controller.history`), the shared context
 (:mod:`controller.context`), then the use cases — :mod:`controller.planning` (plans, evaluation, what-if),
-:mod:`controller.rounds` (statistics, automatic rounds, epochs), :mod:`controller.proposals` (propose, execute)
-and :mod:`controller.jobs` (registration, nodes, history). The API calls the use cases directly.
+:mod:`controller.rounds` (statistics, automatic rounds, epochs), :mod:`controller.proposals` (propose, execute),
+:mod:`controller.jobs` (registration, nodes, history) and :mod:`controller.scaling` (what-if on a job, scale).
+The API calls the use cases directly.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from controller.jobs import Jobs
 from controller.planning import Planning
 from controller.proposals import Proposals
 from controller.rounds import Rounds
+from controller.scaling import Scaling
 from controller.settings import Settings
 
 log = logging.getLogger("rebalancer.controller")
@@ -41,6 +43,7 @@ class Controller:
         self.rounds = Rounds(self.ctx, self.planning)
         self.proposals = Proposals(self.ctx, self.planning, self.rounds)
         self.jobs = Jobs(self.ctx, self.planning, self.rounds)
+        self.scaling = Scaling(self.ctx, self.planning, self.rounds)
         ctx, t = self.ctx, self.ctx.telemetry
         t.gauge("rebalancer_jobs", "registered jobs", lambda: len(ctx.jobs))
         t.gauge("rebalancer_solves_in_flight", "solves running or queued",

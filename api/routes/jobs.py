@@ -124,6 +124,26 @@ async def change_nodes(job_id: JobId, request: Request, ctl: Controller = Depend
     return respond(await ctl.jobs.change_nodes(job_id, req))
 
 
+@router.post("/{job_id}/scale", response_model=c.Scaled, openapi_extra=request_body(c.ScaleRequest),
+             responses={**E404, **E409, **E413, **E415, **E422, **E429})
+async def scale(job_id: JobId, request: Request, ctl: Controller = Depends(get_controller)) -> Response:
+    """Change the job's nodes to ``nodes`` and place its key groups on them by load over the window, as one new
+    epoch: the key groups of the nodes that go always move; ``budget`` bounds the moves in all (null: a full
+    rebalance). For a job whose nodes are fixed for a run, such as a Spark query's partitions, restarted with
+    another count. 409 when the job has no statistics yet or moved to another epoch meanwhile."""
+    req = parse(c.ScaleRequest, await read_body(request))
+    return respond(await ctl.scaling.scale(job_id, req))
+
+
+@router.post("/{job_id}/what-if", response_model=c.WhatIfReport, openapi_extra=request_body(c.JobWhatIfRequest),
+             responses={**E404, **E409, **E413, **E415, **E422, **E429})
+async def what_if(job_id: JobId, request: Request, ctl: Controller = Depends(get_controller)) -> Response:
+    """``POST /v1/what-if/scaling`` on the job's own window: each candidate cluster fully rebalanced, and the
+    smallest one meeting the goal. Nothing changes (``/scale`` applies one)."""
+    req = parse(c.JobWhatIfRequest, await read_body(request))
+    return respond(await ctl.scaling.what_if(job_id, req))
+
+
 @router.get("/{job_id}/history", response_model=c.History, responses=E404)
 async def history(job_id: JobId, limit: int | None = Query(None, ge=1, le=10000),
                   ctl: Controller = Depends(get_controller)) -> Response:

@@ -240,6 +240,25 @@ class RebalancerClient(HTTPSession):
         return self._get(c.JobState, "POST", self._job(job_id, "/nodes"),
                          json=body, idempotent=False)
 
+    def scale(self, job_id: str, *, nodes: Sequence[Any], budget: c.Budget | Mapping[str, Any] | None = None,
+              algorithm: str | None = None, params: Mapping[str, Any] | None = None,
+              time_limit_s: float | None = None) -> c.Scaled:
+        """``POST /v1/jobs/{job_id}/scale``: the job's new node list and its key groups placed on it by load, as
+        one new epoch (``budget`` None: a full rebalance). Not idempotent: retried only when never sent."""
+        body = _some({"nodes": dump(list(nodes)), "budget": None if budget is None else _document(c.Budget, budget),
+                      "algorithm": algorithm, "params": None if params is None else dict(params),
+                      "time_limit_s": time_limit_s})
+        return self._get(c.Scaled, "POST", self._job(job_id, "/scale"), json=body, idempotent=False)
+
+    def job_what_if(self, job_id: str, candidates: Sequence[Any], *, target_load_distance: float | None = None,
+                    max_utilisation: float | None = None, algorithm: str | None = None,
+                    params: Mapping[str, Any] | None = None, time_limit_s: float | None = None) -> c.WhatIfReport:
+        """``POST /v1/jobs/{job_id}/what-if``: :meth:`what_if_scaling` on the job's own window."""
+        body = _some({"candidates": dump(list(candidates)), "target_load_distance": target_load_distance,
+                      "max_utilisation": max_utilisation, "algorithm": algorithm,
+                      "params": None if params is None else dict(params), "time_limit_s": time_limit_s})
+        return self._get(c.WhatIfReport, "POST", self._job(job_id, "/what-if"), json=body, idempotent=True)
+
     def history(self, job_id: str, *, limit: int | None = None) -> c.History:
         """``GET /v1/jobs/{job_id}/history``: epochs (oldest first) with their plans, metrics and verdicts."""
         params = None if limit is None else {"limit": int(limit)}
