@@ -104,7 +104,7 @@ def screen(policy: Policy, b: Balance, *, batch_id: int | None, last_round_batch
     if policy.load_distance_threshold is not None and b.load_distance <= policy.load_distance_threshold:
         return _decision(False, "threshold", f"load distance {b.load_distance:.4g} is at or below the threshold "
                                              f"{policy.load_distance_threshold:.4g}", b, policy, batch_id)
-    if b.noise is not None and b.load_distance <= b.noise:
+    if policy.noise_sigmas is not None and b.noise is not None and b.load_distance <= b.noise:
         return _decision(False, "noise", f"load distance {b.load_distance:.4g} is within the noise of the window "
                                          f"({b.noise:.4g} at {policy.noise_sigmas:g} sigmas over {b.batches} "
                                          f"batches): nothing to correct", b, policy, batch_id)
