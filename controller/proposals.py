@@ -24,7 +24,7 @@ from controller.context import Context
 from controller.errors import Conflict, NotFound
 from controller.model import Job, ProposalRecord, new_id
 from controller.planning import Planning
-from controller.rounds import Rounds
+from controller.rounds import Rounds, balance_of
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 
@@ -56,8 +56,7 @@ class Proposals:
                 problem = job.problem().check()
             except InvalidInput as exc:
                 raise Conflict(f"job {job_id!r} cannot be planned from its window: {exc.field}: {exc.reason}") from exc
-            bal = policy.balance(problem, job.window.load_variance(), len(job.window.batches),
-                                 cfg.policy.noise_sigmas)
+            bal = balance_of(job, problem)
             prop = ProposalRecord(id=new_id(), job_id=job_id, generation=job.generation, base_epoch=job.epoch,
                                   status="pending", algorithm=name, params=params, time_limit_s=tl,
                                   window=job.window.state(), plan=None, decision=None, error=None,

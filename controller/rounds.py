@@ -24,7 +24,7 @@ from controller import history, policy
 from controller import repository as repo
 from controller.context import Context
 from controller.errors import Conflict, QuotaExceeded
-from controller.model import Job, Node, ProposalRecord, new_id
+from controller.model import Fit, Job, Node, ProposalRecord, new_id
 from controller.planning import Planning
 from controller.solver_worker import Solved
 from controller.stats import batch_of
@@ -34,6 +34,20 @@ from solvers.errors import InvalidInput
 from solvers.model import Problem
 
 log = logging.getLogger("rebalancer.controller")
+
+
+def balance_of(job: Job, problem: Problem) -> policy.Balance:
+    """The policy's view of the job's window (job lock held); measures the last plan's fit bias once a whole
+    window of batches has arrived since it was executed."""
+    b = policy.balance(problem, job.window.load_variance(), len(job.window.batches), job.config.policy.noise_sigmas,
+                       (job.fit.bias or 0.0) if job.fit is not None else 0.0)
+    fit = job.fit
+    if fit is not None and fit.bias is None:
+        if fit.fresh < job.window.size:
+            return dataclasses.replace(b, settling=(fit.fresh, job.window.size))
+        fit.bias = max(0.0, b.load_distance - fit.claimed)
+        b = dataclasses.replace(b, bias=fit.bias)
+    return b
 
 
 class Rounds:
@@ -60,6 +74,8 @@ class Rounds:
                 job.window.add(batch, evict)
                 self.ctx.window_bytes += job.window.nbytes - before
                 self.ctx.telemetry.batches.inc("counted")
+                if job.fit is not None and job.fit.bias is None:
+                    job.fit.fresh += 1
                 self._consider(job, batch.batch_id)
             else:
                 self.ctx.telemetry.batches.inc("duplicate" if duplicate else "too_old")
@@ -92,7 +108,7 @@ class Rounds:
                                       message=f"the window cannot be planned: {exc.field}: {exc.reason}")
             return
         rules = job.config.policy
-        bal = policy.balance(problem, job.window.load_variance(), len(job.window.batches), rules.noise_sigmas)
+        bal = balance_of(job, problem)
         verdict = policy.screen(rules, bal, batch_id=batch_id, last_round_batch=job.last_round_batch)
         if verdict is not None:
             job.decision = verdict
@@ -176,6 +192,7 @@ class Rounds:
         job.updated_at = now
         if last_round_batch is not None:
             job.last_round_batch = last_round_batch
+        job.fit = Fit(plan.metrics.after.load_distance) if plan is not None and kind in ("auto", "execute") else None
         if proposal is not None:
             proposal.plan = repo.executed_plan(proposal.plan)  # its assignment is this epoch's
             self.ctx.proposals.put(proposal)

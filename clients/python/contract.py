@@ -364,6 +364,8 @@ class Decision:
     noise: Annotated[float | None, Check("the load distance the window's noise alone explains")] = None
     min_gain: Annotated[float | None, Check("the least reduction worth a round, in load-distance units")] = None
     load_on_removing: float | None = None
+    fit_bias: Annotated[float | None, Check("how much higher the last executed plan's load distance proved on "
+                                            "fresh batches than the plan claimed; taken off the gain")] = None
     migration_bytes: float | None = None
     bytes_allowed: Annotated[float | None, Check("the most bytes the gain pays for (max_bytes_per_gain)")] = None
 
