@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from clients.python import contract as c
+from clients.python.wire import dump, read
 from controller.context import Context
 from controller.edge import Invalid, encode, parse
 from controller.errors import TooLarge
@@ -147,7 +148,7 @@ def what_if_task(raw: bytes, limits: Limits) -> WhatIf | Answer:
         for j, cand in enumerate(req.candidates):
             if isinstance(cand, int) and cand > limits.max_nodes:
                 raise TooLarge(f"candidates[{j}]: more than {limits.max_nodes} nodes")
-            v = scaling.variant(problem, j, cand)
+            v = scaling.variant(problem, j, cand if isinstance(cand, int) else dump(cand))
             if v.problem.n_nodes > limits.max_nodes:
                 raise TooLarge(f"candidates[{j}]: more than {limits.max_nodes} nodes")
             variants.append(v)
@@ -166,8 +167,6 @@ def answer_task(task: Any, raw: bytes, limits: Limits) -> tuple[Any, ...]:
 
 def what_if_report(w: WhatIf, plans: list[c.Plan]) -> c.WhatIfReport:
     """The report of :mod:`solvers.scaling` once every candidate is solved."""
-    from clients.python.wire import dump, read
-
     cands = [cand if isinstance(cand, int) else dump(cand) for cand in w.request.candidates]
     doc = scaling.report(w.problem, cands, w.variants, [dump(p) for p in plans], w.algorithm,
                          w.request.target_load_distance, w.request.max_utilisation)
@@ -200,8 +199,6 @@ class Planning:
         return Limits.of(self.ctx.settings, self.default_algorithm())
 
     def algorithms(self) -> list[c.Algorithm]:
-        from clients.python.wire import read
-
         out = []
         for name in registry.names():
             try:

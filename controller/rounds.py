@@ -134,7 +134,13 @@ class Rounds:
             async with job.lock:
                 if self.ctx.jobs.get(job.job_id) is not job:
                     return
-                await self._conclude(job, solved, verdict, base, batch_id, tl)
+                try:
+                    await self._conclude(job, solved, verdict, base, batch_id, tl)
+                except Exception as exc:  # the commit failed: the round ends failed, the job goes on
+                    log.exception("automatic round of %s could not be committed", job.job_id)
+                    job.last_round_batch = batch_id
+                    job.decision = policy.pending("failed", f"the round could not be committed: {exc}", bal,
+                                                  cfg.policy, batch_id)
         finally:
             job.round = None
 

@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 
 from clients.python import contract as c
+from clients.python.wire import dump
 from controller import planning
 from controller.context import Context
 from controller.errors import Conflict, TooLarge
@@ -55,7 +56,7 @@ class Scaling:
         for j, cand in enumerate(req.candidates):
             if isinstance(cand, int) and cand > s.max_nodes:
                 raise TooLarge(f"candidates[{j}]: more than {s.max_nodes} nodes")
-            variants.append(scaling.variant(problem, j, cand))
+            variants.append(scaling.variant(problem, j, cand if isinstance(cand, int) else dump(cand)))
         request = c.WhatIfRequest(problem=c.Problem(nodes=[]), candidates=req.candidates,
                                   target_load_distance=req.target_load_distance,
                                   max_utilisation=req.max_utilisation)
