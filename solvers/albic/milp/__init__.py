@@ -11,12 +11,12 @@ Multi-Dimensional Load").
 Solving it fast enough to matter ("Speed is the work here") — the whole call, model building included, stays
 inside ``time_limit``:
 
-1. **Warm start** — for plain key groups the complete Flux plan (it finishes in ~0.2 s at 1,000 × 100,000; it is
-   cut off only if it needs more than ``FLUX_SHARE`` of the limit), then a best-improvement local search of moves
-   and swaps around the node with the largest deviation (:mod:`solvers.albic.milp.search`; only units of the worst
-   nodes move, only onto the ~48 most opposite nodes) from the cheapest placement, the hint (if any) and Flux's
-   plan. The current assignment and every start are candidates (:class:`~solvers.albic.milp.state.Pool`), so the
-   planner never returns anything worse than them.
+1. **Warm start** — for plain key groups the complete Flux plan (it finishes in ~0.2 s at 1,000 × 100,000; above
+   ``FLUX_COMPLETE_MAX`` key groups it is cut off if it needs more than ``FLUX_SHARE`` of the limit), then a
+   best-improvement local search of moves and swaps around the node with the largest deviation
+   (:mod:`solvers.albic.milp.search`; only units of the worst nodes move, only onto the ~48 most opposite nodes)
+   from the cheapest placement, the hint (if any) and Flux's plan. The current assignment and every start are
+   candidates (:class:`~solvers.albic.milp.state.Pool`), so the planner never returns anything worse than them.
 2. **Proven bound** — :func:`bounds.analytic_bound`: the heaviest movable key groups, the budget and the
    band widths give, by bisection, the smallest distance any plan within the budget can reach (per node the
    fewest key groups out and in that land it in the band; every arrival is one of the budget's departures, so
@@ -52,8 +52,15 @@ Time shares (fractions of ``time_limit`` from the start of the call, named below
 greedy until ``GREEDY_SHARE`` after Flux, every other start's local search until ``WARM_END``, restarts until
 ``RESTART_END`` (``RESTART_END_SMALL`` when the exact model will run; when phase 3b applies, its
 ``AT_BOUND_SHARE`` is the restarts' last share, or follows them on small instances), then the MILP phase;
-``STOP_MARGIN`` is kept for picking and checking the plan. OR-tools and PuLP are imported only when a MILP phase
-(3b included) runs.
+``STOP_MARGIN`` is kept for picking and checking the plan.
+
+Imports: phases 1 and 2 need numpy only. OR-tools (0.3 s of CPU, seconds on a loaded machine) is imported in a
+background thread once they are done, and only when a MILP phase could still run
+(:mod:`solvers.albic.milp.loader`); the restarts go on meanwhile, and a MILP phase starts only once the import is
+done — on small instances the search waits for it after the restarts as long as the exact model keeps
+``MILP_MIN_SECONDS``. A fresh process (``rebalancer plan``) therefore keeps its time limit and returns at least the
+heuristic plan; ``details`` say where the time went (``flux_seconds``, ``first_plan_seconds``, ``search_seconds``,
+``ortools``, ``import_start_seconds``, ``import_seconds``, ``wall_seconds``, ``cpu_seconds``).
 
 Status (issue 16): ``optimal`` only when the plan's distance meets a *valid* lower bound — the analytic bound or
 the full model's proven bound minus its rounding tolerance, both valid for the problem as given (fractional bytes
@@ -66,7 +73,6 @@ granularity bound of :func:`~solvers.albic.milp.bounds.comm_granularity_bound` (
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,9 +81,17 @@ import numpy as np
 
 from solvers import metrics
 from solvers.albic.milp.bounds import analytic_bound
+from solvers.albic.milp.loader import Loader, backend_loader
 from solvers.albic.milp.search import improve
 from solvers.albic.milp.state import Pool, State, cheapest_feasible_units, drain_floor, hint_place, placement_ok
-from solvers.albic.milp.submodel import AT_BOUND_NODES, at_bound, full_model, needy_nodes, neighbourhood_search
+from solvers.albic.milp.submodel import (
+    AT_BOUND_NODES,
+    LNS_MIN_SECONDS,
+    at_bound,
+    full_model,
+    needy_nodes,
+    neighbourhood_search,
+)
 from solvers.albic.milp.units import Units, build_units, split_units
 from solvers.errors import InvalidInput
 from solvers.model import Plan, Problem
@@ -93,7 +107,8 @@ GREEDY_SHARE = 0.25            # the greedy local search from the cheapest place
 WARM_END = 0.1                 # local search from the other starts ends here (small instances) …
 WARM_END_LARGE = 0.6           # … or here (large instances)
 AT_BOUND_SHARE = 0.25          # decision models at the bound (few nodes outside its band) for at most this share
-ORTOOLS_IMPORT_SECONDS = 0.5   # importing OR-tools in a fresh process (measured 0.3–0.9 s here; the server preloads it)
+FLUX_COMPLETE_MAX = 2000      # Flux always runs to completion up to this many key groups (a few ms)
+MILP_MIN_SECONDS = 0.05        # a MILP phase (after the solver's import) is started only with this much time left
 RESTART_END_SMALL = 0.15       # restarts and ruin-and-recreate end here when the exact model follows
 RESTART_END = 0.9              # … and here otherwise (then neighbourhood search)
 STOP_MARGIN = (0.03, 0.05, 6e-7)  # seconds + share of the limit + seconds per key group kept for picking and
@@ -113,6 +128,7 @@ class _Run:
     rng: np.random.Generator
     best: State
     starts: list[tuple[np.ndarray, str]]
+    solver: Loader
     lb: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
 
@@ -145,7 +161,8 @@ def _warm_start(run: _Run, base_place: np.ndarray, flux: bool, hint: np.ndarray 
         # Flux may use the stop margin's share for the search too (not the final checks' share): under a short
         # limit on a large instance a truncated Flux would make the plan worse than plain Flux (issue 16.4)
         flux_end = min(run.at(FLUX_SHARE), run.end)
-        fl = flux_moves(run.p, max(0.001, flux_end - time.perf_counter()))
+        seconds = math.inf if run.p.n_key_groups <= FLUX_COMPLETE_MAX else max(0.001, flux_end - time.perf_counter())
+        fl = flux_moves(run.p, seconds)
         if placement_ok(units, fl):
             run.starts.append((fl, "flux"))
             pool.offer(fl, "flux")
@@ -173,24 +190,20 @@ def _warm_start(run: _Run, base_place: np.ndarray, flux: bool, hint: np.ndarray 
 
 def _at_bound_start(run: _Run) -> State | None:
     """Whether phase 3b applies: the incumbent is above the proven bound and only 2–``AT_BOUND_NODES`` nodes lie
-    outside the bound's band in the current assignment. Returns the current assignment's state, after importing
-    OR-tools (in a fresh process only when ``ORTOOLS_IMPORT_SECONDS`` plus the phase's share remain), or None."""
+    outside the bound's band in the current assignment. Returns the current assignment's state, or None."""
     if run.lb <= 0 or run.reached():
         return None
     start = State(run.units, run.p.current, run.t_lin)
     if not 2 <= needy_nodes(start, run.lb).size <= AT_BOUND_NODES:
         return None
-    if "solvers.albic.milp.cpsat" not in sys.modules and \
-            run.stop - time.perf_counter() < ORTOOLS_IMPORT_SECONDS + AT_BOUND_SHARE * run.limit:
-        return None  # a fresh process (the CLI) with too little time to load OR-tools and still use it
-    import solvers.albic.milp.cpsat  # noqa: F401  (first call in a process: 0.3–0.9 s, counted)
     return start
 
 
 def _at_bound(run: _Run, start: State, seed: int) -> None:
     """Phase 3b: the decision model at the bound (:func:`~solvers.albic.milp.submodel.at_bound`) for at most
-    ``AT_BOUND_SHARE`` of the limit, when the restarts before it have not reached the bound."""
-    if run.reached():
+    ``AT_BOUND_SHARE`` of the limit, when the restarts before it have not reached the bound and the solver is
+    loaded."""
+    if run.reached() or not run.solver.ready():
         return
     end = min(time.perf_counter() + AT_BOUND_SHARE * run.limit, run.stop)
     run.best, info = at_bound(start, run.pool, run.lb, run.best, end, 1, seed)
@@ -285,7 +298,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
 def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.ndarray] | None, time_limit: float,
                  backend: str, hint: np.ndarray | None, workers: int, seed: int, drain: bool) -> Plan:
     """:func:`solve_grouped` on validated parameters: the phases in order."""
-    t_start = time.perf_counter()
+    t_start, c_start = time.perf_counter(), time.process_time()
     details: dict[str, Any] = {"backend": backend}
     units0 = build_units(p, unit_of, allowed)
     units, base_place = cheapest_feasible_units(p, units0, unit_of, allowed)
@@ -310,53 +323,73 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
         pool.offer(p.current.copy(), "current")
     pool.offer(base_place, "start")
     run = _Run(p, units, pool, t_start, time_limit, t_lin, np.random.default_rng(seed),
-               State(units, base_place, t_lin), [(base_place, "greedy")], details=details)
-    full = units.n_units * p.n_nodes <= FULL_MODEL_MAX
-    if full:  # the exact model will run: import the solver now (first call in a process), the shares adapt
-        import solvers.albic.milp.cpsat  # noqa: F401
-        details["import_seconds"] = round(time.perf_counter() - t_start, 4)
-    # phase 1: warm start; phase 2: the analytic bound (Lemma 2, budget, granularity)
+               State(units, base_place, t_lin), [(base_place, "greedy")], backend_loader(backend), details=details)
+    # phase 1: warm start; phase 2: the analytic bound (Lemma 2, budget, granularity) — no solver import before
     flux = unit_of is None and not allowed and p.n_key_groups <= FLUX_MAX_KEY_GROUPS
     _warm_start(run, base_place, flux, hint)
     run.lb = analytic_bound(p, deadline=max(run.end, time.perf_counter() + 0.01))
     details["analytic_bound"] = run.lb
-    # phase 3: restarts (3b: the decision model at the bound, after them on small instances, else before their
-    # last AT_BOUND_SHARE); phase 4: the exact model (small) or neighbourhood search (large, long limits)
+    plain = unit_of is None and not allowed and not (p.communication_cost > 0 and p.comm.nnz)
+    _search(run, units.n_units * p.n_nodes <= FULL_MODEL_MAX, plain, backend, workers, seed)
+    return _finish(run, t_lin, c_start)
+
+
+def _search(run: _Run, full: bool, plain: bool, backend: str, workers: int, seed: int) -> None:
+    """Phases 3–5: restarts (3b: the decision model at the bound, after them on small instances, else before their
+    last ``AT_BOUND_SHARE``), then the exact model (small instances) or neighbourhood search (large ones, long
+    limits). The solver is imported in the background (:mod:`solvers.albic.milp.loader`) once the restarts start,
+    only when a MILP phase could still run; each MILP phase runs only once it is loaded."""
     restart_end = RESTART_END_SMALL if full else RESTART_END
-    start = None
-    if unit_of is None and not allowed and not (p.communication_cost > 0 and p.comm.nnz):
-        start = _at_bound_start(run)
+    start = _at_bound_start(run) if plain else None
+    lns = not full and run.stop - run.at(restart_end) >= LNS_MIN_SECONDS
+    if not run.reached() and (full or start is not None or lns):
+        run.solver.start()
     if start is not None and not full:
         _restarts(run, min(run.at(restart_end - AT_BOUND_SHARE), run.stop))
         _at_bound(run, start, seed)
     _restarts(run, min(run.at(restart_end), run.stop))
-    if start is not None and full:
-        _at_bound(run, start, seed)
-    if not run.reached():
+    if run.reached():
+        return
+    if full:
+        # the exact model is worth more than further restarts: leave the import the CPU until it is done (as long
+        # as the model keeps MILP_MIN_SECONDS), else search on until the end
+        if not run.solver.wait(run.stop - time.perf_counter() - MILP_MIN_SECONDS):
+            _restarts(run, run.stop)
+            return
+        if start is not None:
+            _at_bound(run, start, seed)
         remaining = run.stop - time.perf_counter()
-        if full and remaining > 0.02:
-            run.best, bound, status = full_model(run.best, pool, remaining, backend, workers, seed)
-            details["full_model"] = status
+        if remaining > 0.02 and not run.reached():
+            run.best, bound, status = full_model(run.best, run.pool, remaining, backend, workers, seed)
+            run.details["full_model"] = status
             if bound is not None:
                 run.lb = max(run.lb, bound)
-        elif not full:
-            run.best, info = neighbourhood_search(run.best, pool, run.stop, time_limit, backend, workers, run.rng,
-                                                  run.reached)
-            details.update(info)
-    # phase 5: pick the best by the exact metric; "optimal" only against a valid bound (every bound here is one)
-    assert pool.best is not None
-    key, place, origin = pool.best
+    elif run.solver.ready():
+        run.best, info = neighbourhood_search(run.best, run.pool, run.stop, run.limit, backend, workers, run.rng,
+                                              run.reached)
+        run.details.update(info)
+    else:
+        _restarts(run, run.stop)
+
+
+def _finish(run: _Run, t_lin: float, c_start: float) -> Plan:
+    """The best plan by the exact metric; "optimal" only against a valid bound (every bound here is one); where
+    the time went (wall and CPU seconds of the call, the solver's import) in ``details``."""
+    p, units, details = run.p, run.units, run.details
+    assert run.pool.best is not None
+    key, place, origin = run.pool.best
     d = key[2]
     lb = min(run.lb, d)  # every bound is ≤ the optimum ≤ d; only float noise can put it above d
     t_plan = float(metrics.node_loads(p, units.assignment(place)).sum() / p.capacity[p.active].sum())
     tol = OPTIMALITY_TOL * max(min(t_lin, t_plan), 1e-300)
-    if d <= lb + tol:
-        status = "optimal"
-    else:
-        status = "feasible"  # a proof was attempted (MILP and/or the analytic bound) and the time ran out
+    # "feasible": a proof was attempted (MILP and/or the analytic bound) and the time ran out
+    status = "optimal" if d <= lb + tol else "feasible"
     details["origin"] = origin
-    return Plan("albic-milp", units.assignment(place), status=status, lower_bound=float(lb),
-                seconds=time.perf_counter() - t_start, details=details)
+    details.update(run.solver.report(run.t_start))
+    seconds = time.perf_counter() - run.t_start
+    details.update(wall_seconds=round(seconds, 4), cpu_seconds=round(time.process_time() - c_start, 4))
+    return Plan("albic-milp", units.assignment(place), status=status, lower_bound=float(lb), seconds=seconds,
+                details=details)
 
 
 @register(

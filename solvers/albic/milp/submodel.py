@@ -48,7 +48,8 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
                ) -> tuple[State, float | None, str]:
     """Solve the full model for ``seconds``; returns (best state, valid bound on d or None, solver status).
 
-    The first call in a process imports OR-tools (~0.5 s): that time counts against ``seconds``."""
+    The solver's modules are normally loaded already (:mod:`solvers.albic.milp.loader`); an import here counts
+    against ``seconds``."""
     t0 = time.perf_counter()
     from solvers.albic.milp.cpsat import build
     solver = _backend(backend)
