@@ -2,20 +2,20 @@
 
 Communication cost is our extension of §4.3.1 (DESIGN.md): node ``i`` carries ``Σ loads + cc × rate`` of every
 edge with exactly one end on ``i``, and the target ``t = Σ_i load_i / Σ_{j∈A} c_j`` counts every cut edge twice,
-so ``t`` depends on the plan. The exact cut model (:func:`solvers.albic.milp.cpsat.build` with ``exact_comm=True``)
+so ``t`` depends on the plan. The exact cut model (:func:`solvers.albic.milp.scaled.build` with ``exact_comm=True``)
 has an LP relaxation of 0 — fractional placements balance perfectly — so its bound only rises as CP-SAT's search
 closes; with two indicators per edge side and no symmetry breaking it often stayed 0 within a 1 s limit on
 instances of 10–14 key groups. :func:`cut_model` solves it in a stronger form (all in
-:mod:`solvers.albic.milp.cpsat`):
+:mod:`solvers.albic.milp.scaled` and :mod:`solvers.albic.milp.cpsat`):
 
 - one indicator per unit edge and node, ``s = x[a,b] ∧ x[c,b]`` (both ends on ``b``), instead of one per side:
   the node gains ``cc·rate·(x[a,b] + x[c,b] − 2s)``, the target ``2·cc·rate·(1 − Σ_b s)``;
 - value precedence between interchangeable nodes — active nodes of one capacity with the same allowed units and
-  resource rooms (:func:`solvers.albic.milp.cpsat.node_symmetry`) — cutting up to ``k!`` labellings per group of
+  resource rooms (:func:`solvers.albic.milp.scaled.node_symmetry`) — cutting up to ``k!`` labellings per group of
   ``k``; the migration budget, which tells such nodes apart (a unit living on one of them stays for free), is
   charged through a permutation of the group (``build(perm_budget=True)``, an exact reformulation).
 
-Validity: the model is exact up to the rounding of :mod:`solvers.albic.milp.cpsat` (byte and resource rounding as a
+Validity: the model is exact up to the rounding of :mod:`solvers.albic.milp.scaled` (byte and resource rounding as a
 relaxation, utilisations within ``tol``), and its proven bound minus ``tol`` is reported, so it is ≤ the optimum of
 the problem as given — fractional rates and bytes, capacities, removing nodes, both budgets, extra resources. The
 bound is on the load distance; the drain floor changes only which plan the planner prefers, not the optimum of the
@@ -34,6 +34,7 @@ import time
 
 import numpy as np
 
+from solvers.albic.milp.scaled import build, unit_edges
 from solvers.albic.milp.state import Pool, State, placement_ok
 from solvers.albic.milp.units import Units
 from solvers.model import Problem
@@ -105,7 +106,7 @@ def cut_model(state: State, pool: Pool | None, seconds: float, workers: int = 1,
     """The exact cut model (module docstring) for at most ``seconds``, hinted with ``state``; its plan is offered
     to ``pool`` (when given) and kept only if it keeps the real budget. Returns (best state, valid bound on d or
     None, CP-SAT status)."""
-    from solvers.albic.milp.cpsat import build, solve_cpsat
+    from solvers.albic.milp.cpsat import solve_cpsat
     t0 = time.perf_counter()
     units = state.units
     p = units.problem
@@ -120,7 +121,6 @@ def comm_proven_bound(problem: Problem, seconds: float) -> float:
     """A valid lower bound on the load distance with communication costs (every key group its own unit):
     :func:`comm_analytic_bound` and, when the instance is small enough (units × nodes ≤ 6,000, unit edges ×
     nodes ≤ 20,000), the proven bound of :func:`cut_model` from the current assignment within ``seconds``."""
-    from solvers.albic.milp.cpsat import unit_edges
     from solvers.albic.milp.submodel import EXACT_COMM_MAX
     from solvers.albic.milp.units import build_units
     p = problem
