@@ -79,7 +79,7 @@ from typing import Any
 import numpy as np
 
 from solvers import metrics
-from solvers.albic.milp.bounds import analytic_bound
+from solvers.albic.milp.bounds import analytic_bound, load_left_on_removing
 from solvers.albic.milp.loader import backend_loader
 from solvers.albic.milp.phases import FULL_MODEL_MAX, OPTIMALITY_TOL, Run, search, warm_start
 from solvers.albic.milp.state import Pool, State, cheapest_feasible_units, drain_floor, placement_ok
@@ -166,7 +166,9 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
         pool.offer(p.current.copy(), "current")
     pool.offer(base_place, "start")
     run = Run(p, units, pool, t_start, time_limit, t_lin, np.random.default_rng(seed),
-               State(units, base_place, t_lin), [(base_place, "greedy")], backend_loader(backend), details=details)
+              State(units, base_place, t_lin), [(base_place, "greedy")], backend_loader(backend), details=details)
+    if run.drain:
+        run.b_left = load_left_on_removing(p)
     # phase 1: warm start; phase 2: the analytic bound (Lemma 2, budget, granularity) — no solver import before
     flux = unit_of is None and not allowed and p.n_key_groups <= FLUX_MAX_KEY_GROUPS
     warm_start(run, base_place, flux, hint)
@@ -188,7 +190,7 @@ def _finish(run: Run, t_lin: float, c_start: float) -> Plan:
     t_plan = float(metrics.node_loads(p, units.assignment(place)).sum() / p.capacity[p.active].sum())
     tol = OPTIMALITY_TOL * max(min(t_lin, t_plan), 1e-300)
     # "feasible": a proof was attempted (MILP and/or the analytic bound) and the time ran out
-    status = "optimal" if d <= lb + tol else "feasible"
+    status = "optimal" if run.proven(tol) else "feasible"
     details["origin"] = origin
     details.update(run.solver.report(run.t_start))
     seconds = time.perf_counter() - run.t_start

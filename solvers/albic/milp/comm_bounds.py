@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 from solvers.albic.milp.scaled import build, unit_edges
-from solvers.albic.milp.state import Pool, State, placement_ok
+from solvers.albic.milp.state import Pool, State, keep_better
 from solvers.albic.milp.units import Units
 from solvers.model import Problem
 
@@ -113,7 +113,7 @@ def cut_model(state: State, pool: Pool | None, seconds: float, workers: int = 1,
     sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True, exact_comm=True,
                perm_budget=True)
     res = solve_cpsat(state, sm, t0 + seconds - time.perf_counter(), workers=_workers(units, workers), seed=seed)
-    state = _keep(state, pool, res.place)
+    state = keep_better(state, pool, res.place, "milp")
     return state, res.d_bound, res.status
 
 
@@ -131,14 +131,3 @@ def comm_proven_bound(problem: Problem, seconds: float) -> float:
     state = State(units, p.current.copy(), float(units.load.sum() / p.capacity[p.active].sum()))
     _, bound, _ = cut_model(state, None, seconds)
     return max(lb, bound or 0.0)
-
-
-def _keep(state: State, pool: Pool | None, place: np.ndarray | None) -> State:
-    """Offer a model plan (only if it keeps the real budget, resource limits and Lemma 1); the better state."""
-    if place is None or not placement_ok(state.units, place):
-        return state
-    new = state.copy()
-    new.set_place(place)
-    if pool is not None:
-        pool.offer(new.place, "milp")
-    return new if new.key() <= state.key() else state

@@ -57,6 +57,8 @@ class Run:
     starts: list[tuple[np.ndarray, str]]
     solver: Loader
     lb: float = 0.0
+    b_left: float = 0.0        # a lower bound on the load every plan leaves on removing nodes (drain objective)
+    lex_proven: bool = False   # the exact drain model proved the lexicographic optimum (:mod:`.drain`)
     details: dict[str, Any] = field(default_factory=dict)
 
     def at(self, share: float) -> float:
@@ -73,11 +75,26 @@ class Run:
         work that cannot be resumed later (Flux, the analytic bound) may use the rest of the margin."""
         return self.t_start + self.limit - STOP_MARGIN[2] * self.p.n_key_groups
 
-    def reached(self) -> bool:
-        """The best plan meets the bound and drains every removing node: nothing left to search for."""
+    @property
+    def drain(self) -> bool:
+        """Whether the objective is the lexicographic drain objective (something on a removing node, drain on)."""
+        return self.pool.floor > 0
+
+    def proven(self, tol: float | None = None) -> bool:
+        """The best plan is optimal: the exact drain model proved it, or its distance meets the bound (within
+        ``tol``, default ``OPTIMALITY_TOL`` × the mean) and, with the drain objective, the load it leaves on removing
+        nodes meets theirs (``b_left``): both at their least, so is ``max(d, F)``."""
         assert self.pool.best is not None
         key = self.pool.best[0]
-        return key[2] <= self.lb + OPTIMALITY_TOL * max(self.t_lin, 1e-300) and key[1] <= 0
+        if self.lex_proven:
+            return True
+        tol = OPTIMALITY_TOL * max(self.t_lin, 1e-300) if tol is None else tol
+        return key[2] <= self.lb + tol and (
+            not self.drain or key[1] <= self.b_left + 1e-9 * float(self.units.load.sum()) + 1e-12)
+
+    def reached(self) -> bool:
+        """Nothing left to search for (:meth:`proven`)."""
+        return self.proven()
 
 
 def warm_start(run: Run, base_place: np.ndarray, flux: bool, hint: np.ndarray | None) -> None:
@@ -180,9 +197,10 @@ def restarts(run: Run, end: float) -> None:
 
 def search(run: Run, full: bool, plain: bool, backend: str, workers: int, seed: int) -> None:
     """Phases 3–5: restarts (3b: the decision model at the bound, after them on small instances, else before their
-    last ``AT_BOUND_SHARE``), then the exact model (small instances) or neighbourhood search (large ones, long
-    limits). The solver is imported in the background (:mod:`solvers.albic.milp.loader`) once the restarts start,
-    only when a MILP phase could still run; each MILP phase runs only once it is loaded."""
+    last ``AT_BOUND_SHARE``), then the exact model (small instances; with the drain objective its three levels,
+    :mod:`solvers.albic.milp.drain`) or neighbourhood search (large ones, long limits). The solver is imported in
+    the background (:mod:`solvers.albic.milp.loader`) once the restarts start, only when a MILP phase could still
+    run; each MILP phase runs only once it is loaded."""
     restart_end = RESTART_END_SMALL if full else RESTART_END
     start = _at_bound_start(run) if plain else None
     lns = not full and run.stop - run.at(restart_end) >= LNS_MIN_SECONDS
@@ -204,7 +222,13 @@ def search(run: Run, full: bool, plain: bool, backend: str, workers: int, seed: 
             _at_bound(run, start, seed)
         remaining = run.stop - time.perf_counter()
         if remaining > 0.02 and not run.reached():
-            run.best, bound, status = full_model(run.best, run.pool, remaining, backend, workers, seed)
+            if run.drain and not (run.p.communication_cost > 0 and run.p.comm.nnz):
+                from solvers.albic.milp.drain import drain_model  # OR-tools: loaded by now
+                run.best, bound, status, run.lex_proven = drain_model(
+                    run.best, run.pool, remaining, workers, seed, OPTIMALITY_TOL * run.t_lin)
+                run.details["drain_model"] = "optimal" if run.lex_proven else "not proven"
+            else:
+                run.best, bound, status = full_model(run.best, run.pool, remaining, backend, workers, seed)
             run.details["full_model"] = status
             if bound is not None:
                 run.lb = max(run.lb, bound)

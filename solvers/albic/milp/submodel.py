@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from solvers.albic.milp.scaled import build, unit_edges
-from solvers.albic.milp.state import Pool, State, placement_ok
+from solvers.albic.milp.state import Pool, State, keep_better, placement_ok
 from solvers.albic.milp.units import Units
 
 SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
@@ -66,12 +66,7 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
         return cut_model(state, pool, seconds, workers, seed)
     sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True, exact_comm=exact_comm)
     res = solver(state, sm, seconds, workers=workers, seed=seed)
-    if res.place is not None and placement_ok(units, res.place):
-        new = state.copy()
-        new.set_place(res.place)
-        pool.offer(new.place, "milp")
-        if new.key() <= state.key():
-            state = new
+    state = keep_better(state, pool, res.place, "milp")
     bound = res.d_bound if exact_loads or exact_comm else None
     return state, bound, res.status
 
