@@ -1,14 +1,13 @@
 """The scaled sub-MILP of :mod:`solvers.albic.milp.scaled` (ALBIC §4.3.1) solved with OR-tools CP-SAT.
 
-:func:`solve_cpsat` builds the model of the module docstring of :mod:`solvers.albic.milp.scaled` — one Boolean
-``x[u, j]`` per unit and allowed node, (1) exactly one per unit, (2) the budget rows, (3)(4) the bands of the active
-nodes around the target, (5) the fixed nodes' deviation as the floor of ``d``, resource rows — hinted with the
-incumbent, and minimises ``W1·d + hi − lo`` (the paper's ``w1·d − w2·(du + dl)``, ``w1 ≫ w2``), or, as a decision
-model, the migrations under ``d ≤ d_max``. Exact communication costs (:func:`_cut_terms`), value precedence between
-interchangeable nodes (:func:`_break_symmetry`) and the budget through permutations of them (:func:`_perm_budget`)
-serve the full cut model of :mod:`solvers.albic.milp.comm_bounds`. This is the module that imports OR-tools: a
-server preloads it, the planner loads it in the background (:mod:`solvers.albic.milp.loader`).
-"""
+:func:`build_cp` builds its model — a Boolean ``x[u, j]`` per unit and allowed node, (1) one per unit, (2) the budget
+rows, (3)(4) the active nodes' bands around the target, (5) the fixed nodes' deviation as the floor of ``d``, the
+resource rows — hinted with the incumbent; :func:`solve_cpsat` minimises ``W1·d + hi − lo`` (the paper's
+``w1·d − w2·(du + dl)``, ``w1 ≫ w2``) or, as a decision model, the migrations under ``d ≤ d_max``. Exact
+communication costs (:func:`_cut_terms`), value precedence between interchangeable nodes (:func:`_break_symmetry`)
+and the budget through their permutations (:func:`_perm_budget`) serve the cut model of
+:mod:`solvers.albic.milp.comm_bounds`. This module imports OR-tools (preloaded by a server, loaded in the background
+by the planner: :mod:`solvers.albic.milp.loader`)."""
 
 from __future__ import annotations
 
