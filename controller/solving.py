@@ -13,10 +13,13 @@ death fail every solve in flight). So the pool can
   worker killed and replaced; that request gets :class:`SolveTimeout`, the others are unaffected;
 * **survive a crash**: a worker that dies (out of memory, a segfault in a native solver) fails only its request
   (:class:`WorkerDied`) and is replaced;
+* **heal itself**: a worker that fails to start is started again with back-off (:mod:`controller.pool_workers`);
+  only when no worker can be started many times in a row is the pool :attr:`~SolverPool.broken` (queued solves
+  fail with :class:`PoolBroken`, the liveness probe fails), until a start succeeds;
 * **never orphan a process**: the forkserver and every worker die with the server, even on ``kill -9``
   (:mod:`controller.lifeline`), and :meth:`SolverPool.shutdown` stops them all on a normal stop.
 
-Admission (issue 12, item 9): ``max_concurrent`` solve slots (running + queued); each solve holds one until it
+Admission: ``max_concurrent`` solve slots (running + queued); each solve holds one until it
 ends, so a what-if holds one per candidate. ``reserved_auto`` of them only serve automatic rounds of registered
 jobs (``kind="auto"``), which are also dequeued first: ad-hoc queries (plans, what-ifs, proposals) can never
 starve them. Beyond its share a request gets :class:`~controller.errors.Busy` (429); a request that could never be
@@ -42,7 +45,8 @@ from typing import Any, Literal
 
 from controller.errors import Busy, TooLarge
 from controller.lifeline import start_forkserver, stop_forkserver
-from controller.solver_worker import PRELOAD, Solved, _call_task, _import_planners, _solve_task, _worker_main
+from controller.pool_workers import Worker, Workers, memory_limit_bytes
+from controller.solver_worker import PRELOAD, Solved, _call_task, _import_planners, _solve_task
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 
@@ -51,39 +55,24 @@ log = logging.getLogger("rebalancer.solving")
 Kind = Literal["adhoc", "auto"]
 KINDS: tuple[Kind, ...] = ("adhoc", "auto")
 
-__all__ = ["Busy", "SolveTimeout", "SolverPool", "WorkerDied", "_call_task", "_import_planners", "_solve_task"]
+__all__ = ["Busy", "PoolBroken", "SolveTimeout", "SolverPool", "SolverUnavailable", "WorkerDied", "_call_task",
+           "_import_planners", "_solve_task", "memory_limit_bytes"]
 
 
-class SolveTimeout(RuntimeError):
+class SolverUnavailable(RuntimeError):
+    """The solve could not finish for a reason of the pool, not of the request (503: a retry can succeed)."""
+
+
+class SolveTimeout(SolverUnavailable):
     """The solve overran its time limit (× ``kill_factor`` + grace); its worker was killed and replaced."""
 
 
-class WorkerDied(RuntimeError):
+class WorkerDied(SolverUnavailable):
     """The worker running the solve died (killed, out of memory, a crash in native code); it was replaced."""
 
 
-# ---------------------------------------------------------------------------------------------- server side
-class _Worker:
-    def __init__(self, ctx: Any, server_pid: int, nice: int = 0, memory_limit: int = 0):
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child, server_pid, nice, memory_limit),
-                                name="rebalancer-solver",
-                                daemon=True)
-        self.proc.start()
-        child.close()
-        self.pid: int = self.proc.pid
-
-    def kill(self) -> None:
-        try:
-            self.proc.kill()
-        except (OSError, ValueError):  # already gone / already closed
-            pass
-        self.conn.close()
-
-    def describe_exit(self) -> str:
-        self.proc.join(timeout=1.0)
-        code = self.proc.exitcode
-        return f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"
+class PoolBroken(SolverUnavailable):
+    """No solver worker can be started (the pool keeps trying; meanwhile the liveness probe fails)."""
 
 
 @dataclass(order=True)
@@ -102,7 +91,9 @@ class SolverPool:
     _live = 0  # pools of this process: the (process-wide) forkserver is stopped with the last one
 
     def __init__(self, workers: int, max_concurrent: int, max_time_limit: float, *, reserved_auto: int | None = None,
-                 kill_factor: float = 2.0, kill_grace_s: float = 5.0, nice: int = 5, memory_limit_mb: int = 0):
+                 kill_factor: float = 2.0, kill_grace_s: float = 5.0, nice: int = 5, memory_limit_mb: int = 0,
+                 max_start_failures: int = 5, start_backoff_s: float = 0.25, max_start_backoff_s: float = 30.0,
+                 start_timeout_s: float = 120.0):
         self.workers = workers
         self.max_concurrent = max_concurrent
         self.max_time_limit = max_time_limit
@@ -121,14 +112,12 @@ class SolverPool:
         self._ctx.set_forkserver_preload(PRELOAD)
         start_forkserver()
         self._server_pid = os.getpid()
-        self._idle: list[_Worker] = []
-        self._all: set[_Worker] = set()
-        self._ready: set[int] = set()
         self._queue: list[_Task] = []
         self._seq = itertools.count()
         self._io = cf.ThreadPoolExecutor(max_workers=2 * workers + 2, thread_name_prefix="solver-io")
-        self._starting: asyncio.Task[None] | None = None
-        self._broken: str | None = None
+        self._workers = Workers(workers, self._spawn, self._io, self._pump, self._fail_queued,
+                                max_start_failures=max_start_failures, backoff_s=start_backoff_s,
+                                max_backoff_s=max_start_backoff_s, start_timeout_s=start_timeout_s)
         self._closed = False
         SolverPool._live += 1
 
@@ -192,10 +181,12 @@ class SolverPool:
         """Run ``fn(*args)`` in a worker. ``fn`` returns ``("ok", value)``, ``("invalid", field, reason)`` or
         ``("error", message)``; with ``raw`` its tuple is returned as it is. The worker is killed after
         ``kill_factor`` × ``time_limit`` (default: the maximum time limit) + ``kill_grace_s``."""
-        if admit:
-            self.check_admission(1, kind)
         if self._closed:
             raise RuntimeError("the solver pool is shut down")
+        if self.broken:
+            raise PoolBroken(f"solver workers cannot start: {self.broken}")
+        if admit:
+            self.check_admission(1, kind)
         limit = self.max_time_limit if time_limit is None else time_limit
         loop = asyncio.get_running_loop()
         task = _Task(0 if kind == "auto" else 1, next(self._seq), fn, args,
@@ -205,7 +196,7 @@ class SolverPool:
         t0 = time.perf_counter()
         try:
             heapq.heappush(self._queue, task)
-            self._ensure_started()
+            self._workers.fill()
             self._pump()
             out = await asyncio.shield(task.future)  # a cancelled request does not cancel its running solve
         finally:
@@ -223,66 +214,56 @@ class SolverPool:
     # ------------------------------------------------------------------ workers
     async def warm(self) -> None:
         """Start every worker and import the planners in it (run once at startup, in the background)."""
-        self._ensure_started()
-        assert self._starting is not None
-        await asyncio.shield(self._starting)
-        if self._broken:
-            log.error("solver workers cannot start: %s", self._broken)
+        self._workers.fill()
+        await self._workers.settled()
+        if self.broken:
+            log.error("solver workers cannot start: %s", self.broken)
         else:
-            log.info("solver workers ready: %s", sorted(w.pid for w in self._all))
+            log.info("solver workers ready: %s", self.pids())
 
-    def _ensure_started(self) -> None:
-        if self._starting is None:
-            self._starting = asyncio.get_running_loop().create_task(self._start_workers(self.workers))
+    def _spawn(self) -> Worker:
+        return Worker(self._ctx, self._server_pid, self.nice, self.memory_limit)
 
-    async def _start_workers(self, n: int) -> None:
-        await asyncio.gather(*(self._add_worker() for _ in range(n)))
+    @property
+    def broken(self) -> str | None:
+        """Why no solve can run (no worker could be started, many times in a row; the pool keeps trying), or None.
+        The liveness probe fails while it is set: a restart of the server may be what heals it."""
+        return None if self._closed else self._workers.broken
 
-    async def _add_worker(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self._closed or self._broken:
-            return
-        try:
-            w = await loop.run_in_executor(self._io, _Worker, self._ctx, self._server_pid, self.nice,
-                                           self.memory_limit)
-        except Exception as exc:  # e.g. the forkserver could not start
-            self._fail_all(f"cannot start a solver worker: {type(exc).__name__}: {exc}")
-            return
-        self._all.add(w)
-        try:
-            hello = await loop.run_in_executor(self._io, w.conn.recv)
-        except (EOFError, OSError):
-            hello = ("init-error", f"the worker died while starting ({w.describe_exit()})")
+    @property
+    def healthy(self) -> bool:
+        """Not shut down and not :attr:`broken` (workers may still be starting or being replaced)."""
+        return not self._closed and self.broken is None
+
+    @property
+    def state(self) -> str:
+        """``starting`` (no worker ready yet), ``ready`` (every worker), ``degraded`` (some are being replaced),
+        ``broken`` or ``closed``."""
         if self._closed:
-            w.kill()
-            return
-        if hello[0] != "ready":
-            self._all.discard(w)
-            w.kill()
-            self._fail_all(hello[1])
-            return
-        self._ready.add(w.pid)
-        self._idle.append(w)
-        self._pump()
+            return "closed"
+        if self.broken:
+            return "broken"
+        ready = len(self._workers.ready)
+        return "starting" if ready == 0 else "ready" if ready >= self.workers else "degraded"
 
-    def _fail_all(self, reason: str) -> None:
-        self._broken = reason
-        log.error("solver pool unusable: %s", reason)
+    def _fail_queued(self, reason: str) -> None:
         while self._queue:
-            t = heapq.heappop(self._queue)
-            if not t.future.done():
-                t.future.set_exception(RuntimeError(f"solver workers cannot start: {reason}"))
+            _set(heapq.heappop(self._queue).future, exc=PoolBroken(f"solver workers cannot start: {reason}"))
 
     def _pump(self) -> None:
-        if self._broken:
-            self._fail_all(self._broken)
+        if self._closed:
+            return
+        if self.broken:
+            self._fail_queued(self.broken)
             return
         loop = asyncio.get_running_loop()
-        while self._queue and self._idle:
-            task = heapq.heappop(self._queue)
-            loop.create_task(self._run(self._idle.pop(), task))
+        while self._queue:
+            w = self._workers.take()
+            if w is None:
+                return
+            loop.create_task(self._run(w, heapq.heappop(self._queue)))
 
-    async def _run(self, w: _Worker, task: _Task) -> None:
+    async def _run(self, w: Worker, task: _Task) -> None:
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._io, w.conn.send, (task.fn, task.args))  # pickling off the loop
@@ -290,54 +271,50 @@ class SolverPool:
             done, _ = await asyncio.wait({recv}, timeout=task.kill_after)
             if not done:
                 self.killed += 1
-                self._all.discard(w)
-                self._ready.discard(w.pid)
-                w.kill()
+                self._workers.lost(w, close=False)  # killed; its replacement starts now
                 log.error("solve overran its time limit: worker %d killed after %.1f s", w.pid, task.kill_after)
                 _set(task.future, exc=SolveTimeout(
                     f"the planner overran its time limit and was stopped after {task.kill_after:g} s "
                     f"({self.kill_factor:g} × the limit + {self.kill_grace_s:g} s); try a smaller problem or "
                     f"a shorter time_limit_s"))
                 await asyncio.gather(recv, return_exceptions=True)
-                await self._replace(w)
+                w.close()
                 return
             out = recv.result()
         except (EOFError, OSError) as exc:
+            w.kill()
             if self._closed:
                 _set(task.future, exc=RuntimeError("the server is shutting down"))
                 return
             self.died += 1
-            self._all.discard(w)
-            self._ready.discard(w.pid)
-            how = w.describe_exit()
+            how = await loop.run_in_executor(self._io, w.describe_exit)
             log.error("solver worker %d died (%s) during a solve: %s", w.pid, how, type(exc).__name__)
             _set(task.future, exc=WorkerDied(f"the solver worker died ({how}); it was replaced"))
-            w.kill()
-            await self._replace(w)
+            self._workers.lost(w)
             return
         except Exception as exc:  # e.g. a task argument that does not pickle: the worker is still fine
             log.exception("sending a task to solver worker %d failed", w.pid)
             _set(task.future, exc=RuntimeError(f"the task could not be sent to a worker: {type(exc).__name__}"))
-            self._idle.append(w)
-            self._pump()
+            self._workers.put(w)
             return
         _set(task.future, result=out)
-        self._idle.append(w)
-        self._pump()
-
-    async def _replace(self, w: _Worker) -> None:
-        self._all.discard(w)
-        self._ready.discard(w.pid)
-        await self._add_worker()
+        self._workers.put(w)
 
     def health(self) -> dict[str, Any]:
-        """For the readiness probe: workers ready to solve, how many there should be, why the pool is unusable."""
-        return {"ready_workers": len(self._ready), "workers": self.workers, "broken": self._broken,
-                "closed": self._closed, "in_flight": self.in_flight, "killed": self.killed, "died": self.died}
+        """For the probes: workers ready to solve, how many there should be, why the pool is unusable."""
+        ws = self._workers
+        return {"state": self.state, "ready_workers": len(ws.ready), "workers": self.workers,
+                "starting": ws.starting, "broken": self.broken, "closed": self._closed, "in_flight": self.in_flight,
+                "killed": self.killed, "died": self.died,
+                "start_failures": ws.start_failures, "last_start_failure": ws.last_failure}
 
     def pids(self) -> list[int]:
-        """Pids of the live workers (tests, diagnostics)."""
-        return sorted(w.pid for w in self._all)
+        """Pids of the live workers, starting ones included (tests, diagnostics)."""
+        return sorted(w.pid for w in self._workers.all)
+
+    def starting_pids(self) -> list[int]:
+        """Pids of the workers still starting (tests, diagnostics)."""
+        return self._workers.starting_pids()
 
     def shutdown(self) -> None:
         """Stop every worker and the forkserver (SIGTERM, then SIGKILL after 2 s); safe to call twice."""
@@ -347,17 +324,15 @@ class SolverPool:
         for t in self._queue:
             _set(t.future, exc=RuntimeError("the server is shutting down"))
         self._queue.clear()
-        workers = list(self._all)
+        workers = self._workers.close()
         for w in workers:
             if w.proc.is_alive():
                 w.proc.terminate()
         deadline = time.monotonic() + 2.0
         for w in workers:
             w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
-            w.kill()
+            w.close()
             w.proc.join(timeout=1.0)
-        self._all.clear()
-        self._idle.clear()
         self._io.shutdown(wait=False, cancel_futures=True)
         SolverPool._live -= 1
         if SolverPool._live == 0:
@@ -371,20 +346,6 @@ def _set(fut: asyncio.Future[Any], result: Any = None, exc: BaseException | None
         fut.set_exception(exc)
     else:
         fut.set_result(result)
-
-
-def memory_limit_bytes(limit_mb: int, workers: int) -> int:
-    """``limit_mb`` in bytes; 0 = automatic: the machine's memory / (workers + 1), so that the workers together
-    leave the server its share; -1 = no limit (returns 0)."""
-    if limit_mb > 0:
-        return limit_mb * 2**20
-    if limit_mb < 0:
-        return 0
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not a POSIX system
-        return 0
-    return int(total // (workers + 1))
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
