@@ -1,5 +1,5 @@
 """The solver pool's worker processes: started (and restarted, with back-off) until the pool has its size, idle
-ones handed solves.
+ones watched so that a death is noticed before a solve is sent to the dead process.
 
 A start fails when the worker dies before it says it is ready (killed, out of memory, the forkserver gone), does
 not answer within ``start_timeout_s``, or reports an import error. A failed start is retried after a back-off that
@@ -7,6 +7,10 @@ doubles from ``backoff_s`` up to ``max_backoff_s``, for as long as the pool live
 itself. When ``max_start_failures`` starts in a row have failed and no worker is ready, the pool is **broken**
 (:attr:`Workers.broken` gives the last failure): queued solves fail with that reason instead of waiting, and the
 liveness probe reports the server as not alive. The first start that succeeds clears it.
+
+An idle worker sends nothing, so its pipe becomes readable only at end of file: the event loop watches it
+(``add_reader``) and a worker that dies while idle is replaced at once; :meth:`Workers.take` checks the pipe
+again before handing a worker out.
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ class Workers:
         self.starting = 0  # start loops running (each ends with one ready worker)
         self.failures = 0  # consecutive failed starts
         self.start_failures = 0  # failed starts in all
+        self.idle_died = 0  # workers found dead while idle
         self.last_failure: str | None = None
         self.closed = False
         self._loop: asyncio.AbstractEventLoop | None = None  # the event loop the workers are watched on
@@ -196,15 +201,34 @@ class Workers:
 
     # ------------------------------------------------------------------ idle workers
     def put(self, w: Worker) -> None:
-        """``w`` is idle: let the pool hand it work."""
+        """``w`` is idle: watch its pipe and let the pool hand it work."""
         if self.closed:
             return
         self.idle.append(w)
+        asyncio.get_running_loop().add_reader(w.conn.fileno(), self._idle_readable, w)
         self._on_idle()
 
     def take(self) -> Worker | None:
-        """An idle worker, or None."""
-        return self.idle.pop() if self.idle else None
+        """An idle worker that is still alive (dead ones found on the way are replaced), or None."""
+        loop = asyncio.get_running_loop()
+        while self.idle:
+            w = self.idle.pop()
+            loop.remove_reader(w.conn.fileno())
+            if w.quiet():
+                return w
+            self._idle_death(w)
+        return None
+
+    def _idle_readable(self, w: Worker) -> None:
+        if w in self.idle:
+            asyncio.get_running_loop().remove_reader(w.conn.fileno())
+            self.idle.remove(w)
+            self._idle_death(w)
+
+    def _idle_death(self, w: Worker) -> None:
+        self.idle_died += 1
+        log.error("solver worker %d died while idle; replacing it", w.pid)
+        self.lost(w)
 
     def lost(self, w: Worker, close: bool = True) -> None:
         """``w`` is dead or killed: forget it and start a replacement. ``close=False`` when a thread may still be
@@ -226,11 +250,13 @@ class Workers:
         """Stop starting workers and forget them all; returns the live processes for the caller to stop (it may
         call this from another thread than the event loop's)."""
         self.closed = True
-        loop, loops = self._loop, list(self._loops)
+        loop, loops, fds = self._loop, list(self._loops), [w.conn.fileno() for w in self.idle]
 
         def stop() -> None:
             for t in loops:
                 t.cancel()
+            for fd in fds:
+                loop.remove_reader(fd)  # type: ignore[union-attr]
             self._changed()
 
         if loop is not None and not loop.is_closed():

@@ -305,7 +305,7 @@ class SolverPool:
         ws = self._workers
         return {"state": self.state, "ready_workers": len(ws.ready), "workers": self.workers,
                 "starting": ws.starting, "broken": self.broken, "closed": self._closed, "in_flight": self.in_flight,
-                "killed": self.killed, "died": self.died,
+                "killed": self.killed, "died": self.died, "idle_died": ws.idle_died,
                 "start_failures": ws.start_failures, "last_start_failure": ws.last_failure}
 
     def pids(self) -> list[int]:

@@ -1,5 +1,6 @@
-"""The solver pool heals itself: a worker killed while it starts is started again (with back-off), and a pool
-that cannot start any worker says so (``broken``: the liveness probe fails) instead of answering 500 forever."""
+"""The solver pool heals itself: a worker killed while it starts is started again (with back-off), a worker that
+dies while idle is replaced before it gets work, and a pool that cannot start any worker says so (``broken``: the
+liveness probe fails) instead of answering 500 forever."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import signal
 import pytest
 
 from controller.solving import PoolBroken, SolverPool, WorkerDied
+from tests.helpers.procs import alive
 from tests.ops.test_solver_pool import run, small_problem
 
 #: generous bounds on events (a start takes ~2 s on an idle machine): a test never waits this long when it passes
@@ -75,3 +77,28 @@ def test_queued_solves_fail_when_the_pool_breaks_instead_of_waiting() -> None:
             pool.shutdown()
 
     asyncio.run(main())
+
+
+def test_the_next_solve_after_an_idle_worker_died_does_not_go_to_the_dead_worker() -> None:
+    async def body(pool: SolverPool) -> None:
+        (victim,) = pool.pids()
+        os.kill(victim, signal.SIGKILL)
+        await until(lambda: not alive(victim), "the killed worker to exit")
+        solved = await pool.solve("flux", small_problem(), 0.5, {})  # at once: the pool may not have looked yet
+        assert solved.assignment.shape == (6,)
+        assert victim not in pool.pids() and pool.health()["idle_died"] == 1 and pool.died == 0
+
+    run(body, workers=1)
+
+
+def test_a_worker_that_dies_while_idle_is_replaced_without_a_request() -> None:
+    async def body(pool: SolverPool) -> None:
+        victim, other = pool.pids()
+        os.kill(victim, signal.SIGKILL)
+        await until(lambda: pool.health()["idle_died"] == 1, "the pool to notice the death")
+        assert victim not in pool.pids() and pool.health()["ready_workers"] == 1  # /readyz no longer counts it
+        await until(lambda: pool.state == "ready", "its replacement")
+        assert other in pool.pids() and len(pool.pids()) == 2
+        assert await pool.call("time", "sleep", 0) is None
+
+    run(body, workers=2)
