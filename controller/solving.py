@@ -19,11 +19,12 @@ death fail every solve in flight). So the pool can
 * **never orphan a process**: the forkserver and every worker die with the server, even on ``kill -9``
   (:mod:`controller.lifeline`), and :meth:`SolverPool.shutdown` stops them all on a normal stop.
 
-Admission: ``max_concurrent`` solve slots (running + queued); each solve holds one until it
-ends, so a what-if holds one per candidate. ``reserved_auto`` of them only serve automatic rounds of registered
-jobs (``kind="auto"``), which are also dequeued first: ad-hoc queries (plans, what-ifs, proposals) can never
-starve them. Beyond its share a request gets :class:`~controller.errors.Busy` (429); a request that could never be
-admitted (more candidates than the ad-hoc share) gets :class:`~controller.errors.TooLarge` (413).
+Admission: ``max_concurrent`` solve slots (running + queued); each solve holds one until it ends, so a what-if
+holds one per candidate. :meth:`SolverPool.admit` takes all of a request's slots at once, before its first
+``await``, so concurrent requests never take more than there are. ``reserved_auto`` of them only serve automatic
+rounds of registered jobs (``kind="auto"``), which are also dequeued first: ad-hoc queries (plans, what-ifs,
+proposals) can never starve them. Beyond its share a request gets :class:`~controller.errors.Busy` (429); a request
+that could never be admitted (more candidates than the ad-hoc share) gets :class:`~controller.errors.TooLarge` (413).
 
 Everything crossing the process boundary is plain data: a :class:`~solvers.model.Problem` (numpy arrays) goes in,
 a plan document or an error tuple comes out (``InvalidInput`` does not pickle with its two arguments).
@@ -41,10 +42,11 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from controller.errors import Busy, TooLarge
 from controller.lifeline import start_forkserver, stop_forkserver
+from controller.pool_queue import KINDS, Kind, Ticket
 from controller.pool_workers import Worker, Workers, memory_limit_bytes
 from controller.solver_worker import PRELOAD, Solved, _call_task, _import_planners, _solve_task
 from solvers.errors import InvalidInput
@@ -52,11 +54,9 @@ from solvers.model import Problem
 
 log = logging.getLogger("rebalancer.solving")
 
-Kind = Literal["adhoc", "auto"]
-KINDS: tuple[Kind, ...] = ("adhoc", "auto")
 
-__all__ = ["Busy", "PoolBroken", "SolveTimeout", "SolverPool", "SolverUnavailable", "WorkerDied", "_call_task",
-           "_import_planners", "_solve_task", "memory_limit_bytes"]
+__all__ = ["KINDS", "Busy", "Kind", "PoolBroken", "SolveTimeout", "SolverPool", "SolverUnavailable", "Ticket",
+           "WorkerDied", "_call_task", "_import_planners", "_solve_task", "memory_limit_bytes"]
 
 
 class SolverUnavailable(RuntimeError):
@@ -132,15 +132,32 @@ class SolverPool:
     # ------------------------------------------------------------------ admission
     @property
     def in_flight(self) -> int:
-        """Solves running or queued."""
+        """Solve slots taken: solves running or queued, and slots admitted for solves not submitted yet."""
         return sum(self.counts.values())
+
+    def admit(self, n: int = 1, kind: Kind = "adhoc") -> Ticket:
+        """Take ``n`` solve slots at once for one request, or raise (:class:`Busy`, :class:`TooLarge` as
+        :meth:`check_admission`; :class:`PoolBroken`). Call it before the request's first ``await``; each of its
+        solves then passes ``ticket=`` and uses one slot; :meth:`Ticket.release` (or leaving ``with``) gives back
+        the slots left unused."""
+        if self._closed:
+            raise RuntimeError("the solver pool is shut down")
+        if self.broken:
+            raise PoolBroken(f"solver workers cannot start: {self.broken}")
+        self.check_admission(n, kind)
+        self.counts[kind] += n
+        return Ticket(n, kind, self._give_back)
+
+    def _give_back(self, ticket: Ticket, n: int) -> None:
+        self.counts[ticket.kind] -= n
 
     def capacity(self, kind: Kind = "adhoc") -> int:
         return self.max_concurrent if kind == "auto" else self.max_concurrent - self.reserved_auto
 
     def check_admission(self, n: int = 1, kind: Kind = "adhoc") -> None:
         """Raise :class:`Busy` when ``n`` more solves of ``kind`` would exceed its share, :class:`TooLarge` when
-        they never could (the caller then queues its ``n`` solves with ``admit=False``)."""
+        they never could. A check only: nothing is taken, so concurrent requests that each check and then
+        ``await`` before they submit can all pass it; :meth:`admit` checks and takes the slots at once."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         cap = self.capacity(kind)
@@ -157,42 +174,51 @@ class SolverPool:
 
     # ------------------------------------------------------------------ public calls
     async def solve(self, name: str, problem: Problem, time_limit: float, params: dict[str, Any],
-                    admit: bool = True, kind: Kind = "adhoc") -> Solved:
-        """Run a planner in a worker; returns the plan document and the numeric assignment.
+                    admit: bool = True, kind: Kind = "adhoc", *, ticket: Ticket | None = None) -> Solved:
+        """Run a planner in a worker; returns the plan document and the numeric assignment. With ``ticket``, the
+        solve uses one of its slots (``admit`` and ``kind`` are the ticket's).
 
         Raises:
-            Busy: too many solves in flight (only with ``admit``).
+            Busy: too many solves in flight (only with ``admit`` and no ``ticket``).
             InvalidInput: invalid parameters (normally caught earlier, in the server process).
             SolveTimeout: the planner overran its time limit; its worker was killed.
             RuntimeError: the planner failed (a bug, not user input) or its worker died.
         """
         tl = self.cap(time_limit)
         res: Solved = await self.submit(_solve_task, name, problem, tl, params, admit=admit, kind=kind,
-                                        time_limit=tl)
+                                        time_limit=tl, ticket=ticket)
         return res
 
-    async def call(self, module: str, func: str, arg: Any, admit: bool = True, kind: Kind = "adhoc") -> Any:
+    async def call(self, module: str, func: str, arg: Any, admit: bool = True, kind: Kind = "adhoc", *,
+                   ticket: Ticket | None = None) -> Any:
         """``module.func(arg)`` in a worker (the Gedik partitioning document), bounded like a solve at the
         maximum time limit."""
-        return await self.submit(_call_task, module, func, arg, admit=admit, kind=kind)
+        return await self.submit(_call_task, module, func, arg, admit=admit, kind=kind, ticket=ticket)
 
     async def submit(self, fn: Callable[..., tuple[Any, ...]], *args: Any, admit: bool = True, kind: Kind = "adhoc",
-                     time_limit: float | None = None, raw: bool = False) -> Any:
+                     time_limit: float | None = None, raw: bool = False, ticket: Ticket | None = None) -> Any:
         """Run ``fn(*args)`` in a worker. ``fn`` returns ``("ok", value)``, ``("invalid", field, reason)`` or
         ``("error", message)``; with ``raw`` its tuple is returned as it is. The worker is killed after
-        ``kill_factor`` × ``time_limit`` (default: the maximum time limit) + ``kill_grace_s``."""
+        ``kill_factor`` × ``time_limit`` (default: the maximum time limit) + ``kill_grace_s``.
+
+        The solve holds a slot until it ends: one of ``ticket``'s (see :meth:`admit`), else one taken now (checked
+        against its ``kind``'s share with ``admit``; ``admit=False`` when the caller checked already)."""
         if self._closed:
             raise RuntimeError("the solver pool is shut down")
         if self.broken:
             raise PoolBroken(f"solver workers cannot start: {self.broken}")
-        if admit:
-            self.check_admission(1, kind)
+        if ticket is not None:
+            ticket.use()  # its slot was counted at admission
+            kind = ticket.kind
+        else:
+            if admit:
+                self.check_admission(1, kind)
+            self.counts[kind] += 1
         limit = self.max_time_limit if time_limit is None else time_limit
         loop = asyncio.get_running_loop()
         task = _Task(0 if kind == "auto" else 1, next(self._seq), fn, args,
                      self.kill_factor * limit + self.kill_grace_s, loop.create_future())
         task.future.add_done_callback(_retrieve)  # a request cancelled meanwhile leaves no "never retrieved"
-        self.counts[kind] += 1
         t0 = time.perf_counter()
         try:
             heapq.heappush(self._queue, task)
