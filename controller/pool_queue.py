@@ -1,25 +1,35 @@
-"""The solver pool's admission tickets.
+"""The solver pool's queue and admission tickets.
 
-:meth:`controller.solving.SolverPool.admit` takes all of a request's solve slots at once, with no ``await`` between
-the check and the taking, and returns a :class:`Ticket`; the request's solves then use its slots one each. Slots a
-request does not use go back when it releases its ticket (``with pool.admit(n) as ticket:``).
+**Tickets.** :meth:`controller.solving.SolverPool.admit` takes all of a request's solve slots at once, with no
+``await`` between the check and the taking, and returns a :class:`Ticket`; the request's solves then use its slots
+one each. Slots a request does not use go back when it releases its ticket (``with pool.admit(n) as ticket:``).
+
+**Fair queue.** Queued solves are grouped in *flows*: all the solves of one owner (a job: its proposals, its
+automatic rounds) or of one ticket (a request: a what-if's candidates), or a lone solve. Flows take turns (round
+robin, one solve per turn, in the order they first queued), so a request of one solve waits for at most one solve
+of each flow ahead of it, never for all of a big request's. Automatic rounds of registered jobs have their own
+flows, always served first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Literal
+import asyncio
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 Kind = Literal["adhoc", "auto"]
 KINDS: tuple[Kind, ...] = ("adhoc", "auto")
+_SERVED_FIRST: tuple[Kind, ...] = ("auto", "adhoc")
 
 
 class Ticket:
     """Solve slots admitted together (see the module docstring); a context manager that releases the slots its
     solves did not use."""
 
-    def __init__(self, n: int, kind: Kind, give_back: Callable[[Ticket, int], None]):
-        self.kind = kind
+    def __init__(self, n: int, kind: Kind, owner: Hashable | None, give_back: Callable[[Ticket, int], None]):
+        self.kind, self.owner = kind, owner
         self.unused = n
         self._give_back = give_back
 
@@ -40,3 +50,68 @@ class Ticket:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+@dataclass(eq=False)
+class Task:
+    """A solve waiting for, or running in, a worker."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kill_after: float
+    future: asyncio.Future[Any]
+    kind: Kind = "adhoc"
+    owner: Hashable | None = None
+    flow: Hashable = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.flow is None:
+            self.flow = self if self.owner is None else ("owner", self.owner)
+
+
+class FairQueue:
+    """Round robin over flows, automatic rounds first (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._flows: dict[Kind, OrderedDict[Hashable, deque[Task]]] = {"auto": OrderedDict(), "adhoc": OrderedDict()}
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def push(self, task: Task) -> None:
+        flows = self._flows[task.kind]
+        q = flows.get(task.flow)
+        if q is None:
+            q = flows[task.flow] = deque()
+        q.append(task)
+        self._n += 1
+
+    def pop(self) -> Task:
+        """The next solve: the first flow's first, and that flow goes last (IndexError when empty)."""
+        for kind in _SERVED_FIRST:
+            flows = self._flows[kind]
+            if flows:
+                flow, q = next(iter(flows.items()))
+                task = q.popleft()
+                if q:
+                    flows.move_to_end(flow)
+                else:
+                    del flows[flow]
+                self._n -= 1
+                return task
+        raise IndexError("pop from an empty queue")
+
+    def remove(self, which: Callable[[Task], bool]) -> list[Task]:
+        """Take out (and return) every queued solve ``which`` selects."""
+        out: list[Task] = []
+        for flows in self._flows.values():
+            for flow in list(flows):
+                keep = deque(t for t in flows[flow] if not which(t))
+                out.extend(t for t in flows[flow] if which(t))
+                if keep:
+                    flows[flow] = keep
+                else:
+                    del flows[flow]
+        self._n -= len(out)
+        return out

@@ -34,19 +34,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
-import heapq
-import itertools
 import logging
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from controller.errors import Busy, TooLarge
 from controller.lifeline import start_forkserver, stop_forkserver
-from controller.pool_queue import KINDS, Kind, Ticket
+from controller.pool_queue import KINDS, FairQueue, Kind, Task, Ticket
 from controller.pool_workers import Worker, Workers, memory_limit_bytes
 from controller.solver_worker import PRELOAD, Solved, _call_task, _import_planners, _solve_task
 from solvers.errors import InvalidInput
@@ -73,16 +70,6 @@ class WorkerDied(SolverUnavailable):
 
 class PoolBroken(SolverUnavailable):
     """No solver worker can be started (the pool keeps trying; meanwhile the liveness probe fails)."""
-
-
-@dataclass(order=True)
-class _Task:
-    priority: int
-    seq: int
-    fn: Callable[..., tuple[Any, ...]] = field(compare=False)
-    args: tuple[Any, ...] = field(compare=False)
-    kill_after: float = field(compare=False)
-    future: asyncio.Future[Any] = field(compare=False)
 
 
 class SolverPool:
@@ -112,8 +99,7 @@ class SolverPool:
         self._ctx.set_forkserver_preload(PRELOAD)
         start_forkserver()
         self._server_pid = os.getpid()
-        self._queue: list[_Task] = []
-        self._seq = itertools.count()
+        self._queue = FairQueue()
         self._io = cf.ThreadPoolExecutor(max_workers=2 * workers + 2, thread_name_prefix="solver-io")
         self._workers = Workers(workers, self._spawn, self._io, self._pump, self._fail_queued,
                                 max_start_failures=max_start_failures, backoff_s=start_backoff_s,
@@ -135,18 +121,24 @@ class SolverPool:
         """Solve slots taken: solves running or queued, and slots admitted for solves not submitted yet."""
         return sum(self.counts.values())
 
-    def admit(self, n: int = 1, kind: Kind = "adhoc") -> Ticket:
+    @property
+    def queued(self) -> int:
+        """Solves waiting for a worker."""
+        return len(self._queue)
+
+    def admit(self, n: int = 1, kind: Kind = "adhoc", owner: Hashable | None = None) -> Ticket:
         """Take ``n`` solve slots at once for one request, or raise (:class:`Busy`, :class:`TooLarge` as
         :meth:`check_admission`; :class:`PoolBroken`). Call it before the request's first ``await``; each of its
         solves then passes ``ticket=`` and uses one slot; :meth:`Ticket.release` (or leaving ``with``) gives back
-        the slots left unused."""
+        the slots left unused. The solves of a ticket queue as one flow (see :mod:`controller.pool_queue`), or as
+        their ``owner``'s (a job id) when it is given."""
         if self._closed:
             raise RuntimeError("the solver pool is shut down")
         if self.broken:
             raise PoolBroken(f"solver workers cannot start: {self.broken}")
         self.check_admission(n, kind)
         self.counts[kind] += n
-        return Ticket(n, kind, self._give_back)
+        return Ticket(n, kind, owner, self._give_back)
 
     def _give_back(self, ticket: Ticket, n: int) -> None:
         self.counts[ticket.kind] -= n
@@ -174,9 +166,11 @@ class SolverPool:
 
     # ------------------------------------------------------------------ public calls
     async def solve(self, name: str, problem: Problem, time_limit: float, params: dict[str, Any],
-                    admit: bool = True, kind: Kind = "adhoc", *, ticket: Ticket | None = None) -> Solved:
+                    admit: bool = True, kind: Kind = "adhoc", *, ticket: Ticket | None = None,
+                    owner: Hashable | None = None) -> Solved:
         """Run a planner in a worker; returns the plan document and the numeric assignment. With ``ticket``, the
-        solve uses one of its slots (``admit`` and ``kind`` are the ticket's).
+        solve uses one of its slots (``admit``, ``kind`` and ``owner`` are the ticket's); ``owner`` (a job id)
+        queues the solves of one job as one flow.
 
         Raises:
             Busy: too many solves in flight (only with ``admit`` and no ``ticket``).
@@ -186,42 +180,44 @@ class SolverPool:
         """
         tl = self.cap(time_limit)
         res: Solved = await self.submit(_solve_task, name, problem, tl, params, admit=admit, kind=kind,
-                                        time_limit=tl, ticket=ticket)
+                                        time_limit=tl, ticket=ticket, owner=owner)
         return res
 
     async def call(self, module: str, func: str, arg: Any, admit: bool = True, kind: Kind = "adhoc", *,
-                   ticket: Ticket | None = None) -> Any:
+                   ticket: Ticket | None = None, owner: Hashable | None = None) -> Any:
         """``module.func(arg)`` in a worker (the Gedik partitioning document), bounded like a solve at the
         maximum time limit."""
-        return await self.submit(_call_task, module, func, arg, admit=admit, kind=kind, ticket=ticket)
+        return await self.submit(_call_task, module, func, arg, admit=admit, kind=kind, ticket=ticket, owner=owner)
 
     async def submit(self, fn: Callable[..., tuple[Any, ...]], *args: Any, admit: bool = True, kind: Kind = "adhoc",
-                     time_limit: float | None = None, raw: bool = False, ticket: Ticket | None = None) -> Any:
+                     time_limit: float | None = None, raw: bool = False, ticket: Ticket | None = None,
+                     owner: Hashable | None = None) -> Any:
         """Run ``fn(*args)`` in a worker. ``fn`` returns ``("ok", value)``, ``("invalid", field, reason)`` or
         ``("error", message)``; with ``raw`` its tuple is returned as it is. The worker is killed after
         ``kill_factor`` × ``time_limit`` (default: the maximum time limit) + ``kill_grace_s``.
 
         The solve holds a slot until it ends: one of ``ticket``'s (see :meth:`admit`), else one taken now (checked
-        against its ``kind``'s share with ``admit``; ``admit=False`` when the caller checked already)."""
+        against its ``kind``'s share with ``admit``; ``admit=False`` when the caller checked already). It queues
+        in its ticket's flow, its ``owner``'s, or one of its own (see :mod:`controller.pool_queue`)."""
         if self._closed:
             raise RuntimeError("the solver pool is shut down")
         if self.broken:
             raise PoolBroken(f"solver workers cannot start: {self.broken}")
         if ticket is not None:
             ticket.use()  # its slot was counted at admission
-            kind = ticket.kind
+            kind, owner = ticket.kind, ticket.owner
         else:
             if admit:
                 self.check_admission(1, kind)
             self.counts[kind] += 1
         limit = self.max_time_limit if time_limit is None else time_limit
         loop = asyncio.get_running_loop()
-        task = _Task(0 if kind == "auto" else 1, next(self._seq), fn, args,
-                     self.kill_factor * limit + self.kill_grace_s, loop.create_future())
+        task = Task(fn, args, self.kill_factor * limit + self.kill_grace_s, loop.create_future(), kind, owner,
+                    flow=ticket if ticket is not None and owner is None else None)
         task.future.add_done_callback(_retrieve)  # a request cancelled meanwhile leaves no "never retrieved"
         t0 = time.perf_counter()
         try:
-            heapq.heappush(self._queue, task)
+            self._queue.push(task)
             self._workers.fill()
             self._pump()
             out = await asyncio.shield(task.future)  # a cancelled request does not cancel its running solve
@@ -273,8 +269,8 @@ class SolverPool:
         return "starting" if ready == 0 else "ready" if ready >= self.workers else "degraded"
 
     def _fail_queued(self, reason: str) -> None:
-        while self._queue:
-            _set(heapq.heappop(self._queue).future, exc=PoolBroken(f"solver workers cannot start: {reason}"))
+        for t in self._queue.remove(lambda t: True):
+            _set(t.future, exc=PoolBroken(f"solver workers cannot start: {reason}"))
 
     def _pump(self) -> None:
         if self._closed:
@@ -287,9 +283,9 @@ class SolverPool:
             w = self._workers.take()
             if w is None:
                 return
-            loop.create_task(self._run(w, heapq.heappop(self._queue)))
+            loop.create_task(self._run(w, self._queue.pop()))
 
-    async def _run(self, w: Worker, task: _Task) -> None:
+    async def _run(self, w: Worker, task: Task) -> None:
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._io, w.conn.send, (task.fn, task.args))  # pickling off the loop
@@ -331,6 +327,7 @@ class SolverPool:
         ws = self._workers
         return {"state": self.state, "ready_workers": len(ws.ready), "workers": self.workers,
                 "starting": ws.starting, "broken": self.broken, "closed": self._closed, "in_flight": self.in_flight,
+                "queued": self.queued,
                 "killed": self.killed, "died": self.died, "idle_died": ws.idle_died,
                 "start_failures": ws.start_failures, "last_start_failure": ws.last_failure}
 
@@ -347,9 +344,8 @@ class SolverPool:
         if self._closed:
             return
         self._closed = True
-        for t in self._queue:
+        for t in self._queue.remove(lambda t: True):
             _set(t.future, exc=RuntimeError("the server is shutting down"))
-        self._queue.clear()
         workers = self._workers.close()
         for w in workers:
             if w.proc.is_alive():
