@@ -1,14 +1,11 @@
-"""The solver pool's queue and admission tickets.
+"""The solver pool's queue.
 
-**Tickets.** :meth:`controller.solving.SolverPool.admit` takes all of a request's solve slots at once, with no
-``await`` between the check and the taking, and returns a :class:`Ticket`; the request's solves then use its slots
-one each. Slots a request does not use go back when it releases its ticket (``with pool.admit(n) as ticket:``).
-
-**Fair queue.** Queued solves are grouped in *flows*: all the solves of one owner (a job: its proposals, its
-automatic rounds) or of one ticket (a request: a what-if's candidates), or a lone solve. Flows take turns (round
-robin, one solve per turn, in the order they first queued), so a request of one solve waits for at most one solve
-of each flow ahead of it, never for all of a big request's. Automatic rounds of registered jobs have their own
-flows, always served first.
+Queued solves are grouped in *flows*: all the solves of one owner (a job: its proposals, its automatic rounds) or of
+one admission ticket (a request: a what-if's candidates, see :mod:`controller.pool_admission`), or a lone solve.
+Flows take turns (round robin, one solve per turn, in the order they first queued), so a request of one solve waits
+for at most one solve of each flow ahead of it, never for all of a big request's. Automatic rounds of registered
+jobs have their own flows, always served first. Solves of an owner can be taken out of the queue
+(:meth:`FairQueue.remove`) to be cancelled.
 """
 
 from __future__ import annotations
@@ -24,32 +21,8 @@ KINDS: tuple[Kind, ...] = ("adhoc", "auto")
 _SERVED_FIRST: tuple[Kind, ...] = ("auto", "adhoc")
 
 
-class Ticket:
-    """Solve slots admitted together (see the module docstring); a context manager that releases the slots its
-    solves did not use."""
-
-    def __init__(self, n: int, kind: Kind, owner: Hashable | None, give_back: Callable[[Ticket, int], None]):
-        self.kind, self.owner = kind, owner
-        self.unused = n
-        self._give_back = give_back
-
-    def use(self) -> None:
-        """One slot for one solve."""
-        if self.unused < 1:
-            raise RuntimeError("every solve slot of this admission is used (admit as many as the request solves)")
-        self.unused -= 1
-
-    def release(self) -> None:
-        """Give back the slots no solve used (idempotent)."""
-        n, self.unused = self.unused, 0
-        if n:
-            self._give_back(self, n)
-
-    def __enter__(self) -> Ticket:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+class SolveCancelled(RuntimeError):
+    """The solve was cancelled (its owner, e.g. a deleted job, no longer wants it) before it finished."""
 
 
 @dataclass(eq=False)
@@ -63,6 +36,7 @@ class Task:
     kind: Kind = "adhoc"
     owner: Hashable | None = None
     flow: Hashable = field(default=None)
+    cancelled: bool = False
 
     def __post_init__(self) -> None:
         if self.flow is None:
@@ -115,3 +89,19 @@ class FairQueue:
                     del flows[flow]
         self._n -= len(out)
         return out
+
+
+def settle(fut: asyncio.Future[Any], result: Any = None, exc: BaseException | None = None) -> None:
+    """Set ``fut``'s outcome unless it has one (a solve may be cancelled, timed out and answered in any order)."""
+    if fut.done():
+        return
+    if exc is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)
+
+
+def retrieve(fut: asyncio.Future[Any]) -> None:
+    """A done callback: a solve whose request went away leaves no "exception was never retrieved"."""
+    if not fut.cancelled():
+        fut.exception()

@@ -19,12 +19,14 @@ death fail every solve in flight). So the pool can
 * **never orphan a process**: the forkserver and every worker die with the server, even on ``kill -9``
   (:mod:`controller.lifeline`), and :meth:`SolverPool.shutdown` stops them all on a normal stop.
 
-Admission: ``max_concurrent`` solve slots (running + queued); each solve holds one until it ends, so a what-if
-holds one per candidate. :meth:`SolverPool.admit` takes all of a request's slots at once, before its first
-``await``, so concurrent requests never take more than there are. ``reserved_auto`` of them only serve automatic
-rounds of registered jobs (``kind="auto"``), which are also dequeued first: ad-hoc queries (plans, what-ifs,
-proposals) can never starve them. Beyond its share a request gets :class:`~controller.errors.Busy` (429); a request
-that could never be admitted (more candidates than the ad-hoc share) gets :class:`~controller.errors.TooLarge` (413).
+Admission (:mod:`controller.pool_admission`): ``max_concurrent`` solve slots (running + queued); each solve holds
+one until it ends, so a what-if holds one per candidate. :meth:`SolverPool.admit` takes all of a request's slots at
+once, before its first ``await``, so concurrent requests never take more than there are. ``reserved_auto`` of them
+only serve automatic rounds of registered jobs (``kind="auto"``). Beyond its share a request gets
+:class:`~controller.errors.Busy` (429); one that could never be admitted gets :class:`~controller.errors.TooLarge`.
+
+Queueing (:mod:`controller.pool_queue`): requests and jobs take turns, automatic rounds first, so a small request is
+never stuck behind a big one; :meth:`SolverPool.cancel` drops an owner's (a deleted job's) solves.
 
 Everything crossing the process boundary is plain data: a :class:`~solvers.model.Problem` (numpy arrays) goes in,
 a plan document or an error tuple comes out (``InvalidInput`` does not pickle with its two arguments).
@@ -41,9 +43,10 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from controller.errors import Busy, TooLarge
+from controller.errors import Busy
 from controller.lifeline import start_forkserver, stop_forkserver
-from controller.pool_queue import KINDS, FairQueue, Kind, Task, Ticket
+from controller.pool_admission import Admission, Ticket
+from controller.pool_queue import KINDS, FairQueue, Kind, SolveCancelled, Task, retrieve, settle
 from controller.pool_workers import Worker, Workers, memory_limit_bytes
 from controller.solver_worker import PRELOAD, Solved, _call_task, _import_planners, _solve_task
 from solvers.errors import InvalidInput
@@ -51,9 +54,8 @@ from solvers.model import Problem
 
 log = logging.getLogger("rebalancer.solving")
 
-
-__all__ = ["KINDS", "Busy", "Kind", "PoolBroken", "SolveTimeout", "SolverPool", "SolverUnavailable", "Ticket",
-           "WorkerDied", "_call_task", "_import_planners", "_solve_task", "memory_limit_bytes"]
+__all__ = ["KINDS", "Busy", "Kind", "PoolBroken", "SolveCancelled", "SolveTimeout", "SolverPool", "SolverUnavailable",
+           "Ticket", "WorkerDied", "_call_task", "_import_planners", "_solve_task", "memory_limit_bytes"]
 
 
 class SolverUnavailable(RuntimeError):
@@ -82,14 +84,13 @@ class SolverPool:
                  max_start_failures: int = 5, start_backoff_s: float = 0.25, max_start_backoff_s: float = 30.0,
                  start_timeout_s: float = 120.0):
         self.workers = workers
-        self.max_concurrent = max_concurrent
         self.max_time_limit = max_time_limit
-        self.reserved_auto = max(1, max_concurrent // 5) if reserved_auto is None else reserved_auto
-        self.reserved_auto = min(self.reserved_auto, max_concurrent - 1)
+        self._admission = Admission(max_concurrent, reserved_auto)
+        self.max_concurrent, self.reserved_auto = max_concurrent, self._admission.reserved_auto
         self.kill_factor, self.kill_grace_s = kill_factor, kill_grace_s
         self.nice = nice
         self.memory_limit = memory_limit_bytes(memory_limit_mb, workers)
-        self.counts: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self.counts = self._admission.counts  # slots taken per kind
         self.solves = 0
         self.killed = 0  # workers killed for overrunning their solve's time limit
         self.died = 0  # workers that died by themselves
@@ -100,6 +101,7 @@ class SolverPool:
         start_forkserver()
         self._server_pid = os.getpid()
         self._queue = FairQueue()
+        self._running: dict[Worker, Task] = {}
         self._io = cf.ThreadPoolExecutor(max_workers=2 * workers + 2, thread_name_prefix="solver-io")
         self._workers = Workers(workers, self._spawn, self._io, self._pump, self._fail_queued,
                                 max_start_failures=max_start_failures, backoff_s=start_backoff_s,
@@ -136,30 +138,39 @@ class SolverPool:
             raise RuntimeError("the solver pool is shut down")
         if self.broken:
             raise PoolBroken(f"solver workers cannot start: {self.broken}")
-        self.check_admission(n, kind)
-        self.counts[kind] += n
-        return Ticket(n, kind, owner, self._give_back)
+        return self._admission.admit(n, kind, owner)
 
-    def _give_back(self, ticket: Ticket, n: int) -> None:
-        self.counts[ticket.kind] -= n
+    def cancel(self, owner: Hashable, reason: str = "cancelled", kill_running: bool = True) -> int:
+        """Cancel every solve of ``owner`` (e.g. a deleted job's): its queued solves and, with ``kill_running``,
+        its running ones (their workers are killed and replaced; a worker runs one solve, so nothing else is hit)
+        fail at once with :class:`SolveCancelled`; its tickets' unused slots are freed and a later solve on them
+        fails the same way. Solves submitted afterwards with that owner run as usual. Returns how many solves were
+        cancelled (queued + running)."""
+        if owner is None:
+            raise ValueError("cancel needs an owner")
+        why = f"the solves of {owner!r} were cancelled: {reason}"
+        self._admission.cancel(owner, why)
+        gone = self._queue.remove(lambda t: t.owner == owner)
+        if kill_running:
+            for w, task in list(self._running.items()):
+                if task.owner == owner:
+                    task.cancelled = True
+                    self._workers.lost(w, close=False)  # killed; its replacement starts now
+                    gone.append(task)
+        for task in gone:
+            settle(task.future, exc=SolveCancelled(why))
+        if gone:
+            log.info("%d solves of %r cancelled: %s", len(gone), owner, reason)
+        return len(gone)
 
     def capacity(self, kind: Kind = "adhoc") -> int:
-        return self.max_concurrent if kind == "auto" else self.max_concurrent - self.reserved_auto
+        return self._admission.capacity(kind)
 
     def check_admission(self, n: int = 1, kind: Kind = "adhoc") -> None:
         """Raise :class:`Busy` when ``n`` more solves of ``kind`` would exceed its share, :class:`TooLarge` when
         they never could. A check only: nothing is taken, so concurrent requests that each check and then
         ``await`` before they submit can all pass it; :meth:`admit` checks and takes the slots at once."""
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-        cap = self.capacity(kind)
-        if n > cap:
-            raise TooLarge(f"{n} solves at once: at most {cap} {kind} solves are admitted "
-                           f"(REBALANCER_MAX_CONCURRENT_SOLVES − REBALANCER_RESERVED_AUTO_SOLVES)")
-        used = self.in_flight if kind == "auto" else self.counts["adhoc"]
-        if used + n > cap or self.in_flight + n > self.max_concurrent:
-            raise Busy(f"{self.in_flight} solves in flight ({self.counts['auto']} automatic); {kind} limit {cap} "
-                       f"of {self.max_concurrent}; retry later")
+        self._admission.check(n, kind)
 
     def cap(self, time_limit: float) -> float:
         return min(float(time_limit), self.max_time_limit)
@@ -214,7 +225,7 @@ class SolverPool:
         loop = asyncio.get_running_loop()
         task = Task(fn, args, self.kill_factor * limit + self.kill_grace_s, loop.create_future(), kind, owner,
                     flow=ticket if ticket is not None and owner is None else None)
-        task.future.add_done_callback(_retrieve)  # a request cancelled meanwhile leaves no "never retrieved"
+        task.future.add_done_callback(retrieve)  # a request cancelled meanwhile leaves no "never retrieved"
         t0 = time.perf_counter()
         try:
             self._queue.push(task)
@@ -270,7 +281,7 @@ class SolverPool:
 
     def _fail_queued(self, reason: str) -> None:
         for t in self._queue.remove(lambda t: True):
-            _set(t.future, exc=PoolBroken(f"solver workers cannot start: {reason}"))
+            settle(t.future, exc=PoolBroken(f"solver workers cannot start: {reason}"))
 
     def _pump(self) -> None:
         if self._closed:
@@ -283,44 +294,62 @@ class SolverPool:
             w = self._workers.take()
             if w is None:
                 return
-            loop.create_task(self._run(w, self._queue.pop()))
+            task = self._queue.pop()
+            self._running[w] = task  # from now on cancel() finds it
+            loop.create_task(self._run(w, task))
 
     async def _run(self, w: Worker, task: Task) -> None:
+        try:
+            await self._exchange(w, task)
+        finally:
+            self._running.pop(w, None)
+
+    async def _exchange(self, w: Worker, task: Task) -> None:
         loop = asyncio.get_running_loop()
+        if task.cancelled:  # cancelled (its worker killed) before it was sent
+            w.close()
+            return
         try:
             await loop.run_in_executor(self._io, w.conn.send, (task.fn, task.args))  # pickling off the loop
             recv = loop.run_in_executor(self._io, w.conn.recv)
             done, _ = await asyncio.wait({recv}, timeout=task.kill_after)
             if not done:
-                self.killed += 1
-                self._workers.lost(w, close=False)  # killed; its replacement starts now
-                log.error("solve overran its time limit: worker %d killed after %.1f s", w.pid, task.kill_after)
-                _set(task.future, exc=SolveTimeout(
-                    f"the planner overran its time limit and was stopped after {task.kill_after:g} s "
-                    f"({self.kill_factor:g} × the limit + {self.kill_grace_s:g} s); try a smaller problem or "
-                    f"a shorter time_limit_s"))
+                if not task.cancelled:  # (a cancelled one was killed already)
+                    self._overran(w, task)
                 await asyncio.gather(recv, return_exceptions=True)
                 w.close()
                 return
             out = recv.result()
         except (EOFError, OSError) as exc:
             w.kill()
+            if task.cancelled:  # killed by cancel(), which started its replacement
+                w.close()
+                return
             if self._closed:
-                _set(task.future, exc=RuntimeError("the server is shutting down"))
+                settle(task.future, exc=RuntimeError("the server is shutting down"))
                 return
             self.died += 1
             how = await loop.run_in_executor(self._io, w.describe_exit)
             log.error("solver worker %d died (%s) during a solve: %s", w.pid, how, type(exc).__name__)
-            _set(task.future, exc=WorkerDied(f"the solver worker died ({how}); it was replaced"))
+            settle(task.future, exc=WorkerDied(f"the solver worker died ({how}); it was replaced"))
             self._workers.lost(w)
             return
         except Exception as exc:  # e.g. a task argument that does not pickle: the worker is still fine
             log.exception("sending a task to solver worker %d failed", w.pid)
-            _set(task.future, exc=RuntimeError(f"the task could not be sent to a worker: {type(exc).__name__}"))
+            settle(task.future, exc=RuntimeError(f"the task could not be sent to a worker: {type(exc).__name__}"))
             self._workers.put(w)
             return
-        _set(task.future, result=out)
+        settle(task.future, result=out)
         self._workers.put(w)
+
+    def _overran(self, w: Worker, task: Task) -> None:
+        self.killed += 1
+        self._workers.lost(w, close=False)  # killed; its replacement starts now
+        log.error("solve overran its time limit: worker %d killed after %.1f s", w.pid, task.kill_after)
+        settle(task.future, exc=SolveTimeout(
+            f"the planner overran its time limit and was stopped after {task.kill_after:g} s "
+            f"({self.kill_factor:g} × the limit + {self.kill_grace_s:g} s); try a smaller problem or "
+            f"a shorter time_limit_s"))
 
     def health(self) -> dict[str, Any]:
         """For the probes: workers ready to solve, how many there should be, why the pool is unusable."""
@@ -345,7 +374,7 @@ class SolverPool:
             return
         self._closed = True
         for t in self._queue.remove(lambda t: True):
-            _set(t.future, exc=RuntimeError("the server is shutting down"))
+            settle(t.future, exc=RuntimeError("the server is shutting down"))
         workers = self._workers.close()
         for w in workers:
             if w.proc.is_alive():
@@ -359,18 +388,3 @@ class SolverPool:
         SolverPool._live -= 1
         if SolverPool._live == 0:
             stop_forkserver()
-
-
-def _set(fut: asyncio.Future[Any], result: Any = None, exc: BaseException | None = None) -> None:
-    if fut.done():
-        return
-    if exc is not None:
-        fut.set_exception(exc)
-    else:
-        fut.set_result(result)
-
-
-def _retrieve(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()
-
