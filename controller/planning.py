@@ -21,6 +21,7 @@ from clients.python.wire import dump, read
 from controller.context import Context
 from controller.edge import Invalid, encode, parse
 from controller.errors import TooLarge
+from controller.pool_admission import Ticket
 from controller.settings import Settings
 from controller.solver_worker import Solved, solve_plan
 from controller.solving import Kind
@@ -208,11 +209,14 @@ class Planning:
         return out
 
     async def solve(self, name: str, problem: Problem, time_limit: float, params: Mapping[str, Any],
-                    admit: bool = True, kind: Kind = "adhoc") -> Solved:
+                    kind: Kind = "adhoc", *, ticket: Ticket | None = None, owner: str | None = None) -> Solved:
         """The plan (document and numeric assignment) from the pool; ``kind`` "auto" for the automatic rounds of
-        registered jobs (they have a reserved share of the solve slots), "adhoc" for what a request asks for."""
+        registered jobs (they have a reserved share of the solve slots), "adhoc" for what a request asks for;
+        ``ticket``: slots the request took at once (:meth:`SolverPool.admit`); ``owner``: the job whose solves
+        these are (cancelled with it)."""
         t0 = time.perf_counter()
-        solved = await self.ctx.pool.solve(name, problem, time_limit, dict(params), admit=admit, kind=kind)
+        solved = await self.ctx.pool.solve(name, problem, time_limit, dict(params), kind=kind, ticket=ticket,
+                                           owner=owner)
         self.observe(name, solved.plan.solver.status, time.perf_counter() - t0)
         return solved
 

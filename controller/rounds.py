@@ -125,7 +125,8 @@ class Rounds:
         tl = self.ctx.settings.time_limit(cfg.time_limit_s)
         try:
             try:
-                solved = await self.planning.solve(cfg.algorithm, problem, tl, cfg.params, kind="auto")
+                solved = await self.planning.solve(cfg.algorithm, problem, tl, cfg.params, kind="auto",
+                                                   owner=job.job_id)
                 verdict = policy.judge(cfg.policy, bal, solved.plan, batch_id=batch_id, last_round_batch=None)
             except Exception as exc:  # a task boundary: the round fails with its reason, the job goes on
                 log.warning("automatic round of %s failed: %s", job.job_id, exc)

@@ -61,9 +61,9 @@ class Scaling:
                                   target_load_distance=req.target_load_distance,
                                   max_utilisation=req.max_utilisation)
         w = WhatIf(request, problem, variants, name, params, s.time_limit(req.time_limit_s))
-        self.ctx.pool.check_admission(len(variants))
-        solved = await asyncio.gather(*(self.planning.solve(name, v.problem, w.time_limit, params, admit=False)
-                                        for v in variants))
+        with self.ctx.pool.admit(len(variants), owner=job_id) as ticket:
+            solved = await asyncio.gather(*(self.planning.solve(name, v.problem, w.time_limit, params, ticket=ticket)
+                                            for v in variants))
         return planning.what_if_report(w, [x.plan for x in solved])
 
     async def scale(self, job_id: str, req: c.ScaleRequest) -> c.Scaled:
@@ -79,7 +79,7 @@ class Scaling:
         tl = s.time_limit(req.time_limit_s if req.time_limit_s is not None else job.config.time_limit_s)
         base = job.epoch
         problem = _union(await self._snapshot(job), new_nodes, req.budget or c.Budget())
-        solved = await self.planning.solve(name, problem, tl, params)
+        solved = await self.planning.solve(name, problem, tl, params, owner=job_id)
         assignment = _off_the_nodes_that_go(problem, solved.assignment, len(new_nodes))
         plan = solved.plan
         if not np.array_equal(assignment, solved.assignment):  # placed after the planner: its proof is not this plan's
