@@ -51,8 +51,6 @@ class ConsistentHashing(Grouping):
         self.loads += np.bincount(out, minlength=self.n)
         return out
 
-    def worker_count_bound(self) -> int | None:
-        return 1
 
 
 class ConsistentHashingBoundedLoads(ConsistentHashing):
@@ -105,5 +103,3 @@ class ConsistentHashingBoundedLoads(ConsistentHashing):
         self.loads[:] = L
         return np.asarray(out, dtype=np.int64)
 
-    def worker_count_bound(self) -> int | None:
-        return None
