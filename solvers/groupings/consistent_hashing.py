@@ -52,7 +52,6 @@ class ConsistentHashing(Grouping):
         return out
 
 
-
 class ConsistentHashingBoundedLoads(ConsistentHashing):
     """CH-BL with ε (default 0.3 as in the CG paper's Table 1 comparison; the paper's later experiments use 0.01)
     and ``replicas`` ring points per worker. Max local load ≤ ⌈(1+ε)·t/n⌉ after t messages."""

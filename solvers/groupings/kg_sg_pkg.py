@@ -44,7 +44,6 @@ class KeyGrouping(Grouping):
         return out
 
 
-
 class ShuffleGrouping(Grouping):
     """SG: round-robin over the workers, ignoring keys (D-C paper §II-B: "SG is usually implemented via
     round-robin selection of workers"). Each source starts at worker ``source_index mod n``. Vectorised."""
@@ -75,7 +74,6 @@ class PartialKeyGrouping(Grouping):
 
     def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:
         return less_loaded_of_two(choice(ids, self.n, self.seed, 0), choice(ids, self.n, self.seed, 1), self.loads)
-
 
 
 class PowerOfTwoChoices(Grouping):
