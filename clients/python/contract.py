@@ -42,7 +42,7 @@ Status = Literal["optimal", "feasible", "heuristic"]
 
 
 # ============================================================================ offline documents (docs/design.md)
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Node:
     __pydantic_config__ = REQUEST
     id: Id
@@ -51,7 +51,7 @@ class Node:
     limits: Annotated[dict[Id, Amount] | None, Check("per-resource limits (ALBIC §4.3.1)")] = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class KeyGroup:
     __pydantic_config__ = REQUEST
     id: Id
@@ -62,7 +62,7 @@ class KeyGroup:
     resources: Annotated[dict[Id, Amount] | None, Check("per-resource loads (ALBIC §4.3.1)")] = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Edge:
     __pydantic_config__ = REQUEST
     src: Ref
@@ -70,7 +70,7 @@ class Edge:
     rate: Amount
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Budget:
     """Per round; absent or null fields mean unlimited."""
 
@@ -79,7 +79,7 @@ class Budget:
     max_migration_bytes: Amount | None = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Problem:
     """The problem document (``docs/design.md``); loads, rates and state bytes must each sum to at most 1e150."""
 
@@ -91,7 +91,7 @@ class Problem:
     budget: Budget | None = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class StateMetrics:
     """Metrics of one assignment (``docs/design.md``)."""
 
@@ -103,7 +103,7 @@ class StateMetrics:
     max_utilisation: float
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class PlanMetrics:
     __pydantic_config__ = RESPONSE
     before: StateMetrics
@@ -112,7 +112,7 @@ class PlanMetrics:
     migration_bytes: float
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Move:
     __pydantic_config__ = RESPONSE
     key_group: str
@@ -121,7 +121,7 @@ class Move:
     state_bytes: float
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class SolverInfo:
     __pydantic_config__ = RESPONSE
     status: Annotated[Status, Check("optimal: proven; feasible: stopped by the time limit; heuristic: no proof")]
@@ -129,7 +129,7 @@ class SolverInfo:
     seconds: float
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Plan:
     """The plan document (``docs/design.md``): the full assignment, the moves, before/after metrics, the solver."""
 
@@ -142,7 +142,7 @@ class Plan:
     details: dict[str, Any] | None = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class PlanInput:
     """A plan to evaluate: ``assignment`` names every key group of the problem; ``moves``, when given, must list
     exactly the key groups whose node changed. A whole plan document is accepted (its other fields are ignored)."""
@@ -152,7 +152,7 @@ class PlanInput:
     moves: list[Move] | None = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class PlanRequest:
     __pydantic_config__ = REQUEST
     problem: Problem
@@ -161,14 +161,14 @@ class PlanRequest:
     time_limit_s: TimeLimit = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class EvaluateRequest:
     __pydantic_config__ = REQUEST
     problem: Problem
     plan: PlanInput
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Evaluation:
     __pydantic_config__ = RESPONSE
     before: StateMetrics
@@ -179,14 +179,14 @@ class Evaluation:
     within_budget: bool
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ScalingChange:
     __pydantic_config__ = REQUEST
     add: list[Node | Id] = field(default_factory=list)
     remove: list[Ref] = field(default_factory=list)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class WhatIfRequest:
     """Candidate clusters: a size (nodes are added or removed) or explicit changes."""
 
@@ -203,7 +203,7 @@ class WhatIfRequest:
     time_limit_s: TimeLimit = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ScalingCandidate:
     __pydantic_config__ = RESPONSE
     candidate: int | dict[str, Any]
@@ -220,7 +220,7 @@ class ScalingCandidate:
     solver: SolverInfo
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class WhatIfReport:
     __pydantic_config__ = RESPONSE
     current: StateMetrics
@@ -232,7 +232,7 @@ class WhatIfReport:
     recommended: ScalingCandidate | None = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class AlgorithmParam:
     __pydantic_config__ = RESPONSE
     name: str
@@ -244,7 +244,7 @@ class AlgorithmParam:
     maximum: float | None = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Algorithm:
     __pydantic_config__ = RESPONSE
     name: str
@@ -253,7 +253,7 @@ class Algorithm:
 
 
 # ============================================================================ jobs
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class JobNode:
     __pydantic_config__ = REQUEST
     id: Id
@@ -261,7 +261,7 @@ class JobNode:
     removing: bool = False
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class JobKeyGroup:
     __pydantic_config__ = REQUEST
     id: Id
@@ -270,14 +270,14 @@ class JobKeyGroup:
     state_bytes: Amount | None = 0
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Operator:
     __pydantic_config__ = REQUEST
     id: Id
     key_groups: Annotated[int, Check("number of key groups, named '<id>/0' … '<id>/<n-1>'", ge=1)]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Policy:
     """When moving state is worth it. The controller applies it to every plan it would execute or propose.
 
@@ -301,7 +301,7 @@ class Policy:
         "(null: moving state costs nothing)")] = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class JobSpec:
     """``PUT /v1/jobs/{job_id}``: ``key_groups`` (explicit placement) or ``operators`` (contiguous ranges of key
     groups over the active nodes, as Flink assigns key groups to subtasks)."""
@@ -321,7 +321,7 @@ class JobSpec:
     policy: Policy = field(default_factory=Policy)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class WindowState:
     __pydantic_config__ = RESPONSE
     size: Annotated[int, Check("window_batches of the job")]
@@ -333,7 +333,7 @@ class WindowState:
     ready: Annotated[bool, Check("the window is full: rounds are considered only then")]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class NodeState:
     __pydantic_config__ = RESPONSE
     id: str
@@ -346,7 +346,7 @@ Reason = Literal["worth", "drain", "noise", "gain", "threshold", "cost", "cooldo
                  "significant", "started", "failed"]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Decision:
     """The controller's verdict on a round: whether the plan (or, before any solve, any plan) is worth moving
     state, why, and the numbers behind it."""
@@ -370,7 +370,7 @@ class Decision:
     bytes_allowed: Annotated[float | None, Check("the most bytes the gain pays for (max_bytes_per_gain)")] = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Placement:
     """The job's placement at ``epoch`` (newer than the epoch the statistics were posted with): apply it at the
     next batch boundary and post the following batches with this epoch."""
@@ -381,7 +381,7 @@ class Placement:
     nodes: list[str]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class JobState:
     """A registered job: its nodes and key groups in order, the placement, the configuration, the window."""
 
@@ -413,7 +413,7 @@ class JobState:
         return {k: ids[i] for k, i in zip(self.key_groups, self.placement, strict=True)}
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class JobSummary:
     __pydantic_config__ = RESPONSE
     job_id: str
@@ -422,7 +422,7 @@ class JobSummary:
     key_groups: int
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class KeyGroupStats:
     __pydantic_config__ = REQUEST
     id: Id
@@ -435,7 +435,7 @@ OptionalLoads = Annotated[list[Amount | None] | None, Check("one per key group o
                                                             "not measured")]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Stats:
     """One micro-batch's statistics: by key group id (``key_groups``) or as arrays in the job's key-group order
     (``load`` and optionally ``state_bytes``), not both. The loads, rates and state bytes of a batch must each sum
@@ -450,7 +450,7 @@ class Stats:
     communication: list[Edge] = field(default_factory=list)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class StatsAck:
     __pydantic_config__ = RESPONSE
     job_id: str
@@ -464,7 +464,7 @@ class StatsAck:
     apply: Annotated[Placement | None, Check("the job's placement when it is newer than the batch's epoch")] = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ProposalRequest:
     __pydantic_config__ = REQUEST
     algorithm: Name | None = None
@@ -474,7 +474,7 @@ class ProposalRequest:
                                            "server)")] = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Proposal:
     __pydantic_config__ = RESPONSE
     id: str
@@ -492,13 +492,13 @@ class Proposal:
     created_at: float
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ExecuteRequest:
     __pydantic_config__ = REQUEST
     force: Annotated[bool, Check("execute a plan the policy judged not worth it")] = False
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Execution:
     __pydantic_config__ = RESPONSE
     job_id: str
@@ -509,7 +509,7 @@ class Execution:
     moves: list[Move]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class NodesRequest:
     """Scale out (``add``), mark nodes for scale-in (``remove``: they drain over the next rounds) and delete empty
     removing nodes (``delete``)."""
@@ -520,7 +520,7 @@ class NodesRequest:
     delete: list[Ref] = field(default_factory=list)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ScaleRequest:
     """``POST /v1/jobs/{job_id}/scale``: the job's new node set, and its key groups placed on it in one step (a
     Spark query restarted with another partition count). Key groups on nodes that go always move; ``budget``
@@ -534,7 +534,7 @@ class ScaleRequest:
     time_limit_s: TimeLimit = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Scaled:
     """A scale executed: the new epoch, its nodes and placement, the moves and the plan's metrics."""
 
@@ -549,7 +549,7 @@ class Scaled:
     solver: SolverInfo
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class JobWhatIfRequest:
     """``POST /v1/jobs/{job_id}/what-if``: :class:`WhatIfRequest` on the job's own window."""
 
@@ -562,7 +562,7 @@ class JobWhatIfRequest:
     time_limit_s: TimeLimit = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class HistoryEntry:
     __pydantic_config__ = RESPONSE
     epoch: int
@@ -577,7 +577,7 @@ class HistoryEntry:
     decision: Decision | None = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class History:
     __pydantic_config__ = RESPONSE
     job_id: str
@@ -586,14 +586,14 @@ class History:
 
 
 # ============================================================================ errors and probes
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class ErrorItem:
     __pydantic_config__ = RESPONSE
     field: str
     reason: str
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Error:
     """Every error answer: 422 lists ``{"field", "reason"}``; the others carry a message (500/503 with the id of
     the server's log line)."""
@@ -603,7 +603,7 @@ class Error:
     request_id: str | None = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, slots=True)
 class Health:
     __pydantic_config__ = RESPONSE
     status: str
