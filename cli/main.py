@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import sys
 from typing import Any
 
@@ -29,6 +28,9 @@ COMMAND_MODULES = [
     "cli.db",          # db current | upgrade | history (schema migrations)
     "cli.spark",       # spark-stats (PySpark statistics pipeline)
 ]
+
+#: commands whose start-up counts against a user's time limit: only their own module is imported for them
+COMMAND_OWNER = {"plan": "cli.plan"}
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -53,27 +55,43 @@ class Parser(argparse.ArgumentParser):
 
 def version() -> str:
     """The installed distribution's version (``pip install -e .`` / ``make`` install it)."""
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("rebalancer")
     except importlib.metadata.PackageNotFoundError:
         return "unknown (the rebalancer distribution is not installed)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+class VersionAction(argparse.Action):
+    """``--version``: the distribution's version, looked up (importlib.metadata) only when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show program's version number and exit", **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(f"{parser.prog} {version()}")
+        parser.exit()
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; for a command of ``COMMAND_OWNER`` named first in ``argv``, only its module's."""
     parser = Parser(
         prog="rebalancer",
         description="Rebalancing controller for stateful stream and micro-batch processing.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for name in COMMAND_MODULES:
+    first = next((a for a in argv or [] if not a.startswith("-")), None)
+    for name in [COMMAND_OWNER[first]] if first in COMMAND_OWNER else COMMAND_MODULES:
         importlib.import_module(name).register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -1,9 +1,9 @@
 """``rebalancer serve``: start the controller with uvicorn.
 
-``rebalancer serve [--host H] [--port P] [--database URL]``; without ``--database`` the URL comes from
-``REBALANCER_DATABASE_URL``, else SQLite at ``./data/rebalancer.db`` (WAL) under the current directory. A relative
-SQLite path is resolved to an absolute one and logged at startup. Other settings come from the environment
-(``REBALANCER_*``, see controller/settings.py; an unknown one is an error).
+``rebalancer serve [--host H] [--port P] [--database URL]``; the port defaults to ``$PORT``, else 8000. Without
+``--database`` the URL comes from ``REBALANCER_DATABASE_URL``, else SQLite at ``./data/rebalancer.db`` (WAL) under
+the current directory. A relative SQLite path is resolved to an absolute one and logged at startup. Other settings
+come from the environment (``REBALANCER_*``, see controller/settings.py; an unknown one is an error).
 
 Before anything is loaded: the port must be free, the database must open, and no other server may hold the
 database (one server per database, :mod:`controller.lease`); each failure is one line and exit status 2.
@@ -12,6 +12,7 @@ database (one server per database, :mod:`controller.lease`); each failure is one
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from cli.common import CLIError
@@ -29,13 +30,18 @@ def port_number(text: str) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="start the controller (FastAPI + uvicorn)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=port_number, default=8000)
+    p = sub.add_parser("serve", help="start the controller (FastAPI + uvicorn)",
+                       description="Start the controller. Settings come from REBALANCER_* environment variables "
+                                   "(see the configuration page of the docs); the port from --port or $PORT.")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on; 0.0.0.0 for every interface (a container)")
+    p.add_argument("--port", type=port_number, default=None,
+                   help="TCP port, 0 = any free port (default: $PORT, else 8000)")
     p.add_argument("--database", default=None,
                    help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db (default: $REBALANCER_DATABASE_URL "
                         "or SQLite under ./data/)")
-    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                   help="the server's log level")
     p.add_argument("--access-log", action="store_true", help="log every request (off: it costs on the hot path)")
     p.set_defaults(func=run)
 
@@ -47,18 +53,28 @@ def run(args: argparse.Namespace) -> int:
 
     from api.app import create_app
 
+    port = args.port if args.port is not None else port_from_env()
     settings = load_settings(args.database)
-    check_port(args.host, args.port)
+    check_port(args.host, port)
     check_database(settings)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     lease = acquire_lease(settings)
     try:
-        uvicorn.run(create_app(settings, lease=lease), host=args.host, port=args.port, log_level=args.log_level,
+        uvicorn.run(create_app(settings, lease=lease), host=args.host, port=port, log_level=args.log_level,
                     access_log=args.access_log, http="auto", loop="auto",  # httptools/uvloop when installed
                     timeout_keep_alive=30)
     finally:
         lease.release()
     return 0
+
+
+def port_from_env() -> int:
+    """``$PORT`` (as set by container platforms), else 8000; a CLIError naming the variable when it is not a port."""
+    text = os.environ.get("PORT", "").strip() or "8000"
+    try:
+        return port_number(text)
+    except argparse.ArgumentTypeError as exc:
+        raise CLIError(f"PORT: {exc}") from None
 
 
 def acquire_lease(settings: Any) -> Any:

@@ -191,8 +191,7 @@ class Jobs:
             self.ctx.window_bytes -= job.window.nbytes
             self.ctx.proposals.drop_job(job_id)
             self.ctx.telemetry.forget_job(job_id)
-            if job.round is not None:
-                job.round.cancel()
+            self.ctx.pool.cancel(job_id, "the job was deleted")
 
     async def change_nodes(self, job_id: str, req: c.NodesRequest) -> c.JobState:
         """Add nodes, mark nodes removing (they drain over the next rounds), delete empty removing nodes.

@@ -95,6 +95,17 @@ class JobConfig:
 
 
 @dataclass
+class Fit:
+    """The last executed plan against what its placement showed afterwards: a plan is fitted to a noisy window, so
+    its own load distance is optimistic; once a whole window of batches has arrived since it was executed, the
+    difference (``bias``) says by how much, and the policy counts it against the next plan's gain."""
+
+    claimed: float              # the plan's load distance on the window it was fitted to
+    fresh: int = 0              # batches counted since the plan was executed
+    bias: float | None = None   # measured on the first window of fresh batches
+
+
+@dataclass
 class Job:
     job_id: str
     generation: str
@@ -111,6 +122,7 @@ class Job:
     updated_at: float
     last_round_batch: int | None = None
     decision: c.Decision | None = None        # the policy's latest verdict
+    fit: Fit | None = None                    # how the last executed plan held up
     round: asyncio.Task[None] | None = None   # an automatic round being solved
     kg_index: dict[str, int] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from clients.python import contract as c
+from clients.python.wire import dump, read
 from controller.context import Context
 from controller.edge import Invalid, encode, parse
 from controller.errors import TooLarge
+from controller.pool_admission import Ticket
 from controller.settings import Settings
 from controller.solver_worker import Solved, solve_plan
 from controller.solving import Kind
@@ -147,7 +149,7 @@ def what_if_task(raw: bytes, limits: Limits) -> WhatIf | Answer:
         for j, cand in enumerate(req.candidates):
             if isinstance(cand, int) and cand > limits.max_nodes:
                 raise TooLarge(f"candidates[{j}]: more than {limits.max_nodes} nodes")
-            v = scaling.variant(problem, j, cand)
+            v = scaling.variant(problem, j, cand if isinstance(cand, int) else dump(cand))
             if v.problem.n_nodes > limits.max_nodes:
                 raise TooLarge(f"candidates[{j}]: more than {limits.max_nodes} nodes")
             variants.append(v)
@@ -166,8 +168,6 @@ def answer_task(task: Any, raw: bytes, limits: Limits) -> tuple[Any, ...]:
 
 def what_if_report(w: WhatIf, plans: list[c.Plan]) -> c.WhatIfReport:
     """The report of :mod:`solvers.scaling` once every candidate is solved."""
-    from clients.python.wire import dump, read
-
     cands = [cand if isinstance(cand, int) else dump(cand) for cand in w.request.candidates]
     doc = scaling.report(w.problem, cands, w.variants, [dump(p) for p in plans], w.algorithm,
                          w.request.target_load_distance, w.request.max_utilisation)
@@ -200,8 +200,6 @@ class Planning:
         return Limits.of(self.ctx.settings, self.default_algorithm())
 
     def algorithms(self) -> list[c.Algorithm]:
-        from clients.python.wire import read
-
         out = []
         for name in registry.names():
             try:
@@ -211,11 +209,14 @@ class Planning:
         return out
 
     async def solve(self, name: str, problem: Problem, time_limit: float, params: Mapping[str, Any],
-                    admit: bool = True, kind: Kind = "adhoc") -> Solved:
+                    kind: Kind = "adhoc", *, ticket: Ticket | None = None, owner: str | None = None) -> Solved:
         """The plan (document and numeric assignment) from the pool; ``kind`` "auto" for the automatic rounds of
-        registered jobs (they have a reserved share of the solve slots), "adhoc" for what a request asks for."""
+        registered jobs (they have a reserved share of the solve slots), "adhoc" for what a request asks for;
+        ``ticket``: slots the request took at once (:meth:`SolverPool.admit`); ``owner``: the job whose solves
+        these are (cancelled with it)."""
         t0 = time.perf_counter()
-        solved = await self.ctx.pool.solve(name, problem, time_limit, dict(params), admit=admit, kind=kind)
+        solved = await self.ctx.pool.solve(name, problem, time_limit, dict(params), kind=kind, ticket=ticket,
+                                           owner=owner)
         self.observe(name, solved.plan.solver.status, time.perf_counter() - t0)
         return solved
 

@@ -5,18 +5,32 @@ automatic and in proposal mode and for every planner, goes through :func:`screen
 1. **Noise guard.** The statistics window holds B batches. Key group k's load per batch has mean μ_k and sample
    variance s²_k over the window (a batch that did not report k counts 0). Under a placement, node i's load per
    batch has variance V_i = Σ_{k on i} s²_k (key groups independent), so the window mean of its utilisation
-   u_i = Σ μ_k / c_i has standard error σ_i = √(V_i / B) / c_i. The load distance d = max_i |u_i − t| over the
-   nodes that stay (ALBIC §4.3.1, the metric of ``docs/design.md``) is a maximum over n nodes, so the guard uses
-   the family-wise (Bonferroni) quantile: with ``noise_sigmas`` = z, z_n is the point where one standard normal's
-   two-sided tail is P(|N| > z) / n, and the noise level is z_n · max_i σ_i. A load distance at or below it is what
-   sampling noise alone explains (a stationary stream): no round. With fewer than two batches the noise is
-   unknown and the guard does not apply. The communication term of a node's load is taken as noiseless.
+   u_i = Σ μ_k / c_i has standard error σ_i = √(V_i / B) / c_i. A plan balances the window's means, noise
+   included, so on the next window the placement it chose shows the noise of both windows: a deviation of
+   standard deviation √2 σ_i even when the stream has not changed. That is the imbalance re-planning cannot remove,
+   and the guard's unit. The load distance d = max_i |u_i − t| over the nodes that stay (ALBIC §4.3.1, the metric
+   of ``docs/design.md``) is a maximum over n nodes, so the guard uses the family-wise (Bonferroni) quantile: with
+   ``noise_sigmas`` = z, z_n is the point where one standard normal's two-sided tail is P(|N| > z) / n, and the
+   noise level is z_n · √2 · max_i σ_i. A load distance at or below it is what sampling noise explains (a
+   stationary stream): no round is solved. A plan's own distance is measured on the window it was fitted to, so its
+   gain is also held to the noise: a plan must take more than the noise level off the load distance. With fewer
+   than two batches the noise is unknown and the guard does not apply. The communication term of a node's load is
+   taken as noiseless.
 2. **Minimum gain** (hysteresis): a plan must take at least ``min_gain`` × t off the load distance, t being the
    mean utilisation (the balanced level), so two plans of nearly equal quality do not alternate.
 3. **Threshold**: no round while d ≤ ``load_distance_threshold``.
 4. **Cost of moving state**: with ``max_bytes_per_gain`` = b, a plan whose gain is g % of t may move at most
    b · g bytes.
 5. **Cooldown**: ``cooldown_batches`` batches between two rounds.
+
+A plan's own load distance is measured on the window it was fitted to, which flatters it: among the many
+placements of nearly equal true quality the planner picks the one the window's noise favours (the optimizer's
+curse; with coarse key groups the true floor can be far above the fitted value). The controller therefore measures,
+on the first whole window of batches after a plan was executed, how much higher its placement's load distance
+really was than the plan claimed, and takes that ``bias`` off the next plans' gains (rules 1, 2 and 4 use
+gain = d − d_plan − bias); until it is measured no other round is solved (with the noise guard on). A plan can only
+have fitted what the noise let it, so the bias counts at most as the noise level of the window it is used on: more
+is a real change of the stream.
 
 Load on nodes being removed (ALBIC's set B) is always worth draining: rules 1–4 do not hold back a plan that
 lowers it; the cooldown and the budget still do. Every verdict is a :class:`~clients.python.contract.Decision`
@@ -55,6 +69,8 @@ class Balance:
     load_on_removing: float
     noise: float | None      # the load distance noise alone explains (None: unknown or the guard is off)
     batches: int
+    bias: float = 0.0        # how optimistic the last executed plan's own distance proved (see Fit)
+    settling: tuple[int, int] | None = None  # (fresh batches, batches needed) until that is measured
 
 
 def balance(problem: Problem, variance: np.ndarray | None, batches: int, sigmas: float | None) -> Balance:
@@ -69,7 +85,7 @@ def balance(problem: Problem, variance: np.ndarray | None, batches: int, sigmas:
         per_node = np.bincount(problem.current, weights=variance, minlength=problem.n_nodes)[active]
         se = np.sqrt(per_node / batches) / cap
         if np.isfinite(se).all():
-            noise = family_z(sigmas, int(active.sum())) * float(se.max())
+            noise = family_z(sigmas, int(active.sum())) * math.sqrt(2.0) * float(se.max())
     on_removing = float(loads[problem.removing].sum()) if problem.removing.any() else 0.0
     return Balance(metrics.load_distance_of_loads(problem, loads), target, on_removing, noise, batches)
 
@@ -78,7 +94,8 @@ def _decision(worth: bool, reason: str, message: str, b: Balance, policy: Policy
               **numbers: float | None) -> Decision:
     return Decision(worth=worth, reason=reason, message=message, batch_id=batch_id,  # type: ignore[arg-type]
                     load_distance=_r(b.load_distance), noise=_r(b.noise), min_gain=_r(policy.min_gain * b.target),
-                    load_on_removing=_r(b.load_on_removing), **{k: _r(v) for k, v in numbers.items()})
+                    load_on_removing=_r(b.load_on_removing), fit_bias=_r(b.bias) if b.bias else None,
+                    **{k: _r(v) for k, v in numbers.items()})
 
 
 def _r(x: float | None) -> float | None:
@@ -101,14 +118,20 @@ def screen(policy: Policy, b: Balance, *, batch_id: int | None, last_round_batch
                                             f"since the last round", b, policy, batch_id)
     if b.load_on_removing > EPS:
         return None
+    if b.settling is not None and policy.noise_sigmas is not None:
+        return _decision(False, "cooldown", f"the last plan's placement is measured on a window of batches it was "
+                                            f"not fitted to first ({b.settling[0]} of {b.settling[1]})",
+                         b, policy, batch_id)
     if policy.load_distance_threshold is not None and b.load_distance <= policy.load_distance_threshold:
         return _decision(False, "threshold", f"load distance {b.load_distance:.4g} is at or below the threshold "
                                              f"{policy.load_distance_threshold:.4g}", b, policy, batch_id)
-    if b.noise is not None and b.load_distance <= b.noise:
-        return _decision(False, "noise", f"load distance {b.load_distance:.4g} is within the noise of the window "
-                                         f"({b.noise:.4g} at {policy.noise_sigmas:g} sigmas over {b.batches} "
+    reachable = b.load_distance - b.bias  # the most any plan can gain
+    if policy.noise_sigmas is not None and b.noise is not None and reachable <= b.noise:
+        fitted = f" less the last plan's fit bias {b.bias:.4g}" if b.bias else ""
+        return _decision(False, "noise", f"load distance {b.load_distance:.4g}{fitted} is within the noise of the "
+                                         f"window ({b.noise:.4g} at {policy.noise_sigmas:g} sigmas over {b.batches} "
                                          f"batches): nothing to correct", b, policy, batch_id)
-    if b.load_distance < policy.min_gain * b.target:
+    if reachable < policy.min_gain * b.target:
         return _decision(False, "gain", f"even a perfect plan would gain less than the minimum "
                                         f"({policy.min_gain:g} of the mean utilisation {b.target:.4g})",
                          b, policy, batch_id)
@@ -131,7 +154,11 @@ def judge(policy: Policy, b: Balance, plan: Plan, *, batch_id: int | None,
                                         f"removing nodes", b, policy, batch_id, **numbers)
     if early is not None:
         return _decision(False, early.reason, early.message, b, policy, batch_id, **numbers)
-    gain = b.load_distance - after.load_distance
+    gain = b.load_distance - after.load_distance - b.bias
+    if policy.noise_sigmas is not None and b.noise is not None and gain <= b.noise:
+        return _decision(False, "noise", f"the plan gains {gain:.4g} of load distance, within the noise of the window "
+                                         f"({b.noise:.4g}): a plan fitted to this window would not keep it",
+                         b, policy, batch_id, **numbers)
     need = policy.min_gain * b.target
     if gain < max(need, EPS):
         return _decision(False, "gain", f"the plan gains {gain:.4g} of load distance, less than the minimum "

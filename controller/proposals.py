@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,8 @@ from controller.context import Context
 from controller.errors import Conflict, NotFound
 from controller.model import Job, ProposalRecord, new_id
 from controller.planning import Planning
-from controller.rounds import Rounds
+from controller.pool_admission import Ticket
+from controller.rounds import Rounds, balance_of
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 
@@ -47,7 +49,22 @@ class Proposals:
         name, params = self.planning.check_algorithm(cfg.algorithm if same else req.algorithm,
                                                      cfg.params if same else req.params)
         tl = ctx.settings.time_limit(req.time_limit_s if req.time_limit_s is not None else cfg.time_limit_s)
-        ctx.pool.check_admission(1)
+        ticket = ctx.pool.admit(1, owner=job_id)  # before any await: the slot is this request's
+        try:
+            prop, problem, bal, newest = await self._record(job, name, params, tl)
+        except BaseException:
+            ticket.release()
+            raise
+        task = ctx.spawn(self._run(job, prop, problem, bal, newest, ticket))
+        limit = ctx.settings.request_wait_s
+        wait = limit if req.wait_s is None else min(req.wait_s, limit)
+        done, _ = await asyncio.wait({task}, timeout=wait)
+        return bool(done), prop.doc()
+
+    async def _record(self, job: Job, name: str, params: dict[str, Any],
+                      tl: float) -> tuple[ProposalRecord, Problem, policy.Balance, int]:
+        """The pending proposal, stored, with the window's problem and the policy's view of it."""
+        ctx, job_id = self.ctx, job.job_id
         async with job.lock:
             ctx.still_registered(job)
             if not job.window.batches:
@@ -56,25 +73,21 @@ class Proposals:
                 problem = job.problem().check()
             except InvalidInput as exc:
                 raise Conflict(f"job {job_id!r} cannot be planned from its window: {exc.field}: {exc.reason}") from exc
-            bal = policy.balance(problem, job.window.load_variance(), len(job.window.batches),
-                                 cfg.policy.noise_sigmas)
+            bal = balance_of(job, problem)
             prop = ProposalRecord(id=new_id(), job_id=job_id, generation=job.generation, base_epoch=job.epoch,
                                   status="pending", algorithm=name, params=params, time_limit_s=tl,
                                   window=job.window.state(), plan=None, decision=None, error=None,
                                   executed_epoch=None, created_at=time.time())
             await ctx.writer.run(repo.insert_proposal(prop))
             ctx.proposals.put(prop)
-            newest = next(reversed(job.window.batches))
-        task = ctx.spawn(self._run(job, prop, problem, bal, newest))
-        limit = ctx.settings.request_wait_s
-        wait = limit if req.wait_s is None else min(req.wait_s, limit)
-        done, _ = await asyncio.wait({task}, timeout=wait)
-        return bool(done), prop.doc()
+            return prop, problem, bal, next(reversed(job.window.batches))
 
-    async def _run(self, job: Job, prop: ProposalRecord, problem: Problem, bal: policy.Balance, newest: int) -> None:
+    async def _run(self, job: Job, prop: ProposalRecord, problem: Problem, bal: policy.Balance, newest: int,
+                   ticket: Ticket) -> None:
         try:
-            plan = (await self.planning.solve(prop.algorithm, problem, prop.time_limit_s, prop.params,
-                                              admit=False)).plan
+            with ticket:
+                plan = (await self.planning.solve(prop.algorithm, problem, prop.time_limit_s, prop.params,
+                                                  ticket=ticket)).plan
             verdict = policy.judge(job.config.policy, bal, plan, batch_id=newest,
                                    last_round_batch=job.last_round_batch)
             status, error = "ready", None

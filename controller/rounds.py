@@ -24,7 +24,7 @@ from controller import history, policy
 from controller import repository as repo
 from controller.context import Context
 from controller.errors import Conflict, QuotaExceeded
-from controller.model import Job, Node, ProposalRecord, new_id
+from controller.model import Fit, Job, Node, ProposalRecord, new_id
 from controller.planning import Planning
 from controller.solver_worker import Solved
 from controller.stats import batch_of
@@ -34,6 +34,21 @@ from solvers.errors import InvalidInput
 from solvers.model import Problem
 
 log = logging.getLogger("rebalancer.controller")
+
+
+def balance_of(job: Job, problem: Problem) -> policy.Balance:
+    """The policy's view of the job's window (job lock held). Once a whole window of batches has arrived since the
+    last plan was executed, its fit bias is measured; it counts at most as the noise level of the window it is
+    used on (a plan can only have fitted what the noise let it: more is a real change of the stream)."""
+    b = policy.balance(problem, job.window.load_variance(), len(job.window.batches), job.config.policy.noise_sigmas)
+    fit = job.fit
+    if fit is None:
+        return b
+    if fit.bias is None:
+        if fit.fresh < job.window.size:
+            return dataclasses.replace(b, settling=(fit.fresh, job.window.size))
+        fit.bias = max(0.0, b.load_distance - fit.claimed)
+    return dataclasses.replace(b, bias=min(fit.bias, b.noise or 0.0))
 
 
 class Rounds:
@@ -60,6 +75,8 @@ class Rounds:
                 job.window.add(batch, evict)
                 self.ctx.window_bytes += job.window.nbytes - before
                 self.ctx.telemetry.batches.inc("counted")
+                if job.fit is not None and job.fit.bias is None:
+                    job.fit.fresh += 1
                 self._consider(job, batch.batch_id)
             else:
                 self.ctx.telemetry.batches.inc("duplicate" if duplicate else "too_old")
@@ -92,7 +109,7 @@ class Rounds:
                                       message=f"the window cannot be planned: {exc.field}: {exc.reason}")
             return
         rules = job.config.policy
-        bal = policy.balance(problem, job.window.load_variance(), len(job.window.batches), rules.noise_sigmas)
+        bal = balance_of(job, problem)
         verdict = policy.screen(rules, bal, batch_id=batch_id, last_round_batch=job.last_round_batch)
         if verdict is not None:
             job.decision = verdict
@@ -109,7 +126,8 @@ class Rounds:
         tl = self.ctx.settings.time_limit(cfg.time_limit_s)
         try:
             try:
-                solved = await self.planning.solve(cfg.algorithm, problem, tl, cfg.params, kind="auto")
+                solved = await self.planning.solve(cfg.algorithm, problem, tl, cfg.params, kind="auto",
+                                                   owner=job.job_id)
                 verdict = policy.judge(cfg.policy, bal, solved.plan, batch_id=batch_id, last_round_batch=None)
             except Exception as exc:  # a task boundary: the round fails with its reason, the job goes on
                 log.warning("automatic round of %s failed: %s", job.job_id, exc)
@@ -118,7 +136,13 @@ class Rounds:
             async with job.lock:
                 if self.ctx.jobs.get(job.job_id) is not job:
                     return
-                await self._conclude(job, solved, verdict, base, batch_id, tl)
+                try:
+                    await self._conclude(job, solved, verdict, base, batch_id, tl)
+                except Exception as exc:  # the commit failed: the round ends failed, the job goes on
+                    log.exception("automatic round of %s could not be committed", job.job_id)
+                    job.last_round_batch = batch_id
+                    job.decision = policy.pending("failed", f"the round could not be committed: {exc}", bal,
+                                                  cfg.policy, batch_id)
         finally:
             job.round = None
 
@@ -176,6 +200,7 @@ class Rounds:
         job.updated_at = now
         if last_round_batch is not None:
             job.last_round_batch = last_round_batch
+        job.fit = Fit(plan.metrics.after.load_distance) if plan is not None and kind in ("auto", "execute") else None
         if proposal is not None:
             proposal.plan = repo.executed_plan(proposal.plan)  # its assignment is this epoch's
             self.ctx.proposals.put(proposal)

@@ -15,6 +15,7 @@ import dataclasses
 import numpy as np
 
 from clients.python import contract as c
+from clients.python.wire import dump
 from controller import planning
 from controller.context import Context
 from controller.errors import Conflict, TooLarge
@@ -43,7 +44,7 @@ class Scaling:
                 raise Conflict(f"job {job.job_id!r} cannot be planned from its window: {exc.field}: "
                                f"{exc.reason}") from exc
 
-    async def what_if(self, job_id: str, req: c.JobWhatIfRequest) -> c.WhatIfReport:
+    async def what_if(self, job_id: str, req: c.WhatIfQuestion) -> c.WhatIfReport:
         """:func:`controller.planning.what_if_task` on the job's window."""
         job = self.ctx.job(job_id)
         s = self.ctx.settings
@@ -55,14 +56,14 @@ class Scaling:
         for j, cand in enumerate(req.candidates):
             if isinstance(cand, int) and cand > s.max_nodes:
                 raise TooLarge(f"candidates[{j}]: more than {s.max_nodes} nodes")
-            variants.append(scaling.variant(problem, j, cand))
+            variants.append(scaling.variant(problem, j, cand if isinstance(cand, int) else dump(cand)))
         request = c.WhatIfRequest(problem=c.Problem(nodes=[]), candidates=req.candidates,
                                   target_load_distance=req.target_load_distance,
                                   max_utilisation=req.max_utilisation)
         w = WhatIf(request, problem, variants, name, params, s.time_limit(req.time_limit_s))
-        self.ctx.pool.check_admission(len(variants))
-        solved = await asyncio.gather(*(self.planning.solve(name, v.problem, w.time_limit, params, admit=False)
-                                        for v in variants))
+        with self.ctx.pool.admit(len(variants), owner=job_id) as ticket:
+            solved = await asyncio.gather(*(self.planning.solve(name, v.problem, w.time_limit, params, ticket=ticket)
+                                            for v in variants))
         return planning.what_if_report(w, [x.plan for x in solved])
 
     async def scale(self, job_id: str, req: c.ScaleRequest) -> c.Scaled:
@@ -78,7 +79,7 @@ class Scaling:
         tl = s.time_limit(req.time_limit_s if req.time_limit_s is not None else job.config.time_limit_s)
         base = job.epoch
         problem = _union(await self._snapshot(job), new_nodes, req.budget or c.Budget())
-        solved = await self.planning.solve(name, problem, tl, params)
+        solved = await self.planning.solve(name, problem, tl, params, owner=job_id)
         assignment = _off_the_nodes_that_go(problem, solved.assignment, len(new_nodes))
         plan = solved.plan
         if not np.array_equal(assignment, solved.assignment):  # placed after the planner: its proof is not this plan's

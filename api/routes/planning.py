@@ -72,10 +72,9 @@ async def what_if_scaling(request: Request, ctl: Controller = Depends(get_contro
     w = await in_worker(ctl, planning.what_if_task, await read_body(request), False)
     if not isinstance(w, planning.WhatIf):
         return answer(w[0], w[1])
-    pool = ctl.ctx.pool
-    pool.check_admission(len(w.variants))
-    solved = await asyncio.gather(*(ctl.planning.solve(w.algorithm, v.problem, w.time_limit, w.params, admit=False)
-                                    for v in w.variants))
+    with ctl.ctx.pool.admit(len(w.variants)) as ticket:
+        solved = await asyncio.gather(*(ctl.planning.solve(w.algorithm, v.problem, w.time_limit, w.params,
+                                                           ticket=ticket) for v in w.variants))
     return respond(planning.what_if_report(w, [s.plan for s in solved]))
 
 

@@ -55,7 +55,7 @@ def test_the_openapi_schema_is_the_contracts(openapi):
     body = openapi["paths"]["/v1/plans"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert body == {"$ref": "#/components/schemas/PlanRequest"}
     for name in ("PlanRequest", "Problem", "Node", "KeyGroup", "Edge", "Budget", "JobSpec", "Policy", "Stats",
-                 "ProposalRequest", "ExecuteRequest", "NodesRequest", "ScaleRequest", "JobWhatIfRequest"):
+                 "ProposalRequest", "ExecuteRequest", "NodesRequest", "ScaleRequest", "WhatIfQuestion"):
         cls = getattr(c, name)
         assert set(comps[name]["properties"]) == _fields(cls), name
         assert comps[name].get("additionalProperties") is False, f"{name}: unknown fields are refused"

@@ -310,9 +310,6 @@ def test_what_if_scaling(client):
     assert r.status_code == 422 and r.json()["detail"][0]["field"].startswith("candidates[0]")  # exact: test_edge
 
 
-@pytest.mark.xfail(strict=True, reason="controller/planning.py what_if_task hands the parsed ScalingChange "
-                   "dataclass to solvers.scaling.variant, which accepts an int or a dict: every {add, remove} "
-                   "candidate answers 422 'must be a cluster size or {add, remove}'")
 def test_what_if_scaling_explicit_changes(client):
     problem = albic_synthetic(4, key_groups_per_node=10, seed=2, max_migrations=4)
     doc = problem.to_dict()

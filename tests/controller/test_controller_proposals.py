@@ -45,9 +45,6 @@ def test_a_plan_that_cannot_be_stored_fails_the_proposal_with_the_reason(tmp_pat
     run(tmp_path / "r.db", main)
 
 
-@pytest.mark.xfail(strict=True, reason="controller/rounds.py _auto_round: an exception of _conclude (here the "
-                   "history row cannot be written: the plan is not JSON) escapes the round task; the job's "
-                   "decision stays 'started' (an automatic round is being solved) although no round runs")
 def test_an_automatic_round_that_cannot_be_committed_ends_failed_and_leaves_the_post_counted(tmp_path):
     async def main(c: httpx.AsyncClient, ctl: Controller) -> None:
         assert (await c.put("/v1/jobs/j", json={**JOB, "auto": True})).status_code == 201

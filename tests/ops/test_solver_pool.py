@@ -54,7 +54,7 @@ def test_an_overrunning_solve_is_killed_and_the_others_finish() -> None:
             await asyncio.sleep(0.2)
         assert len(pool.pids()) == 2 and pool.pids() != before
         solved = await pool.solve("flux", small_problem(), 0.5, {})  # the pool still solves
-        assert set(solved.doc["assignment"]) == {f"k{i}" for i in range(6)}
+        assert set(solved.plan.assignment) == {f"k{i}" for i in range(6)}
         assert solved.assignment.shape == (6,)
 
     run(body, kill_grace_s=0.5)
@@ -68,7 +68,7 @@ def test_a_crashed_worker_fails_only_its_request() -> None:
         assert res[0] is None and res[2] is None
         assert pool.died == 1
         solved = await pool.solve("flux", small_problem(), 0.5, {})
-        assert solved.doc["solver"]["status"]
+        assert solved.plan.solver.status
 
     run(body)
 
@@ -150,7 +150,7 @@ def test_pools_started_on_other_threads_do_not_take_each_other_down() -> None:
             b_ready.set()
             a_done.wait(120)
             await asyncio.sleep(0.5)  # a parent-death signal would have arrived by now
-            result["doc"] = (await pool.solve("flux", small_problem(), 0.5, {})).doc
+            result["doc"] = (await pool.solve("flux", small_problem(), 0.5, {})).plan
         except Exception as exc:  # noqa: BLE001 - reported by the assertion below
             result["error"] = exc
         finally:
@@ -164,7 +164,7 @@ def test_pools_started_on_other_threads_do_not_take_each_other_down() -> None:
     a_done.set()
     t2.join(180)
     assert "error" not in result, result
-    assert result["doc"]["algorithm"] == "flux"
+    assert result["doc"].algorithm == "flux"
 
 
 def test_a_solve_over_the_memory_limit_fails_alone() -> None:

@@ -124,6 +124,53 @@ def exact_optimum(p: Problem, time_limit: float = 20.0) -> Fraction | None:
     return Fraction(int(solver.value(d)), big_m)
 
 
+def enumerate_plans(p: Problem, max_plans: int = 2_000_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every plan of ``p`` by brute force, vectorised: (plans (P, m), load distance (P,), load on removing nodes
+    (P,)) of the assignments that keep the budget (count and bytes), the resource limits (``max(limit, usage
+    now)``) and Lemma 1 (nothing moved onto a removing node), in float arithmetic (DESIGN.md's metrics, written
+    again here: communication charged to both ends of a cut edge)."""
+    m, n = p.n_key_groups, p.n_nodes
+    if n ** m > max_plans:
+        raise ValueError(f"{n}^{m} plans is too many to enumerate")
+    plans = np.indices((n,) * m).reshape(m, -1).T.astype(np.int64) if m else np.zeros((1, 0), dtype=np.int64)
+    moved = plans != p.current[None, :]
+    ok = ~np.any(moved & p.removing[plans], axis=1)
+    if p.max_migrations is not None:
+        ok &= moved.sum(axis=1) <= p.max_migrations
+    if p.max_migration_bytes is not None:
+        ok &= (moved * p.state_bytes[None, :]).sum(axis=1) <= p.max_migration_bytes * (1 + 1e-12)
+    onehot = plans[:, :, None] == np.arange(n)[None, None, :]            # (P, m, n)
+    if p.resource_load is not None and p.resource_limit is not None and len(p.resource_names):
+        now = np.zeros((n, p.resource_load.shape[1]))
+        np.add.at(now, p.current, p.resource_load)
+        use = np.einsum("pmn,mr->pnr", onehot, p.resource_load)
+        ok &= np.all(use <= np.maximum(p.resource_limit, now)[None] + 1e-9, axis=(1, 2))
+    plans, onehot = plans[ok], onehot[ok]
+    loads = np.einsum("pmn,m->pn", onehot, p.load)
+    if p.communication_cost > 0 and p.comm.nnz:
+        src, dst, rate = p.edges()
+        cut = plans[:, src] != plans[:, dst]                                  # (P, E)
+        extra = p.communication_cost * rate[None, :] * cut
+        for ends in (src, dst):
+            loads += np.einsum("pe,pen->pn", extra, onehot[:, ends, :])
+    act = p.active
+    t = loads.sum(axis=1) / p.capacity[act].sum()
+    d = np.max(np.abs(loads[:, act] / p.capacity[act][None, :] - t[:, None]), axis=1)
+    on_b = loads[:, p.removing].sum(axis=1)
+    return plans, d, on_b
+
+
+def lexicographic_best(d: np.ndarray, on_b: np.ndarray, floor: float, tol: float) -> tuple[float, float, float]:
+    """The planner's drain objective over enumerated plans: the least ``max(d, floor)``, then among the plans within
+    ``tol`` of it the least load on removing nodes, then among those within ``tol`` of that the least ``d``."""
+    first = np.maximum(d, floor)
+    f0 = float(first.min())
+    sel = first <= f0 + tol
+    b0 = float(on_b[sel].min())
+    sel &= on_b <= b0 + tol
+    return f0, b0, float(d[sel].min())
+
+
 def random_problem(rng: np.random.Generator, *, fractional_bytes: bool | None = None, comm: bool | None = None,
                    resources: bool | None = None, removing: bool | None = None) -> Problem:
     """A random small instance with exact rational data (loads, bytes and capacities in halves/quarters)."""
@@ -165,3 +212,32 @@ def random_problem(rng: np.random.Generator, *, fractional_bytes: bool | None = 
     p = Problem.from_arrays(load, current, capacity, removing=rem, state_bytes=bytes_, max_migrations=mm,
                             max_migration_bytes=mb, **kw)
     return dataclasses.replace(p, **res) if res else p
+
+
+def random_drain_problem(rng: np.random.Generator) -> Problem:
+    """A tiny instance (2–4 nodes, at most 4^7 plans) with one to three key groups on removing nodes: capacities
+    from {0.5, 1, 2} or odd ones, loads integral, in halves or arbitrary floats (zeros included), both budgets or
+    none, communication in one instance of five."""
+    n = int(rng.integers(2, 5))
+    m = int(rng.integers(2, {2: 11, 3: 8, 4: 7}[n] + 1))
+    cap = rng.choice([0.5, 1.0, 2.0], size=n) if rng.random() < 0.7 else np.round(rng.uniform(0.2, 3.0, size=n), 2)
+    kind = rng.integers(3)
+    load = (rng.integers(0, 20, size=m).astype(float) if kind == 0 else
+            rng.integers(0, 40, size=m) / 2.0 if kind == 1 else np.round(rng.uniform(0, 20, size=m), 3))
+    rem = np.zeros(n, dtype=bool)
+    rem[rng.choice(n, size=int(rng.integers(1, n)), replace=False)] = True
+    current = rng.integers(0, n, size=m)
+    on_b = rng.choice(m, size=int(rng.integers(1, min(3, m) + 1)), replace=False)
+    current[on_b] = rng.choice(np.flatnonzero(rem), size=on_b.size)       # something on a removing node
+    bytes_ = rng.integers(0, 6, size=m).astype(float)
+    mm = None if rng.random() < 0.4 else int(rng.integers(0, m + 1))
+    mb = None if rng.random() < 0.6 else float(rng.integers(0, int(bytes_.sum()) + 1))
+    kw: dict = {}
+    if rng.random() < 0.2:
+        e = int(rng.integers(1, m + 1))
+        s, r = rng.integers(0, m, size=e), rng.integers(0, m, size=e)
+        kw["comm"] = sp.csr_matrix((rng.integers(1, 6, size=e).astype(float), (s, r)), shape=(m, m))
+        kw["communication_cost"] = float(rng.choice([0.25, 0.5, 1.0]))
+    return Problem.from_arrays(load, current, cap, removing=rem, state_bytes=bytes_, max_migrations=mm,
+                               max_migration_bytes=mb, **kw)
+

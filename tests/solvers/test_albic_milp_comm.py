@@ -15,7 +15,8 @@ import scipy.sparse as sp
 from solvers import registry
 from solvers.albic.milp.bounds import analytic_bound, proven_bound
 from solvers.albic.milp.comm_bounds import comm_analytic_bound, comm_lemma2_bound, comm_proven_bound
-from solvers.albic.milp.cpsat import build, node_symmetry, solve_cpsat
+from solvers.albic.milp.cpsat import solve_cpsat
+from solvers.albic.milp.scaled import build, node_symmetry
 from solvers.albic.milp.state import State
 from solvers.albic.milp.units import build_units
 from solvers.model import Problem

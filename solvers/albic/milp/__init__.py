@@ -1,6 +1,6 @@
 """ALBIC load-balancing MILP (Madsen, Zhou, Cao — §4.3.1 "LP Solver"), planner ``albic-milp``.
 
-The model (see :mod:`solvers.albic.milp.cpsat` for the constraints): every key group (or movable *unit* of key
+The model (see :mod:`solvers.albic.milp.scaled` for the constraints): every key group (or movable *unit* of key
 groups) on exactly one node (1); the migration budget by count and/or bytes (2); all active nodes inside the band
 ``[t − d, t + d]`` of utilisation (3)(4), removing nodes drained gradually — nothing ever moves onto them
 (Lemma 1) and, because the target ``t`` counts their load but not their capacity, the optimum empties them when
@@ -11,12 +11,12 @@ Multi-Dimensional Load").
 Solving it fast enough to matter ("Speed is the work here") — the whole call, model building included, stays
 inside ``time_limit``:
 
-1. **Warm start** — for plain key groups the complete Flux plan (it finishes in ~0.2 s at 1,000 × 100,000; it is
-   cut off only if it needs more than ``FLUX_SHARE`` of the limit), then a best-improvement local search of moves
-   and swaps around the node with the largest deviation (:mod:`solvers.albic.milp.search`; only units of the worst
-   nodes move, only onto the ~48 most opposite nodes) from the cheapest placement, the hint (if any) and Flux's
-   plan. The current assignment and every start are candidates (:class:`~solvers.albic.milp.state.Pool`), so the
-   planner never returns anything worse than them.
+1. **Warm start** — for plain key groups the complete Flux plan (it finishes in ~0.2 s at 1,000 × 100,000; above
+   ``FLUX_COMPLETE_MAX`` key groups it is cut off if it needs more than ``FLUX_SHARE`` of the limit), then a
+   best-improvement local search of moves and swaps around the node with the largest deviation
+   (:mod:`solvers.albic.milp.search`; only units of the worst nodes move, only onto the ~48 most opposite nodes)
+   from the cheapest placement, the hint (if any) and Flux's plan. The current assignment and every start are
+   candidates (:class:`~solvers.albic.milp.state.Pool`), so the planner never returns anything worse than them.
 2. **Proven bound** — :func:`bounds.analytic_bound`: the heaviest movable key groups, the budget and the
    band widths give, by bisection, the smallest distance any plan within the budget can reach (per node the
    fewest key groups out and in that land it in the band; every arrival is one of the budget's departures, so
@@ -48,16 +48,23 @@ their own load), so a pure min-distance plan may keep them on B for ever. Below 
 unit on B divided by the largest active capacity) the planner prefers less load on B over a lower distance; with
 no removing nodes the objective is exactly the paper's (d first, then the band width).
 
-Time shares (fractions of ``time_limit`` from the start of the call, named below): Flux ≤ ``FLUX_SHARE``, the
-greedy until ``GREEDY_SHARE`` after Flux, every other start's local search until ``WARM_END``, restarts until
-``RESTART_END`` (``RESTART_END_SMALL`` when the exact model will run; when phase 3b applies, its
-``AT_BOUND_SHARE`` is the restarts' last share, or follows them on small instances), then the MILP phase;
-``STOP_MARGIN`` is kept for picking and checking the plan. OR-tools and PuLP are imported only when a MILP phase
-(3b included) runs.
+Time shares (fractions of ``time_limit`` from the start of the call, named in :mod:`solvers.albic.milp.phases`):
+Flux ≤ ``FLUX_SHARE``, the greedy until ``GREEDY_SHARE`` after Flux, every other start's local search until
+``WARM_END``, restarts until ``RESTART_END`` (``RESTART_END_SMALL`` when the exact model will run; when phase 3b
+applies, its ``AT_BOUND_SHARE`` is the restarts' last share, or follows them on small instances), then the MILP
+phase; ``STOP_MARGIN`` is kept for picking and checking the plan.
+
+Imports: phases 1 and 2 need numpy only. OR-tools (0.3 s of CPU, seconds on a loaded machine) is imported in a
+background thread once they are done, and only when a MILP phase could still run
+(:mod:`solvers.albic.milp.loader`); the restarts go on meanwhile, and a MILP phase starts only once the import is
+done — on small instances the search waits for it after the restarts as long as the exact model keeps
+``MILP_MIN_SECONDS``. A fresh process (``rebalancer plan``) therefore keeps its time limit and returns at least the
+heuristic plan; ``details`` say where the time went (``flux_seconds``, ``first_plan_seconds``, ``search_seconds``,
+``ortools``, ``import_start_seconds``, ``import_seconds``, ``wall_seconds``, ``cpu_seconds``).
 
 Status (issue 16): ``optimal`` only when the plan's distance meets a *valid* lower bound — the analytic bound or
 the full model's proven bound minus its rounding tolerance, both valid for the problem as given (fractional bytes
-included: see :mod:`solvers.albic.milp.cpsat`) — within ``OPTIMALITY_TOL`` × the mean utilisation; ``feasible``
+included: see :mod:`solvers.albic.milp.scaled`) — within ``OPTIMALITY_TOL`` × the mean utilisation; ``feasible``
 otherwise (the time ran out before plan and bound met). With communication costs the analytic bound is the
 granularity bound of :func:`~solvers.albic.milp.bounds.comm_granularity_bound` (weak) and the full model's bound
 (exact cut costs) is the real one; ``heuristic`` is never reported.
@@ -66,176 +73,25 @@ granularity bound of :func:`~solvers.albic.milp.bounds.comm_granularity_bound` (
 from __future__ import annotations
 
 import math
-import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from solvers import metrics
-from solvers.albic.milp.bounds import analytic_bound
-from solvers.albic.milp.search import improve
-from solvers.albic.milp.state import Pool, State, cheapest_feasible_units, drain_floor, hint_place, placement_ok
-from solvers.albic.milp.submodel import AT_BOUND_NODES, at_bound, full_model, needy_nodes, neighbourhood_search
-from solvers.albic.milp.units import Units, build_units, split_units
+from solvers.albic.milp.bounds import analytic_bound, load_left_on_removing
+from solvers.albic.milp.loader import backend_loader
+from solvers.albic.milp.phases import FULL_MODEL_MAX, OPTIMALITY_TOL, Run, search, warm_start
+from solvers.albic.milp.state import Pool, State, cheapest_feasible_units, drain_floor, placement_ok
+from solvers.albic.milp.units import build_units, split_units
 from solvers.errors import InvalidInput
 from solvers.model import Plan, Problem
 from solvers.registry import Param, register
 
+__all__ = ["BACKENDS", "OPTIMALITY_TOL", "solve", "solve_grouped"]
+
 BACKENDS = ("cpsat", "cbc")
-FULL_MODEL_MAX = 6000          # units × nodes up to which the whole MILP is built
 FLUX_MAX_KEY_GROUPS = 200_000  # Flux as a warm start up to this size
-RUIN_SHARE = 0.3               # share of the best plan's migrations undone by one ruin-and-recreate round
-# time shares (fractions of the time limit, measured from the start of the call)
-FLUX_SHARE = 1.0               # Flux runs to completion unless it needs more than this (1.0: up to the stop margin)
-GREEDY_SHARE = 0.25            # the greedy local search from the cheapest placement, after Flux
-WARM_END = 0.1                 # local search from the other starts ends here (small instances) …
-WARM_END_LARGE = 0.6           # … or here (large instances)
-AT_BOUND_SHARE = 0.25          # decision models at the bound (few nodes outside its band) for at most this share
-ORTOOLS_IMPORT_SECONDS = 0.5   # importing OR-tools in a fresh process (measured 0.3–0.9 s here; the server preloads it)
-RESTART_END_SMALL = 0.15       # restarts and ruin-and-recreate end here when the exact model follows
-RESTART_END = 0.9              # … and here otherwise (then neighbourhood search)
-STOP_MARGIN = (0.03, 0.05, 6e-7)  # seconds + share of the limit + seconds per key group kept for picking and
-#                                   checking the plan (O(m) work that cannot stop: ~0.06 s at 100,000 key groups)
-OPTIMALITY_TOL = 1e-6          # "optimal": distance within 1e-6 × mean utilisation of a valid bound
-
-
-@dataclass
-class _Run:
-    """What the phases of one call share."""
-    p: Problem
-    units: Units
-    pool: Pool
-    t_start: float
-    limit: float
-    t_lin: float
-    rng: np.random.Generator
-    best: State
-    starts: list[tuple[np.ndarray, str]]
-    lb: float = 0.0
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def at(self, share: float) -> float:
-        return self.t_start + share * self.limit
-
-    @property
-    def stop(self) -> float:
-        return (self.t_start + self.limit - STOP_MARGIN[0] - STOP_MARGIN[1] * self.limit
-                - STOP_MARGIN[2] * self.p.n_key_groups)
-
-    @property
-    def end(self) -> float:
-        """The end of the call less the final checks' share of the stop margin (``STOP_MARGIN[2]`` per key group):
-        work that cannot be resumed later (Flux, the analytic bound) may use the rest of the margin."""
-        return self.t_start + self.limit - STOP_MARGIN[2] * self.p.n_key_groups
-
-    def reached(self) -> bool:
-        """The best plan meets the bound and drains every removing node: nothing left to search for."""
-        assert self.pool.best is not None
-        key = self.pool.best[0]
-        return key[2] <= self.lb + OPTIMALITY_TOL * max(self.t_lin, 1e-300) and key[1] <= 0
-
-
-def _warm_start(run: _Run, base_place: np.ndarray, flux: bool, hint: np.ndarray | None) -> None:
-    """Phase 1: Flux (complete), the greedy local search from the cheapest placement, then every other start."""
-    units, pool = run.units, run.pool
-    if flux:
-        from solvers.baselines.flux import flux_moves
-        # Flux may use the stop margin's share for the search too (not the final checks' share): under a short
-        # limit on a large instance a truncated Flux would make the plan worse than plain Flux (issue 16.4)
-        flux_end = min(run.at(FLUX_SHARE), run.end)
-        fl = flux_moves(run.p, max(0.001, flux_end - time.perf_counter()))
-        if placement_ok(units, fl):
-            run.starts.append((fl, "flux"))
-            pool.offer(fl, "flux")
-        run.details["flux_seconds"] = round(time.perf_counter() - run.t_start, 4)
-    if hint is not None:
-        hp = hint_place(units, hint)
-        if placement_ok(units, hp):
-            run.starts.append((hp, "hint"))
-            pool.offer(hp, "hint")
-    improve(run.best, min(max(time.perf_counter(), run.at(0.0)) + GREEDY_SHARE * run.limit, run.stop))
-    pool.offer(run.best.place, "greedy+ls")
-    run.details["first_plan_seconds"] = round(time.perf_counter() - run.t_start, 4)
-    full = units.n_units * run.p.n_nodes <= FULL_MODEL_MAX
-    warm_end = min(run.at(WARM_END if full else WARM_END_LARGE), run.stop)
-    for idx, (place, origin) in enumerate(run.starts[1:], start=1):
-        if run.reached() or time.perf_counter() >= warm_end:
-            break
-        s = State(units, place, run.t_lin)
-        share = (warm_end - time.perf_counter()) / max(1, len(run.starts) - idx)
-        improve(s, time.perf_counter() + max(0.0, share))
-        pool.offer(s.place, origin + "+ls")
-        if s.key() < run.best.key():
-            run.best = s
-
-
-def _at_bound_start(run: _Run) -> State | None:
-    """Whether phase 3b applies: the incumbent is above the proven bound and only 2–``AT_BOUND_NODES`` nodes lie
-    outside the bound's band in the current assignment. Returns the current assignment's state, after importing
-    OR-tools (in a fresh process only when ``ORTOOLS_IMPORT_SECONDS`` plus the phase's share remain), or None."""
-    if run.lb <= 0 or run.reached():
-        return None
-    start = State(run.units, run.p.current, run.t_lin)
-    if not 2 <= needy_nodes(start, run.lb).size <= AT_BOUND_NODES:
-        return None
-    if "solvers.albic.milp.cpsat" not in sys.modules and \
-            run.stop - time.perf_counter() < ORTOOLS_IMPORT_SECONDS + AT_BOUND_SHARE * run.limit:
-        return None  # a fresh process (the CLI) with too little time to load OR-tools and still use it
-    import solvers.albic.milp.cpsat  # noqa: F401  (first call in a process: 0.3–0.9 s, counted)
-    return start
-
-
-def _at_bound(run: _Run, start: State, seed: int) -> None:
-    """Phase 3b: the decision model at the bound (:func:`~solvers.albic.milp.submodel.at_bound`) for at most
-    ``AT_BOUND_SHARE`` of the limit, when the restarts before it have not reached the bound."""
-    if run.reached():
-        return
-    end = min(time.perf_counter() + AT_BOUND_SHARE * run.limit, run.stop)
-    run.best, info = at_bound(start, run.pool, run.lb, run.best, end, 1, seed)
-    run.details.update(info)
-
-
-def _restarts(run: _Run, end: float) -> None:
-    """Phase 3: GRASP restarts (every third round, from a start with one of the 3 best candidates drawn at random
-    at each step) and ruin-and-recreate (undo a random ~30 % of the best plan's migrations, spend the freed budget
-    again: greedily or, every other round, with a budget-aware repair towards a slightly tighter band)."""
-    units, rng = run.units, run.rng
-    restarts = ruins = 0
-    while time.perf_counter() < end and not run.reached():
-        if restarts % 3 == 0:
-            place, origin = run.starts[(restarts // 3) % len(run.starts)]
-            s = State(units, place, run.t_lin)
-            origin += "+grasp"
-        else:
-            s = run.best.copy()
-            origin = "ruin"
-            moved = np.flatnonzero(units.cost_count_to(np.arange(units.n_units), s.place) > 0)
-            if moved.size:
-                r = min(moved.size, max(1, int(round(RUIN_SHARE * moved.size * rng.uniform(0.5, 1.5)))))
-                pick = rng.choice(moved, size=r, replace=False)
-                if ruins % 4 == 1:  # targeted: undo the migrations that touch the nodes deviating most
-                    worst = np.argsort(-s.devs())[:4]
-                    near = moved[np.isin(s.place[moved], worst) | np.isin(units.home[moved], worst)]
-                    if near.size:
-                        pick = np.concatenate([near, pick[~np.isin(pick, near)]])[: max(r, near.size)]
-                for x in pick.tolist():
-                    s.move(x, units.cheapest_node(x))
-            ruins += 1
-        if origin == "ruin" and ruins % 2 == 0:
-            origin = "ruin+target"
-            tau = run.best.key()[2] * rng.uniform(0.8, 0.98)
-            improve(s, end, rng=rng, topk=2, target=tau, swap_nodes=64)
-        else:
-            improve(s, end, rng=rng, topk=3)
-        improve(s, end)
-        restarts += 1
-        if s.key() < run.best.key():
-            run.pool.offer(s.place, origin)
-            run.best = s
-    run.details.update(ruins=run.details.get("ruins", 0) + ruins, restarts=run.details.get("restarts", 0) + restarts,
-                       search_seconds=round(time.perf_counter() - run.t_start, 4))
 
 
 def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
@@ -285,7 +141,7 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
 def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.ndarray] | None, time_limit: float,
                  backend: str, hint: np.ndarray | None, workers: int, seed: int, drain: bool) -> Plan:
     """:func:`solve_grouped` on validated parameters: the phases in order."""
-    t_start = time.perf_counter()
+    t_start, c_start = time.perf_counter(), time.process_time()
     details: dict[str, Any] = {"backend": backend}
     units0 = build_units(p, unit_of, allowed)
     units, base_place = cheapest_feasible_units(p, units0, unit_of, allowed)
@@ -309,54 +165,38 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     if unit_of is None:
         pool.offer(p.current.copy(), "current")
     pool.offer(base_place, "start")
-    run = _Run(p, units, pool, t_start, time_limit, t_lin, np.random.default_rng(seed),
-               State(units, base_place, t_lin), [(base_place, "greedy")], details=details)
-    full = units.n_units * p.n_nodes <= FULL_MODEL_MAX
-    if full:  # the exact model will run: import the solver now (first call in a process), the shares adapt
-        import solvers.albic.milp.cpsat  # noqa: F401
-        details["import_seconds"] = round(time.perf_counter() - t_start, 4)
-    # phase 1: warm start; phase 2: the analytic bound (Lemma 2, budget, granularity)
+    run = Run(p, units, pool, t_start, time_limit, t_lin, np.random.default_rng(seed),
+              State(units, base_place, t_lin), [(base_place, "greedy")], backend_loader(backend), details=details)
+    if run.drain:
+        run.b_left = load_left_on_removing(p)
+    # phase 1: warm start; phase 2: the analytic bound (Lemma 2, budget, granularity) — no solver import before
     flux = unit_of is None and not allowed and p.n_key_groups <= FLUX_MAX_KEY_GROUPS
-    _warm_start(run, base_place, flux, hint)
+    warm_start(run, base_place, flux, hint)
     run.lb = analytic_bound(p, deadline=max(run.end, time.perf_counter() + 0.01))
     details["analytic_bound"] = run.lb
-    # phase 3: restarts (3b: the decision model at the bound, after them on small instances, else before their
-    # last AT_BOUND_SHARE); phase 4: the exact model (small) or neighbourhood search (large, long limits)
-    restart_end = RESTART_END_SMALL if full else RESTART_END
-    start = None
-    if unit_of is None and not allowed and not (p.communication_cost > 0 and p.comm.nnz):
-        start = _at_bound_start(run)
-    if start is not None and not full:
-        _restarts(run, min(run.at(restart_end - AT_BOUND_SHARE), run.stop))
-        _at_bound(run, start, seed)
-    _restarts(run, min(run.at(restart_end), run.stop))
-    if start is not None and full:
-        _at_bound(run, start, seed)
-    if not run.reached():
-        remaining = run.stop - time.perf_counter()
-        if full and remaining > 0.02:
-            run.best, bound, status = full_model(run.best, pool, remaining, backend, workers, seed)
-            details["full_model"] = status
-            if bound is not None:
-                run.lb = max(run.lb, bound)
-        elif not full:
-            run.best, info = neighbourhood_search(run.best, pool, run.stop, time_limit, backend, workers, run.rng,
-                                                  run.reached)
-            details.update(info)
-    # phase 5: pick the best by the exact metric; "optimal" only against a valid bound (every bound here is one)
-    assert pool.best is not None
-    key, place, origin = pool.best
+    plain = unit_of is None and not allowed and not (p.communication_cost > 0 and p.comm.nnz)
+    search(run, units.n_units * p.n_nodes <= FULL_MODEL_MAX, plain, backend, workers, seed)
+    return _finish(run, t_lin, c_start)
+
+
+def _finish(run: Run, t_lin: float, c_start: float) -> Plan:
+    """The best plan by the exact metric; "optimal" only against a valid bound (every bound here is one); where
+    the time went (wall and CPU seconds of the call, the solver's import) in ``details``."""
+    p, units, details = run.p, run.units, run.details
+    assert run.pool.best is not None
+    key, place, origin = run.pool.best
     d = key[2]
     lb = min(run.lb, d)  # every bound is ≤ the optimum ≤ d; only float noise can put it above d
     t_plan = float(metrics.node_loads(p, units.assignment(place)).sum() / p.capacity[p.active].sum())
     tol = OPTIMALITY_TOL * max(min(t_lin, t_plan), 1e-300)
-    if d <= lb + tol:
-        status = "optimal"
-    else:
-        status = "feasible"  # a proof was attempted (MILP and/or the analytic bound) and the time ran out
+    # "feasible": a proof was attempted (MILP and/or the analytic bound) and the time ran out
+    status = "optimal" if run.proven(tol) else "feasible"
     details["origin"] = origin
-    return Plan("albic-milp", units.assignment(place), status=status, lower_bound=float(lb),
-                seconds=time.perf_counter() - t_start, details=details)
+    details.update(run.solver.report(run.t_start))
+    seconds = time.perf_counter() - run.t_start
+    details.update(wall_seconds=round(seconds, 4), cpu_seconds=round(time.process_time() - c_start, 4))
+    return Plan("albic-milp", units.assignment(place), status=status, lower_bound=float(lb), seconds=seconds,
+                details=details)
 
 
 @register(

@@ -71,14 +71,24 @@ def lemma2_bound(problem: Problem) -> float:
     """Lemma 2 of §4.3.1 under a migration budget: the load that must stay on removing nodes.
 
     Nothing moves onto a removing node (Lemma 1) and at most ``maxMigrations`` key groups (and at most
-    ``maxBytes`` of state) can leave them, so at least ``R = load on B − (the most load that can leave within the
-    budget)`` stays on B: the ``maxMigrations`` heaviest key groups on B, and the fractional knapsack of load per
-    byte within the byte budget, bound what can leave. The active nodes then hold ``Σ load − R`` while the target
-    counts all of it, so ``Σ_{j∈A} c_j (t − u_j) = R`` and some active node is at least ``R / Σ_{j∈A} c_j`` below
-    ``t``: ``d ≥ R / Σ_{j∈A} c_j``. (No communication costs: they move the target.)
+    ``maxBytes`` of state) can leave them, so at least ``R`` (:func:`load_left_on_removing`) stays on B. The
+    active nodes then hold ``Σ load − R`` while the target counts all of it, so ``Σ_{j∈A} c_j (t − u_j) = R`` and
+    some active node is at least ``R / Σ_{j∈A} c_j`` below ``t``: ``d ≥ R / Σ_{j∈A} c_j``. (No communication
+    costs: they move the target.)
     """
     p = problem
     if not p.removing.any() or (p.communication_cost > 0 and p.comm.nnz):
+        return 0.0
+    return load_left_on_removing(p) / float(p.capacity[p.active].sum()) * (1 - 1e-9)
+
+
+def load_left_on_removing(problem: Problem) -> float:
+    """A lower bound on the load every plan leaves on the removing nodes (Lemmas 1 and 2 of §4.3.1 under the
+    budget): ``R = load on B − (the most load that can leave within the budget)``, where the ``maxMigrations``
+    heaviest key groups on B and the fractional knapsack of load per byte within ``maxBytes`` bound what can
+    leave. Key groups' own loads only: communication costs of cut edges only add to the load on B."""
+    p = problem
+    if not p.removing.any():
         return 0.0
     on_b = p.removing[p.current]
     wb = p.load[on_b]
@@ -102,8 +112,7 @@ def lemma2_bound(problem: Problem) -> float:
             left = room - (float(cb[k - 1]) if k else 0.0)
             leave_b += wr[order][k] * max(0.0, left) / br[order][k]
         can_leave = min(can_leave, leave_b)
-    rest = max(0.0, total - can_leave)
-    return rest / float(p.capacity[p.active].sum()) * (1 - 1e-9)
+    return max(0.0, total - can_leave)
 
 
 def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) -> float:

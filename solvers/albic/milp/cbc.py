@@ -1,4 +1,4 @@
-"""The sub-MILP of :mod:`solvers.albic.milp.cpsat` solved with PuLP/CBC (``--param backend=cbc``).
+"""The sub-MILP of :mod:`solvers.albic.milp.scaled` solved with PuLP/CBC (``--param backend=cbc``).
 
 Same model (ALBIC §4.3.1, constraints (1)–(5) with the w1 ≫ w2 objective written with both bands), but in real
 numbers: CBC takes the scaled utilisations as floats, so no rounding tolerance beyond CBC's own (1e-9 relative
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pulp
 
-from solvers.albic.milp.cpsat import SubModel, SubResult
+from solvers.albic.milp.scaled import SubModel, SubResult
 from solvers.albic.milp.state import State
 
 

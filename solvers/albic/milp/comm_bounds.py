@@ -2,20 +2,20 @@
 
 Communication cost is our extension of §4.3.1 (DESIGN.md): node ``i`` carries ``Σ loads + cc × rate`` of every
 edge with exactly one end on ``i``, and the target ``t = Σ_i load_i / Σ_{j∈A} c_j`` counts every cut edge twice,
-so ``t`` depends on the plan. The exact cut model (:func:`solvers.albic.milp.cpsat.build` with ``exact_comm=True``)
+so ``t`` depends on the plan. The exact cut model (:func:`solvers.albic.milp.scaled.build` with ``exact_comm=True``)
 has an LP relaxation of 0 — fractional placements balance perfectly — so its bound only rises as CP-SAT's search
 closes; with two indicators per edge side and no symmetry breaking it often stayed 0 within a 1 s limit on
 instances of 10–14 key groups. :func:`cut_model` solves it in a stronger form (all in
-:mod:`solvers.albic.milp.cpsat`):
+:mod:`solvers.albic.milp.scaled` and :mod:`solvers.albic.milp.cpsat`):
 
 - one indicator per unit edge and node, ``s = x[a,b] ∧ x[c,b]`` (both ends on ``b``), instead of one per side:
   the node gains ``cc·rate·(x[a,b] + x[c,b] − 2s)``, the target ``2·cc·rate·(1 − Σ_b s)``;
 - value precedence between interchangeable nodes — active nodes of one capacity with the same allowed units and
-  resource rooms (:func:`solvers.albic.milp.cpsat.node_symmetry`) — cutting up to ``k!`` labellings per group of
+  resource rooms (:func:`solvers.albic.milp.scaled.node_symmetry`) — cutting up to ``k!`` labellings per group of
   ``k``; the migration budget, which tells such nodes apart (a unit living on one of them stays for free), is
   charged through a permutation of the group (``build(perm_budget=True)``, an exact reformulation).
 
-Validity: the model is exact up to the rounding of :mod:`solvers.albic.milp.cpsat` (byte and resource rounding as a
+Validity: the model is exact up to the rounding of :mod:`solvers.albic.milp.scaled` (byte and resource rounding as a
 relaxation, utilisations within ``tol``), and its proven bound minus ``tol`` is reported, so it is ≤ the optimum of
 the problem as given — fractional rates and bytes, capacities, removing nodes, both budgets, extra resources. The
 bound is on the load distance; the drain floor changes only which plan the planner prefers, not the optimum of the
@@ -34,7 +34,8 @@ import time
 
 import numpy as np
 
-from solvers.albic.milp.state import Pool, State, placement_ok
+from solvers.albic.milp.scaled import build, unit_edges
+from solvers.albic.milp.state import Pool, State, keep_better
 from solvers.albic.milp.units import Units
 from solvers.model import Problem
 
@@ -105,14 +106,14 @@ def cut_model(state: State, pool: Pool | None, seconds: float, workers: int = 1,
     """The exact cut model (module docstring) for at most ``seconds``, hinted with ``state``; its plan is offered
     to ``pool`` (when given) and kept only if it keeps the real budget. Returns (best state, valid bound on d or
     None, CP-SAT status)."""
-    from solvers.albic.milp.cpsat import build, solve_cpsat
+    from solvers.albic.milp.cpsat import solve_cpsat
     t0 = time.perf_counter()
     units = state.units
     p = units.problem
     sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True, exact_comm=True,
                perm_budget=True)
     res = solve_cpsat(state, sm, t0 + seconds - time.perf_counter(), workers=_workers(units, workers), seed=seed)
-    state = _keep(state, pool, res.place)
+    state = keep_better(state, pool, res.place, "milp")
     return state, res.d_bound, res.status
 
 
@@ -120,7 +121,6 @@ def comm_proven_bound(problem: Problem, seconds: float) -> float:
     """A valid lower bound on the load distance with communication costs (every key group its own unit):
     :func:`comm_analytic_bound` and, when the instance is small enough (units × nodes ≤ 6,000, unit edges ×
     nodes ≤ 20,000), the proven bound of :func:`cut_model` from the current assignment within ``seconds``."""
-    from solvers.albic.milp.cpsat import unit_edges
     from solvers.albic.milp.submodel import EXACT_COMM_MAX
     from solvers.albic.milp.units import build_units
     p = problem
@@ -131,14 +131,3 @@ def comm_proven_bound(problem: Problem, seconds: float) -> float:
     state = State(units, p.current.copy(), float(units.load.sum() / p.capacity[p.active].sum()))
     _, bound, _ = cut_model(state, None, seconds)
     return max(lb, bound or 0.0)
-
-
-def _keep(state: State, pool: Pool | None, place: np.ndarray | None) -> State:
-    """Offer a model plan (only if it keeps the real budget, resource limits and Lemma 1); the better state."""
-    if place is None or not placement_ok(state.units, place):
-        return state
-    new = state.copy()
-    new.set_place(place)
-    if pool is not None:
-        pool.offer(new.place, "milp")
-    return new if new.key() <= state.key() else state

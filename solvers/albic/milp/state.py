@@ -165,6 +165,18 @@ class Pool:
         return False
 
 
+def keep_better(state: State, pool: Pool | None, place: np.ndarray | None, origin: str) -> State:
+    """Offer a model's plan ``place`` to ``pool`` (when given) if it keeps the real budget, resource limits and
+    Lemma 1; the better of ``state`` and that plan."""
+    if place is None or not placement_ok(state.units, place):
+        return state
+    if pool is not None:
+        pool.offer(place, origin)
+    new = state.copy()
+    new.set_place(place)
+    return new if new.key() <= state.key() else state
+
+
 def hint_place(units: Units, hint: np.ndarray) -> np.ndarray:
     """Unit placement from a key-group assignment: each unit on the node most of its members have in the hint."""
     p = units.problem

@@ -5,7 +5,7 @@
   items 3 and 5; :func:`solvers.albic.milp.comm_bounds.cut_model`: symmetry breaking, the budget through
   permutations), so it optimises the true objective and proves a bound > 0; CBC and very many edges keep the
   pessimistic loads (every edge leaving a unit charged as cut) and prove nothing. It is built as a *relaxation*
-  of any byte/resource rounding (:func:`solvers.albic.milp.cpsat.build` with ``relax=True``), so its proven
+  of any byte/resource rounding (:func:`solvers.albic.milp.scaled.build` with ``relax=True``), so its proven
   bound (minus the utilisation rounding tolerance) is a valid lower bound for the problem as given; its plan is
   kept only if it really keeps the budget.
 - :func:`neighbourhood_search` — large-neighbourhood search: the model restricted to the nodes deviating most
@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from solvers.albic.milp.state import Pool, State, placement_ok
+from solvers.albic.milp.scaled import build, unit_edges
+from solvers.albic.milp.state import Pool, State, keep_better, placement_ok
 from solvers.albic.milp.units import Units
 
 SUB_UNITS_MAX = 360            # units in one LNS sub-MILP
@@ -48,9 +49,9 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
                ) -> tuple[State, float | None, str]:
     """Solve the full model for ``seconds``; returns (best state, valid bound on d or None, solver status).
 
-    The first call in a process imports OR-tools (~0.5 s): that time counts against ``seconds``."""
+    The solver's modules are normally loaded already (:mod:`solvers.albic.milp.loader`); an import here counts
+    against ``seconds``."""
     t0 = time.perf_counter()
-    from solvers.albic.milp.cpsat import build
     solver = _backend(backend)
     seconds -= time.perf_counter() - t0
     if seconds <= 0.02:
@@ -65,12 +66,7 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
         return cut_model(state, pool, seconds, workers, seed)
     sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True, exact_comm=exact_comm)
     res = solver(state, sm, seconds, workers=workers, seed=seed)
-    if res.place is not None and placement_ok(units, res.place):
-        new = state.copy()
-        new.set_place(res.place)
-        pool.offer(new.place, "milp")
-        if new.key() <= state.key():
-            state = new
+    state = keep_better(state, pool, res.place, "milp")
     bound = res.d_bound if exact_loads or exact_comm else None
     return state, bound, res.status
 
@@ -97,7 +93,7 @@ def at_bound(start: State, pool: Pool, lb: float, best: State, deadline: float, 
     groups each, with the right ones, to two underloaded nodes).
 
     Returns the best state (``best`` or better) and ``{"at_bound_tries", "at_bound_improved"}``."""
-    from solvers.albic.milp.cpsat import build, solve_cpsat
+    from solvers.albic.milp.cpsat import solve_cpsat
     units = start.units
     info: dict[str, Any] = {"at_bound_tries": 0, "at_bound_improved": 0}
     lo, hi = lb, best.key()[2]
@@ -139,7 +135,6 @@ def _moved(state: State, cand: np.ndarray, place: np.ndarray | None) -> State | 
 
 
 def _edge_count(units: Units) -> int:
-    from solvers.albic.milp.cpsat import unit_edges
     return len(unit_edges(units)[0])
 
 
@@ -148,7 +143,6 @@ def neighbourhood_search(state: State, pool: Pool, deadline: float, budget_total
     """LNS rounds until ``deadline`` (or ``done()``); the neighbourhood grows after a proven sub-optimum."""
     if deadline - time.perf_counter() < LNS_MIN_SECONDS or done():
         return state, {"lns_iterations": 0, "lns_improved": 0}
-    from solvers.albic.milp.cpsat import build
     units = state.units
     n = units.problem.n_nodes
     solver = _backend(backend)

@@ -1,0 +1,240 @@
+"""The phases of the ALBIC MILP planner (§4.3.1) after its set-up: warm start, restarts and ruin-and-recreate, the
+decision model at the bound, the exact model or neighbourhood search (see :mod:`solvers.albic.milp` for the whole
+scheme and the time shares named here).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from solvers.albic.milp.loader import Loader
+from solvers.albic.milp.search import improve
+from solvers.albic.milp.state import Pool, State, hint_place, placement_ok
+from solvers.albic.milp.submodel import (
+    AT_BOUND_NODES,
+    LNS_MIN_SECONDS,
+    at_bound,
+    full_model,
+    needy_nodes,
+    neighbourhood_search,
+)
+from solvers.albic.milp.units import Units
+from solvers.model import Problem
+
+FULL_MODEL_MAX = 6000          # units × nodes up to which the whole MILP is built
+RUIN_SHARE = 0.3               # share of the best plan's migrations undone by one ruin-and-recreate round
+# time shares (fractions of the time limit, measured from the start of the call)
+FLUX_SHARE = 1.0               # Flux runs to completion unless it needs more than this (1.0: up to the stop margin)
+GREEDY_SHARE = 0.25            # the greedy local search from the cheapest placement, after Flux
+WARM_END = 0.1                 # local search from the other starts ends here (small instances) …
+WARM_END_LARGE = 0.6           # … or here (large instances)
+AT_BOUND_SHARE = 0.25          # decision models at the bound (few nodes outside its band) for at most this share
+FLUX_COMPLETE_MAX = 2000       # Flux always runs to completion up to this many key groups (a few ms)
+MILP_MIN_SECONDS = 0.05        # a MILP phase (after the solver's import) is started only with this much time left
+RESTART_END_SMALL = 0.15       # restarts and ruin-and-recreate end here when the exact model follows
+RESTART_END = 0.9              # … and here otherwise (then neighbourhood search)
+STOP_MARGIN = (0.03, 0.05, 6e-7)  # seconds + share of the limit + seconds per key group kept for picking and
+#                                   checking the plan (O(m) work that cannot stop: ~0.06 s at 100,000 key groups)
+OPTIMALITY_TOL = 1e-6          # "optimal": distance within 1e-6 × mean utilisation of a valid bound
+
+
+@dataclass
+class Run:
+    """What the phases of one call share."""
+    p: Problem
+    units: Units
+    pool: Pool
+    t_start: float
+    limit: float
+    t_lin: float
+    rng: np.random.Generator
+    best: State
+    starts: list[tuple[np.ndarray, str]]
+    solver: Loader
+    lb: float = 0.0
+    b_left: float = 0.0        # a lower bound on the load every plan leaves on removing nodes (drain objective)
+    lex_proven: bool = False   # the exact drain model proved the lexicographic optimum (:mod:`.drain`)
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def at(self, share: float) -> float:
+        return self.t_start + share * self.limit
+
+    @property
+    def stop(self) -> float:
+        return (self.t_start + self.limit - STOP_MARGIN[0] - STOP_MARGIN[1] * self.limit
+                - STOP_MARGIN[2] * self.p.n_key_groups)
+
+    @property
+    def end(self) -> float:
+        """The end of the call less the final checks' share of the stop margin (``STOP_MARGIN[2]`` per key group):
+        work that cannot be resumed later (Flux, the analytic bound) may use the rest of the margin."""
+        return self.t_start + self.limit - STOP_MARGIN[2] * self.p.n_key_groups
+
+    @property
+    def drain(self) -> bool:
+        """Whether the objective is the lexicographic drain objective (something on a removing node, drain on)."""
+        return self.pool.floor > 0
+
+    def proven(self, tol: float | None = None) -> bool:
+        """The best plan is optimal: the exact drain model proved it, or its distance meets the bound (within
+        ``tol``, default ``OPTIMALITY_TOL`` × the mean) and, with the drain objective, the load it leaves on removing
+        nodes meets theirs (``b_left``): both at their least, so is ``max(d, F)``."""
+        assert self.pool.best is not None
+        key = self.pool.best[0]
+        if self.lex_proven:
+            return True
+        tol = OPTIMALITY_TOL * max(self.t_lin, 1e-300) if tol is None else tol
+        return key[2] <= self.lb + tol and (
+            not self.drain or key[1] <= self.b_left + 1e-9 * float(self.units.load.sum()) + 1e-12)
+
+    def reached(self) -> bool:
+        """Nothing left to search for (:meth:`proven`)."""
+        return self.proven()
+
+
+def warm_start(run: Run, base_place: np.ndarray, flux: bool, hint: np.ndarray | None) -> None:
+    """Phase 1: Flux (complete), the greedy local search from the cheapest placement, then every other start."""
+    units, pool = run.units, run.pool
+    if flux:
+        from solvers.baselines.flux import flux_moves
+        # Flux may use the stop margin's share for the search too (not the final checks' share): under a short
+        # limit on a large instance a truncated Flux would make the plan worse than plain Flux (issue 16.4)
+        flux_end = min(run.at(FLUX_SHARE), run.end)
+        seconds = math.inf if run.p.n_key_groups <= FLUX_COMPLETE_MAX else max(0.001, flux_end - time.perf_counter())
+        fl = flux_moves(run.p, seconds)
+        if placement_ok(units, fl):
+            run.starts.append((fl, "flux"))
+            pool.offer(fl, "flux")
+        run.details["flux_seconds"] = round(time.perf_counter() - run.t_start, 4)
+    if hint is not None:
+        hp = hint_place(units, hint)
+        if placement_ok(units, hp):
+            run.starts.append((hp, "hint"))
+            pool.offer(hp, "hint")
+    improve(run.best, min(max(time.perf_counter(), run.at(0.0)) + GREEDY_SHARE * run.limit, run.stop))
+    pool.offer(run.best.place, "greedy+ls")
+    run.details["first_plan_seconds"] = round(time.perf_counter() - run.t_start, 4)
+    full = units.n_units * run.p.n_nodes <= FULL_MODEL_MAX
+    warm_end = min(run.at(WARM_END if full else WARM_END_LARGE), run.stop)
+    for idx, (place, origin) in enumerate(run.starts[1:], start=1):
+        if run.reached() or time.perf_counter() >= warm_end:
+            break
+        s = State(units, place, run.t_lin)
+        share = (warm_end - time.perf_counter()) / max(1, len(run.starts) - idx)
+        improve(s, time.perf_counter() + max(0.0, share))
+        pool.offer(s.place, origin + "+ls")
+        if s.key() < run.best.key():
+            run.best = s
+
+
+def _at_bound_start(run: Run) -> State | None:
+    """Whether phase 3b applies: the incumbent is above the proven bound and only 2–``AT_BOUND_NODES`` nodes lie
+    outside the bound's band in the current assignment. Returns the current assignment's state, or None."""
+    if run.lb <= 0 or run.reached():
+        return None
+    start = State(run.units, run.p.current, run.t_lin)
+    if not 2 <= needy_nodes(start, run.lb).size <= AT_BOUND_NODES:
+        return None
+    return start
+
+
+def _at_bound(run: Run, start: State, seed: int) -> None:
+    """Phase 3b: the decision model at the bound (:func:`~solvers.albic.milp.submodel.at_bound`) for at most
+    ``AT_BOUND_SHARE`` of the limit, when the restarts before it have not reached the bound and the solver is
+    loaded."""
+    if run.reached() or not run.solver.ready():
+        return
+    end = min(time.perf_counter() + AT_BOUND_SHARE * run.limit, run.stop)
+    run.best, info = at_bound(start, run.pool, run.lb, run.best, end, 1, seed)
+    run.details.update(info)
+
+
+def restarts(run: Run, end: float) -> None:
+    """Phase 3: GRASP restarts (every third round, from a start with one of the 3 best candidates drawn at random
+    at each step) and ruin-and-recreate (undo a random ~30 % of the best plan's migrations, spend the freed budget
+    again: greedily or, every other round, with a budget-aware repair towards a slightly tighter band)."""
+    units, rng = run.units, run.rng
+    restarts = ruins = 0
+    while time.perf_counter() < end and not run.reached():
+        if restarts % 3 == 0:
+            place, origin = run.starts[(restarts // 3) % len(run.starts)]
+            s = State(units, place, run.t_lin)
+            origin += "+grasp"
+        else:
+            s = run.best.copy()
+            origin = "ruin"
+            moved = np.flatnonzero(units.cost_count_to(np.arange(units.n_units), s.place) > 0)
+            if moved.size:
+                r = min(moved.size, max(1, int(round(RUIN_SHARE * moved.size * rng.uniform(0.5, 1.5)))))
+                pick = rng.choice(moved, size=r, replace=False)
+                if ruins % 4 == 1:  # targeted: undo the migrations that touch the nodes deviating most
+                    worst = np.argsort(-s.devs())[:4]
+                    near = moved[np.isin(s.place[moved], worst) | np.isin(units.home[moved], worst)]
+                    if near.size:
+                        pick = np.concatenate([near, pick[~np.isin(pick, near)]])[: max(r, near.size)]
+                for x in pick.tolist():
+                    s.move(x, units.cheapest_node(x))
+            ruins += 1
+        if origin == "ruin" and ruins % 2 == 0:
+            origin = "ruin+target"
+            tau = run.best.key()[2] * rng.uniform(0.8, 0.98)
+            improve(s, end, rng=rng, topk=2, target=tau, swap_nodes=64)
+        else:
+            improve(s, end, rng=rng, topk=3)
+        improve(s, end)
+        restarts += 1
+        if s.key() < run.best.key():
+            run.pool.offer(s.place, origin)
+            run.best = s
+    run.details.update(ruins=run.details.get("ruins", 0) + ruins, restarts=run.details.get("restarts", 0) + restarts,
+                       search_seconds=round(time.perf_counter() - run.t_start, 4))
+
+
+def search(run: Run, full: bool, plain: bool, backend: str, workers: int, seed: int) -> None:
+    """Phases 3–5: restarts (3b: the decision model at the bound, after them on small instances, else before their
+    last ``AT_BOUND_SHARE``), then the exact model (small instances; with the drain objective its three levels,
+    :mod:`solvers.albic.milp.drain`) or neighbourhood search (large ones, long limits). The solver is imported in
+    the background (:mod:`solvers.albic.milp.loader`) once the restarts start, only when a MILP phase could still
+    run; each MILP phase runs only once it is loaded."""
+    restart_end = RESTART_END_SMALL if full else RESTART_END
+    start = _at_bound_start(run) if plain else None
+    lns = not full and run.stop - run.at(restart_end) >= LNS_MIN_SECONDS
+    if not run.reached() and (full or start is not None or lns):
+        run.solver.start()
+    if start is not None and not full:
+        restarts(run, min(run.at(restart_end - AT_BOUND_SHARE), run.stop))
+        _at_bound(run, start, seed)
+    restarts(run, min(run.at(restart_end), run.stop))
+    if run.reached():
+        return
+    if full:
+        # the exact model is worth more than further restarts: leave the import the CPU until it is done (as long
+        # as the model keeps MILP_MIN_SECONDS), else search on until the end
+        if not run.solver.wait(run.stop - time.perf_counter() - MILP_MIN_SECONDS):
+            restarts(run, run.stop)
+            return
+        if start is not None:
+            _at_bound(run, start, seed)
+        remaining = run.stop - time.perf_counter()
+        if remaining > 0.02 and not run.reached():
+            if run.drain and not (run.p.communication_cost > 0 and run.p.comm.nnz):
+                from solvers.albic.milp.drain import drain_model  # OR-tools: loaded by now
+                run.best, bound, status, run.lex_proven = drain_model(
+                    run.best, run.pool, remaining, workers, seed, OPTIMALITY_TOL * run.t_lin)
+                run.details["drain_model"] = "optimal" if run.lex_proven else "not proven"
+            else:
+                run.best, bound, status = full_model(run.best, run.pool, remaining, backend, workers, seed)
+            run.details["full_model"] = status
+            if bound is not None:
+                run.lb = max(run.lb, bound)
+    elif run.solver.ready():
+        run.best, info = neighbourhood_search(run.best, run.pool, run.stop, run.limit, backend, workers, run.rng,
+                                              run.reached)
+        run.details.update(info)
+    else:
+        restarts(run, run.stop)

@@ -1,0 +1,104 @@
+"""The solver pool heals itself: a worker killed while it starts is started again (with back-off), a worker that
+dies while idle is replaced before it gets work, and a pool that cannot start any worker says so (``broken``: the
+liveness probe fails) instead of answering 500 forever."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from controller.solving import PoolBroken, SolverPool, WorkerDied
+from tests.helpers.procs import alive
+from tests.ops.test_solver_pool import run, small_problem
+
+#: generous bounds on events (a start takes ~2 s on an idle machine): a test never waits this long when it passes
+EVENT_TIMEOUT_S = 120.0
+
+
+async def until(cond: object, what: str) -> None:
+    """Poll ``cond()`` on the event loop until it is true (bounded: a pool that never gets there fails the test)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + EVENT_TIMEOUT_S
+    while not cond():  # type: ignore[operator]
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+async def kill_a_starting_worker(pool: SolverPool) -> None:
+    """SIGKILL workers while they start until the pool has counted a failed start (a kill that comes just after
+    the worker said it was ready is an idle death instead; the pool replaces that one too, and we try again)."""
+    failed = pool.health()["start_failures"]
+    while pool.health()["start_failures"] == failed:
+        await until(lambda: pool.starting_pids() or pool.health()["start_failures"] > failed,
+                    "a worker to start")
+        for pid in pool.starting_pids():
+            os.kill(pid, signal.SIGKILL)
+        await until(lambda: not pool.starting_pids() or pool.health()["start_failures"] > failed,
+                    "the pool to notice the kill")
+
+
+def test_a_replacement_worker_killed_while_it_starts_is_started_again() -> None:
+    async def body(pool: SolverPool) -> None:
+        with pytest.raises(WorkerDied):  # the only worker dies: its replacement starts
+            await pool.call("os", "_exit", 3)
+        await kill_a_starting_worker(pool)
+        assert pool.healthy and pool.state in ("starting", "degraded")
+        solved = await pool.solve("flux", small_problem(), 0.5, {})  # waits for the next start, then solves
+        assert solved.assignment.shape == (6,)
+        assert pool.health()["start_failures"] >= 1 and pool.state == "ready"
+
+    run(body, workers=1, start_backoff_s=0.05)
+
+
+def test_a_pool_that_cannot_start_any_worker_is_broken_and_says_why() -> None:
+    # a data-segment limit of 1 MB: every worker fails to import its planners (MemoryError), every time
+    async def body(pool: SolverPool) -> None:
+        assert pool.state == "broken" and not pool.healthy
+        assert "MemoryError" in str(pool.broken) and pool.health()["broken"] == pool.broken
+        with pytest.raises(PoolBroken, match="solver workers cannot start: .*MemoryError"):
+            await pool.call("time", "sleep", 0)
+
+    run(body, workers=1, memory_limit_mb=1, max_start_failures=2, start_backoff_s=0.01)
+
+
+def test_queued_solves_fail_when_the_pool_breaks_instead_of_waiting() -> None:
+    async def main() -> None:
+        pool = SolverPool(1, 4, 0.5, memory_limit_mb=1, max_start_failures=3, start_backoff_s=0.01)
+        try:
+            queued = [asyncio.ensure_future(pool.call("time", "sleep", 0)) for _ in range(3)]  # starts the workers
+            res = await asyncio.wait_for(asyncio.gather(*queued, return_exceptions=True), EVENT_TIMEOUT_S)
+            assert all(isinstance(r, PoolBroken) for r in res), res
+            assert pool.health()["start_failures"] == 3
+        finally:
+            pool.shutdown()
+
+    asyncio.run(main())
+
+
+def test_the_next_solve_after_an_idle_worker_died_does_not_go_to_the_dead_worker() -> None:
+    async def body(pool: SolverPool) -> None:
+        (victim,) = pool.pids()
+        os.kill(victim, signal.SIGKILL)
+        await until(lambda: not alive(victim), "the killed worker to exit")
+        solved = await pool.solve("flux", small_problem(), 0.5, {})  # at once: the pool may not have looked yet
+        assert solved.assignment.shape == (6,)
+        assert victim not in pool.pids() and pool.health()["idle_died"] == 1 and pool.died == 0
+
+    run(body, workers=1)
+
+
+def test_a_worker_that_dies_while_idle_is_replaced_without_a_request() -> None:
+    async def body(pool: SolverPool) -> None:
+        victim, other = pool.pids()
+        os.kill(victim, signal.SIGKILL)
+        await until(lambda: pool.health()["idle_died"] == 1, "the pool to notice the death")
+        assert victim not in pool.pids() and pool.health()["ready_workers"] == 1  # /readyz no longer counts it
+        await until(lambda: pool.state == "ready", "its replacement")
+        assert other in pool.pids() and len(pool.pids()) == 2
+        assert await pool.call("time", "sleep", 0) is None
+
+    run(body, workers=2)
