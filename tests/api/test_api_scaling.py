@@ -117,8 +117,6 @@ def test_what_if_on_the_job_window_changes_nothing(client):
     assert r.status_code == 422 and r.json()["detail"][0]["field"].startswith("candidates[0]")
 
 
-@pytest.mark.xfail(strict=True, reason="controller/scaling.py Scaling.what_if passes the parsed ScalingChange "
-                   "dataclass to solvers.scaling.variant, which accepts an int or a dict: 422")
 def test_what_if_on_the_job_with_explicit_changes(client):
     jid, _ = job_with_stats(client)
     r = client.post(f"/v1/jobs/{jid}/what-if", json={"candidates": [{"remove": ["w2"], "add": ["w9"]}]})

@@ -254,8 +254,6 @@ def test_numbers_beyond_a_float_are_malformed_not_an_overflow():
             read(contract.StateMetrics, {**metrics, "load_distance": bad})
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason="clients/python/wire.py _read_scalar: "
-                   "math.isfinite(10**400) raises OverflowError, which escapes read() instead of MalformedResponse")
 def test_an_integer_beyond_a_float_is_malformed_not_an_overflow():
     metrics = {"load_distance": 10**400, "load_on_removing": 0.0, "total_load": 1.0, "max_utilisation": 1.0}
     with pytest.raises(MalformedResponse):

@@ -15,7 +15,7 @@ from clients.python.wire import RESPONSE, dump, read
 from controller.edge import Invalid, encode, error_items, field_path, parse
 
 REQUESTS = [c.PlanRequest, c.EvaluateRequest, c.WhatIfRequest, c.JobSpec, c.Stats, c.ProposalRequest,
-            c.ExecuteRequest, c.NodesRequest, c.ScaleRequest, c.JobWhatIfRequest]
+            c.ExecuteRequest, c.NodesRequest, c.ScaleRequest, c.WhatIfQuestion]
 JOB = {"nodes": ["a", {"id": "b", "capacity": 2.0}], "operators": [{"id": "o", "key_groups": 4}]}
 
 
@@ -74,7 +74,7 @@ def test_every_request_document_refuses_unknown_fields_and_non_objects(cls):
     (c.JobSpec, {"operators": [{"id": "o", "key_groups": 1}]}, "nodes"),
     (c.ScaleRequest, {"nodes": []}, "nodes"),
     (c.ScaleRequest, {"nodes": ["a"], "budget": {"max_migrations": -1}}, "budget.max_migrations"),
-    (c.JobWhatIfRequest, {"candidates": []}, "candidates"),
+    (c.WhatIfQuestion, {"candidates": []}, "candidates"),
     (c.PlanRequest, {"problem": {"nodes": [{"id": "a", "capacity": 0}]}}, "problem.nodes[0].capacity"),
     (c.PlanRequest, {"problem": {"nodes": [{"id": "a"}], "key_groups": [{"id": "k", "node": "a", "load": 1,
                                                                           "laod": 2}]}}, "problem.key_groups[0].laod"),
