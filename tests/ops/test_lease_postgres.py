@@ -1,4 +1,4 @@
-"""One server per database on PostgreSQL: the session advisory lock (issue 14 item 5)."""
+"""One server per database on PostgreSQL: the session advisory lock."""
 
 from __future__ import annotations
 
