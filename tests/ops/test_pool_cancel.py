@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 from controller.solving import SolveCancelled, SolverPool
-from tests.ops.test_pool_fairness import Gate, queued
-from tests.ops.test_pool_recovery import EVENT_TIMEOUT_S, until
-from tests.ops.test_solver_pool import run
+from tests.ops.test_solver_pool import EVENT_TIMEOUT_S, Gate, queued, run, until
 
 
 def test_cancel_drops_the_queued_solves_of_an_owner_and_frees_their_slots(tmp_path: Path) -> None:

@@ -12,20 +12,7 @@ import pytest
 
 from controller.solving import PoolBroken, SolverPool, WorkerDied
 from tests.helpers.procs import alive
-from tests.ops.test_solver_pool import run, small_problem
-
-#: generous bounds on events (a start takes ~2 s on an idle machine): a test never waits this long when it passes
-EVENT_TIMEOUT_S = 120.0
-
-
-async def until(cond: object, what: str) -> None:
-    """Poll ``cond()`` on the event loop until it is true (bounded: a pool that never gets there fails the test)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + EVENT_TIMEOUT_S
-    while not cond():  # type: ignore[operator]
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
+from tests.ops.test_solver_pool import EVENT_TIMEOUT_S, run, small_problem, until
 
 
 async def kill_a_starting_worker(pool: SolverPool) -> None:
