@@ -21,10 +21,6 @@ KINDS: tuple[Kind, ...] = ("adhoc", "auto")
 _SERVED_FIRST: tuple[Kind, ...] = ("auto", "adhoc")
 
 
-class SolveCancelled(RuntimeError):
-    """The solve was cancelled (its owner, e.g. a deleted job, no longer wants it) before it finished."""
-
-
 @dataclass(eq=False)
 class Task:
     """A solve waiting for, or running in, a worker."""
@@ -37,6 +33,7 @@ class Task:
     owner: Hashable | None = None
     flow: Hashable = field(default=None)
     cancelled: bool = False
+    redelivered: bool = False  # its first worker died before it received it
 
     def __post_init__(self) -> None:
         if self.flow is None:
@@ -59,6 +56,16 @@ class FairQueue:
         if q is None:
             q = flows[task.flow] = deque()
         q.append(task)
+        self._n += 1
+
+    def push_front(self, task: Task) -> None:
+        """Queue ``task`` again, first: it was taken out but could not run."""
+        flows = self._flows[task.kind]
+        q = flows.get(task.flow)
+        if q is None:
+            q = flows[task.flow] = deque()
+        q.appendleft(task)
+        flows.move_to_end(task.flow, last=False)
         self._n += 1
 
     def pop(self) -> Task:
