@@ -50,22 +50,16 @@ class FairQueue:
     def __len__(self) -> int:
         return self._n
 
-    def push(self, task: Task) -> None:
+    def push(self, task: Task, first: bool = False) -> None:
+        """Queue ``task`` last in its flow (a new flow takes its turn after the others), or ``first``: before every
+        other solve (it was taken out but could not run)."""
         flows = self._flows[task.kind]
-        q = flows.get(task.flow)
-        if q is None:
-            q = flows[task.flow] = deque()
-        q.append(task)
-        self._n += 1
-
-    def push_front(self, task: Task) -> None:
-        """Queue ``task`` again, first: it was taken out but could not run."""
-        flows = self._flows[task.kind]
-        q = flows.get(task.flow)
-        if q is None:
-            q = flows[task.flow] = deque()
-        q.appendleft(task)
-        flows.move_to_end(task.flow, last=False)
+        q = flows.setdefault(task.flow, deque())
+        if first:
+            q.appendleft(task)
+            flows.move_to_end(task.flow, last=False)
+        else:
+            q.append(task)
         self._n += 1
 
     def pop(self) -> Task:

@@ -329,7 +329,7 @@ class SolverPool:
             settle(task.future, exc=WorkerDied("two solver workers died receiving the solve; they were replaced"))
         else:
             task.redelivered = True
-            self._queue.push_front(task)
+            self._queue.push(task, first=True)
             self._pump()
 
     async def _died(self, w: Worker, task: Task, exc: BaseException) -> None:
