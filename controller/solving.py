@@ -217,7 +217,11 @@ class SolverPool:
             self._queue.push(task)
             self._workers.fill()
             self._pump()
-            out = await asyncio.shield(task.future)  # a cancelled request does not cancel its running solve
+            out = await asyncio.shield(task.future)  # a cancelled request does not cancel its running solve ...
+        except asyncio.CancelledError:
+            if self._queue.remove(lambda t: t is task):  # ... but nobody waits for it to start any more
+                task.future.cancel()
+            raise
         finally:
             self.counts[kind] -= 1
         self.solves += 1
@@ -304,8 +308,8 @@ class SolverPool:
             return
         reply = loop.run_in_executor(self._io, w.run, payload)
         done, _ = await asyncio.wait({reply}, timeout=task.kill_after)
-        if not done:
-            if not task.cancelled:  # (a cancelled one was killed already)
+        if not done or task.cancelled:  # overran, or killed by cancel() (which started its replacement)
+            if not task.cancelled:
                 self._overran(w, task)
             await asyncio.gather(reply, return_exceptions=True)
             w.close()
@@ -323,7 +327,7 @@ class SolverPool:
     def _redeliver(self, w: Worker, task: Task) -> None:
         """``w`` died before it received ``task``: the task goes back to the head of the queue, once."""
         self._workers.died_before_delivery(w)
-        if task.cancelled or self._closed:
+        if self._closed:
             settle(task.future, exc=RuntimeError("the server is shutting down"))
         elif task.redelivered:  # the second worker in a row: not a coincidence, maybe the task (its size)
             settle(task.future, exc=WorkerDied("two solver workers died receiving the solve; they were replaced"))
@@ -334,9 +338,6 @@ class SolverPool:
 
     async def _died(self, w: Worker, task: Task, exc: BaseException) -> None:
         w.kill()
-        if task.cancelled:  # killed by cancel(), which started its replacement
-            w.close()
-            return
         if self._closed:
             settle(task.future, exc=RuntimeError("the server is shutting down"))
             return
@@ -360,8 +361,7 @@ class SolverPool:
         ws = self._workers
         return {"state": self.state, "ready_workers": len(ws.ready), "workers": self.workers,
                 "starting": ws.starting, "broken": self.broken, "closed": self._closed, "in_flight": self.in_flight,
-                "queued": self.queued,
-                "killed": self.killed, "died": self.died, "idle_died": ws.idle_died,
+                "queued": self.queued, "killed": self.killed, "died": self.died, "idle_died": ws.idle_died,
                 "start_failures": ws.start_failures, "last_start_failure": ws.last_failure}
 
     def pids(self) -> list[int]:

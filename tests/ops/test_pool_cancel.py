@@ -64,3 +64,18 @@ def test_cancel_frees_the_unused_slots_of_the_owners_tickets() -> None:
         assert pool.in_flight == 0
 
     run(body, workers=1)
+
+
+def test_a_solve_whose_request_went_away_leaves_the_queue(tmp_path: Path) -> None:
+    async def body(pool: SolverPool) -> None:
+        gate = Gate(tmp_path)
+        held = asyncio.ensure_future(gate.hold(pool))
+        gone = asyncio.ensure_future(pool.call("time", "sleep", 0))  # a client that disconnects while queued
+        await queued(pool, 1)
+        gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+        assert pool.queued == 0 and pool.in_flight == 1
+        await gate.open()
+        assert await held == ""
+
+    run(body, workers=1)
