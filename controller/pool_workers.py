@@ -161,7 +161,7 @@ class Workers:
                     w = await self._start_once()
                 except _StartFailed as exc:
                     self._start_failed(str(exc))
-                    await asyncio.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** (self.failures - 1)))
+                    await asyncio.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** min(self.failures - 1, 30)))
                     continue
                 if w is not None:
                     self.failures = 0
