@@ -65,7 +65,7 @@ import scipy.sparse as sp
 from solvers import metrics
 from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, balance_hint
 from solvers.albic.collocation_paper import add_pairs_paper
-from solvers.albic.collocation_sets import collocated_sets, migration_cost_fraction, split_set
+from solvers.albic.collocation_sets import collocated_sets, metis_fits, migration_cost_fraction, split_set
 from solvers.albic.collocation_target import FREE_MOVE_CELLS
 from solvers.albic.milp import OPTIMALITY_TOL
 from solvers.albic.milp.bounds import proven_bound
@@ -75,6 +75,8 @@ from solvers.model import Plan, Problem
 from solvers.registry import Param, register
 
 _EPS = 1e-9
+#: share of a level's time (what is left but the pure MILP's reserve) that steps 2-3 may use before its MILP
+UNITS_SHARE = 0.75
 
 
 # ---------------------------------------------------------------------------------------------- step 1: scores
@@ -121,9 +123,9 @@ def pair_scores(problem: Problem, score_factor: float = 1.5, assignment: np.ndar
     if src.size == 0:
         z = np.zeros(0, dtype=np.int64)
         return Pairs(z, z, np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool))
-    _, op = np.unique(np.asarray(problem.operator, dtype=object).astype(str), return_inverse=True)
-    op = op.astype(np.int64)
-    n_ops = int(op.max()) + 1
+    codes = {o: i for i, o in enumerate(dict.fromkeys(problem.operator))}
+    op = np.fromiter(map(codes.__getitem__, problem.operator), dtype=np.int64, count=m)
+    n_ops = len(codes)
     op_size = np.bincount(op, minlength=n_ops)
     # O.down: the distinct (O, DO) operator edges
     od = np.unique(op[src] * n_ops + op[dst])
@@ -154,7 +156,8 @@ class CollocationUnits:
 def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.ndarray | None,
                 adj: sp.csr_matrix, pairs_per_round: int | None, pair_budget_share: float,
                 node_load: np.ndarray, seed: int = 0, pin: str = "paper",
-                max_ld_band: float | None = None, order: str = "paper") -> CollocationUnits:
+                max_ld_band: float | None = None, order: str = "paper",
+                deadline: float | None = None) -> CollocationUnits:
     """Steps 2 and 3 of Algorithm 2 for one maxPL level: collocated sets → parts → units, then constrained pairs.
 
     Args:
@@ -172,6 +175,8 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         order: ``"paper"`` (highest traffic first, the paper's cases), ``"gain"`` (collocation gained per
             migration, balance-aware) or ``"target"`` (the gain order plus moves towards a whole-graph METIS goal);
             see :mod:`solvers.albic.collocation_moves`, :mod:`solvers.albic.collocation_target`.
+        deadline: a :func:`time.perf_counter` time: no METIS partitioning is started that would end after it
+            (:func:`metis_fits`), no move is searched for after it (fewer units and pairs, the same guarantees).
     """
     if order not in ORDERS:
         raise InvalidInput("params.pair_order", f"must be one of {list(ORDERS)}, got {order!r}")
@@ -184,7 +189,10 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
     if max_pl_abs > 0 and len(pairs):
         col = pairs.collocated
         sets = collocated_sets(m, pairs.src[col], pairs.dst[col])
+        degree = adj.nnz / max(m, 1)
         for s in sets:
+            if not metis_fits(s.size, int(s.size * degree), deadline):
+                break  # the sets left keep their key groups as units of one
             for part in split_set(s, problem.load, mc, adj, max_pl_abs, seed=seed):
                 n_parts += 1
                 if part.size >= 2:
@@ -200,7 +208,8 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         max_moves=None if problem.max_migrations is None else math.floor(problem.max_migrations * share + _EPS),
         max_bytes=None if problem.max_migration_bytes is None else problem.max_migration_bytes * share, pin=pin,
         goal=balanced_target(problem, adj, seed=seed) if order == "target" and max_pl_abs > 0 and adj.nnz
-        and m * problem.n_nodes <= FREE_MOVE_CELLS else None)  # very large instances: the gain order's moves
+        and m * problem.n_nodes <= FREE_MOVE_CELLS and metis_fits(m, adj.nnz, deadline) else None,
+        deadline=deadline)  # very large instances (or no time for METIS): the gain order's moves
     if order != "paper" and st.band is not None and st.max_moves is not None:
         # balance first: every active node already out of the band needs about one MILP move to come back
         out = int(np.count_nonzero(problem.active & (np.abs(st.util - t_util) > st.band + _EPS)))
@@ -221,8 +230,7 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         balance_hint(st, problem.max_migrations, problem.max_migration_bytes)
     # contiguous unit ids
     uniq, inv = np.unique(unit_of, return_inverse=True)
-    pos = {int(u): i for i, u in enumerate(uniq)}
-    allowed = {pos[u]: np.array(sorted(choice[u]), dtype=np.int64) for u in target}
+    allowed = {int(np.searchsorted(uniq, u)): np.array(sorted(choice[u]), dtype=np.int64) for u in target}
     return CollocationUnits(unit_of=inv.astype(np.int64), allowed=allowed, hint=hint, n_set_parts=n_parts,
                             n_sets=len(sets), pairs_added=added, moves_committed=moves, bytes_committed=nbytes)
 
@@ -291,10 +299,13 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
         # the new pairs' share of the budget shrinks with maxPL (full at the first level, none at maxPL = 0), so a
         # retry also frees migrations for balancing (see module docstring, step 4)
         share = pair_budget_share * (level / max_pl if max_pl > 0 else 0.0)
+        # the units (and the MILP's warm start) may take UNITS_SHARE of this level's time, the MILP has the rest
+        units_deadline = time.perf_counter() + UNITS_SHARE * max(0.0, deadline - time.perf_counter() - reserve)
         units = build_units(problem, pairs, level / 100.0 * avg_node, mc=mc, adj=adj,
                             pairs_per_round=pairs_per_round, pair_budget_share=share,
                             node_load=loads, seed=seed, pin=pin,
-                            max_ld_band=None if pair_band is None else pair_band / 100.0, order=pair_order)
+                            max_ld_band=None if pair_band is None else pair_band / 100.0, order=pair_order,
+                            deadline=units_deadline)
         hint = units.hint
         if prev is not None and _feasible_hint(problem, prev, units) and \
                 metrics.load_distance(problem, prev) < metrics.load_distance(problem, hint):
