@@ -29,7 +29,7 @@ def port_number(text: str) -> int:
     return value
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="start the controller (FastAPI + uvicorn)",
                        description="Start the controller. Settings come from REBALANCER_* environment variables "
                                    "(see the configuration page of the docs); the port from --port or $PORT.")

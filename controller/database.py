@@ -44,7 +44,7 @@ jobs = Table(
     Column("last_round_batch", BigInteger, nullable=True),  # batch id of the last auto round (cooldown)
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
-    Column("generation", String(32), nullable=True),  # one registration of the job id (None: before issue 12)
+    Column("generation", String(32), nullable=True),  # one registration of the job id (None: rows of the first release)
 )
 
 epochs = Table(

@@ -103,8 +103,12 @@ def schema(cls: Any) -> dict[str, Any]:
     return adapter(cls).json_schema(ref_template="#/components/schemas/{model}")
 
 
+#: the longest part of a field path echoed back (an unknown key may be of any length)
+PART = 80
+
+
 def field_path(loc: Iterable[Any]) -> str:
-    """``("key_groups", 3, "load")`` -> ``key_groups[3].load``."""
+    """``("key_groups", 3, "load")`` -> ``key_groups[3].load`` (each name cut at :data:`PART` characters)."""
     out = ""
     for part in loc:
         if part == "body" and not out:
@@ -112,7 +116,8 @@ def field_path(loc: Iterable[Any]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            name = str(part)
+            out += ("." if out else "") + (name if len(name) <= PART else name[:PART] + "…")
     return out
 
 

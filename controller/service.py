@@ -80,7 +80,7 @@ class Controller:
         log.info("database schema at revision %s (controller/migrations)", repo.create_schema(ctx.engine))
         failed = repo.fail_pending_proposals(ctx.engine)
         if failed:
-            log.warning("%d proposals were pending at the last stop; marked failed", failed)
+            log.warning("%d proposals were pending when the server stopped; marked failed", failed)
         for job in repo.load_all(ctx.engine):
             ctx.jobs[job.job_id] = job
             ctx.window_bytes += job.window.nbytes

@@ -172,9 +172,6 @@ class SolverPool:
         ``await`` before they submit can all pass it; :meth:`admit` checks and takes the slots at once."""
         self._admission.check(n, kind)
 
-    def cap(self, time_limit: float) -> float:
-        return min(float(time_limit), self.max_time_limit)
-
     # ------------------------------------------------------------------ public calls
     async def solve(self, name: str, problem: Problem, time_limit: float, params: dict[str, Any],
                     admit: bool = True, kind: Kind = "adhoc", *, ticket: Ticket | None = None,
@@ -183,15 +180,16 @@ class SolverPool:
         solve uses one of its slots (``admit``, ``kind`` and ``owner`` are the ticket's); ``owner`` (a job id)
         queues the solves of one job as one flow.
 
+        ``time_limit`` is the solve's (decided by :meth:`controller.settings.Settings.time_limit`).
+
         Raises:
             Busy: too many solves in flight (only with ``admit`` and no ``ticket``).
             InvalidInput: invalid parameters (normally caught earlier, in the server process).
             SolveTimeout: the planner overran its time limit; its worker was killed.
             RuntimeError: the planner failed (a bug, not user input) or its worker died.
         """
-        tl = self.cap(time_limit)
-        res: Solved = await self.submit(_solve_task, name, problem, tl, params, admit=admit, kind=kind,
-                                        time_limit=tl, ticket=ticket, owner=owner)
+        res: Solved = await self.submit(_solve_task, name, problem, time_limit, params, admit=admit, kind=kind,
+                                        time_limit=time_limit, ticket=ticket, owner=owner)
         return res
 
     async def call(self, module: str, func: str, arg: Any, admit: bool = True, kind: Kind = "adhoc", *,
