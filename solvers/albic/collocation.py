@@ -16,10 +16,10 @@ and hands the MILP *units* — sets of key groups that must end on one node:
    constrained onto one node. ``pair_order="paper"``: the highest-traffic pair first — case 1 (neither end in a
    part): the less loaded of the two nodes; case 2 (one end in a part): that part's node; case 3 (both in parts):
    the two parts merged, on the less loaded node. ``pair_order="gain"`` (a multi-round view beyond the
-   paper, issue 13): the cheaper of a pair's two moves, pairs by collocated traffic per migration weighted towards
+   paper): the cheaper of a pair's two moves, pairs by collocated traffic per migration weighted towards
    moves that also balance, compensating swaps under the band, and a balanced warm start from the migrations the
    pairs leave. ``pair_order="target"`` (default; a deviation from Algorithm 2 after COLA's whole-graph
-   partitioning, §5.2, issue 13.2): the gain order plus a *goal* for every key group — a METIS k-way partition of
+   partitioning, §5.2): the gain order plus a *goal* for every key group — a METIS k-way partition of
    the whole traffic graph balanced by load, relabelled (Hungarian) to the nodes already holding most of each
    part and kept while the graph is unchanged — towards which single key groups move, best collocation per
    migration first, so the moves of all rounds go the same way (:mod:`solvers.albic.collocation_target`).
@@ -339,25 +339,8 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
     assert chosen is not None
     ld_pct, plan, units, level = chosen
     a = np.asarray(plan.assignment, dtype=np.int64)
-    groups: dict[int, list[int]] = {}
-    counts = np.bincount(units.unit_of, minlength=1) if m else np.zeros(0, dtype=np.int64)
-    for k in np.flatnonzero(counts[units.unit_of] >= 2):
-        groups.setdefault(int(units.unit_of[k]), []).append(int(k))
-    details = {
-        "max_pl": level,
-        "max_ld": max_ld,
-        "load_distance_pct": round(ld_pct, 4),
-        "milp_status": plan.status,
-        "attempts": attempts,
-        "candidate_pairs": len(pairs),
-        "collocated_pairs": int(pairs.collocated.sum()),
-        "sets": units.n_sets,
-        "set_parts": units.n_set_parts,
-        "new_pairs": [[problem.kg_ids[gi], problem.kg_ids[gj], problem.node_ids[t], case]
-                      for gi, gj, t, case in units.pairs_added],
-        "units": [[problem.kg_ids[k] for k in g] for g in groups.values()],
-    }
-    # a proven lower bound on the load distance under the same budget (issue 16.3): the ungrouped problem's
+    details = _details(problem, units, pairs, attempts, level, max_ld, ld_pct, plan.status)
+    # a proven lower bound on the load distance under the same budget: the ungrouped problem's
     # (a grouped solve's bound is one of a restricted problem and may exceed the optimum), from the time left
     lb = proven_bound(problem, seconds=max(0.0, min(0.2 * time_limit, deadline - time.perf_counter())))
     d = metrics.load_distance(problem, a)
@@ -365,6 +348,21 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
     t = metrics.target(problem, metrics.node_loads(problem, a))
     status = "optimal" if d <= lb + OPTIMALITY_TOL * max(t, 1e-300) else "feasible"
     return Plan("albic", a, status=status, lower_bound=float(lb), seconds=time.perf_counter() - t0, details=details)
+
+
+def _details(problem: Problem, units: CollocationUnits, pairs: Pairs, attempts: list[dict[str, Any]], level: float,
+             max_ld: float, ld_pct: float, milp_status: str) -> dict[str, Any]:
+    """The plan's ``details``: the level chosen, every attempt, the counts of step 1-3 and the multi-key-group units."""
+    groups: dict[int, list[int]] = {}
+    counts = np.bincount(units.unit_of, minlength=1) if problem.n_key_groups else np.zeros(0, dtype=np.int64)
+    for k in np.flatnonzero(counts[units.unit_of] >= 2):
+        groups.setdefault(int(units.unit_of[k]), []).append(int(k))
+    return {"max_pl": level, "max_ld": max_ld, "load_distance_pct": round(ld_pct, 4), "milp_status": milp_status,
+            "attempts": attempts, "candidate_pairs": len(pairs), "collocated_pairs": int(pairs.collocated.sum()),
+            "sets": units.n_sets, "set_parts": units.n_set_parts,
+            "new_pairs": [[problem.kg_ids[gi], problem.kg_ids[gj], problem.node_ids[t], case]
+                          for gi, gj, t, case in units.pairs_added],
+            "units": [[problem.kg_ids[k] for k in g] for g in groups.values()]}
 
 
 @register(

@@ -1,4 +1,4 @@
-"""Single-key-group collocation moves of ALBIC's step 3 beyond the paper's candidate pairs (issue 13.2), used by
+"""Single-key-group collocation moves of ALBIC's step 3 beyond the paper's candidate pairs, used by
 :func:`solvers.albic.collocation_moves.add_pairs_gain`.
 
 * ``pair_order="gain"``: a key group not in a pair moves towards the node holding more of its traffic (the fully
