@@ -7,10 +7,11 @@
   operating system releases it when its holder dies (``kill -9`` included), so a restart never waits for a stale
   lease. ``<database file>.lock`` is locked too (servers of earlier versions lock only that file) and records the
   holder (pid, host, start) for the message a second server prints.
-* PostgreSQL: a session advisory lock (``pg_try_advisory_lock``) held on a dedicated connection whose
-  ``application_name`` names the holder.
+* PostgreSQL: any number of replicas share the database; one of them leads (a lease row with an expiry on the
+  database's clock and a fencing epoch, :mod:`controller.leadership`) and the others stand by, so this lease never
+  refuses there.
 
-A second server gets :class:`LeaseHeld` naming the holder (``rebalancer serve`` prints it and
+A second server on one SQLite file gets :class:`LeaseHeld` naming the holder (``rebalancer serve`` prints it and
 exits with 2).
 """
 
@@ -24,14 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Connection, Engine
-
 log = logging.getLogger("rebalancer.lease")
-
-
-#: the advisory lock's two 32-bit keys: "rebalancer", "server"
-PG_KEYS = (0x7265_6261, 0x7376_7231)
 
 
 class LeaseHeld(Exception):
@@ -69,8 +63,6 @@ class ServerLease:
         self.url = url
         self.sqlite_path = sqlite_path
         self._fds: list[int] = []
-        self._engine: Engine | None = None
-        self._conn: Connection | None = None
         self.held = False
 
     def _refused(self, path: Path, holder: dict[str, Any]) -> LeaseHeld:
@@ -113,36 +105,13 @@ class ServerLease:
         os.pwrite(fd, json.dumps(_holder()).encode(), 0)
         self._fds = [db, fd]
 
-    def _acquire_pg(self) -> None:
-        h = _holder()
-        self._engine = create_engine(self.url, pool_size=1, max_overflow=0,
-                                     connect_args={"application_name": f"rebalancer {_describe(h)}"[:63]})
-        conn = self._engine.connect()
-        got = conn.execute(text("SELECT pg_try_advisory_lock(:a, :b)"), {"a": PG_KEYS[0], "b": PG_KEYS[1]}).scalar()
-        conn.commit()
-        if not got:
-            row = conn.execute(text(
-                "SELECT a.application_name, a.client_addr, a.backend_start FROM pg_locks l "
-                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.classid = :a "
-                "AND l.objid = :b AND l.granted"), {"a": PG_KEYS[0], "b": PG_KEYS[1]}).first()
-            conn.close()
-            self._engine.dispose()
-            self._engine = None
-            who = f"{row[0] or 'unknown'} from {row[1] or 'local socket'}" if row else "another session"
-            raise LeaseHeld(f"the PostgreSQL database is in use by another rebalancer server ({who}); stop it first "
-                            f"or use another database (one server per database)")
-        self._conn = conn
-
     def acquire(self) -> ServerLease:
         if self.held:
             return self
-        if self.url.startswith("sqlite"):
-            if self.sqlite_path is not None:  # :memory: is private to this process anyway
-                self._acquire_file(self.sqlite_path)
-        else:
-            self._acquire_pg()
+        if self.url.startswith("sqlite") and self.sqlite_path is not None:  # :memory: is private to this process
+            self._acquire_file(self.sqlite_path)
+            log.info("database lease taken (%s)", _describe(_holder()))
         self.held = True
-        log.info("database lease taken (%s)", _describe(_holder()))
         return self
 
     def release(self) -> None:
@@ -154,16 +123,6 @@ class ServerLease:
         for fd in self._fds:
             os.close(fd)  # closing the only descriptor releases the flock
         self._fds = []
-        if self._conn is not None:
-            try:
-                self._conn.execute(text("SELECT pg_advisory_unlock(:a, :b)"), {"a": PG_KEYS[0], "b": PG_KEYS[1]})
-                self._conn.close()
-            except Exception:  # noqa: BLE001 - the session ending releases the lock too
-                log.warning("releasing the PostgreSQL lease failed; it ends with the session")
-            self._conn = None
-        if self._engine is not None:
-            self._engine.dispose()
-            self._engine = None
         self.held = False
 
 
