@@ -91,6 +91,17 @@ proposals = Table(
     Column("decision", Text, nullable=True),  # JSON: the policy's verdict on the plan
 )
 
+#: the leader of the replicas on one PostgreSQL database (controller/leadership.py): one row per lease name
+leader_lease = Table(
+    "leader_lease", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("epoch", BigInteger, nullable=False),        # fencing token: + 1 at every change of leader
+    Column("holder", String(200), nullable=False),      # host:pid:nonce of the leader
+    Column("url", Text, nullable=True),                 # the leader's advertised URL (REBALANCER_ADVERTISED_URL)
+    Column("expires_at", Float, nullable=False),        # seconds since 1970 on the database's clock
+    Column("renewed_at", Float, nullable=False),
+)
+
 def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:
     """An engine for ``url``; SQLite gets WAL, the chosen ``synchronous`` level and its directory created."""
     if url.startswith("sqlite"):
