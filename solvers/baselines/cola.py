@@ -23,7 +23,8 @@ nodes the same way.
 
 The migration budget is ignored (``details["ignores_budget"] = True``); ``details["migrations"]`` reports the
 moves. The time limit holds: a METIS partitioning is started only when it is expected to end in time
-(:func:`solvers.albic.collocation_sets.metis_fits`), a bisection that cannot is made by load alone. Complexity: O(P) METIS bisections and packings for P final partitions (≈ |A| to a few |A|), matching O(|A|³).
+(:func:`solvers.albic.collocation_sets.metis_fits`), a bisection that cannot is made by load alone. Complexity:
+O(P) METIS bisections and packings for P final partitions (≈ |A| to a few |A|), matching O(|A|³).
 """
 
 from __future__ import annotations
