@@ -67,6 +67,11 @@ class Settings(BaseSettings):
     #: each solver worker's memory (data segment) in MB: a solve needing more fails with a clear error instead of
     #: taking the machine's memory. 0 = automatic (physical memory / (solver_workers + 1)), -1 = no limit.
     solver_memory_limit_mb: int = Field(default=0, ge=-1)
+    #: a solver worker that fails to start is started again after a back-off from this many seconds, doubling up to
+    #: 30 s; after this many failed starts in a row with no worker ready the pool is broken: solves answer 503 and
+    #: ``/healthz`` 503 (liveness), so an orchestrator restarts the server.
+    solver_start_backoff_s: float = Field(default=0.25, gt=0)
+    solver_start_failures: int = Field(default=5, ge=1)
     #: solve slots: solves running or queued for a worker (a what-if holds one per candidate); beyond, 429.
     max_concurrent_solves: int = Field(default=40, ge=2)
     #: slots only automatic rounds of registered jobs may use (and they are dequeued first): ad-hoc plans,

@@ -101,7 +101,8 @@ class SolverPool:
         return cls(s.solver_workers, s.max_concurrent_solves, s.max_time_limit_s,
                    reserved_auto=s.reserved_auto_solves, kill_factor=s.solve_kill_factor,
                    kill_grace_s=s.solve_kill_grace_s, nice=s.solver_nice,
-                   memory_limit_mb=s.solver_memory_limit_mb)
+                   memory_limit_mb=s.solver_memory_limit_mb, max_start_failures=s.solver_start_failures,
+                   start_backoff_s=s.solver_start_backoff_s)
 
     # ------------------------------------------------------------------ admission
     @property

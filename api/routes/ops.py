@@ -19,10 +19,19 @@ router = APIRouter(tags=["operations"])
 READY_TIMEOUT_S = 2.0
 
 
-@router.get("/healthz", response_model=Health)
-async def healthz() -> dict[str, str]:
-    """Liveness (never needs a token): the event loop answers."""
-    return {"status": "ok"}
+@router.get("/healthz", response_model=Health, responses={503: {"model": Health,
+                                                                "description": "the solver pool cannot recover"}})
+async def healthz(ctl: Controller = Depends(get_controller)) -> JSONResponse:
+    """Liveness (never needs a token): the event loop answers, and the solver pool is not broken beyond repair (it
+    retries worker starts with back-off; after repeated failures with no worker ready it is broken, and only a
+    restart helps: 503, so an orchestrator restarts the server)."""
+    try:
+        broken = ctl.ctx.pool.broken
+    except RuntimeError:  # not started yet
+        broken = None
+    if broken:
+        return JSONResponse({"status": "broken", "solver_pool": broken}, status_code=503)
+    return JSONResponse({"status": "ok"})
 
 
 def _ping(engine: Any) -> None:
