@@ -1,7 +1,9 @@
 """The FastAPI application factory: ``create_app(settings)`` wires the controller, middleware, routes and errors.
 
 Run it with ``rebalancer serve`` (one process: the controller keeps each job's window in memory and serialises a
-job's mutations with a lock; executes are also atomic in the database).
+job's mutations with a lock; executes are also atomic in the database). On PostgreSQL several replicas may run: the
+leader serves, the standbys answer every request but the probes, metrics and documentation with where the leader is
+(:class:`StandbyGuard`).
 """
 
 from __future__ import annotations
@@ -12,15 +14,26 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import Response
+from sqlalchemy.exc import DBAPIError
 
 from api import docs, errors
 from api.deps import documented_auth
+from api.errors import error
 from api.io import REQUEST_DOCUMENTS
-from api.middleware import OPEN_PATHS, AuthMiddleware, BodyLimitMiddleware, JobIdSlashMiddleware, MetricsMiddleware
+from api.middleware import (
+    OPEN_PATHS,
+    OPEN_PREFIXES,
+    AuthMiddleware,
+    BodyLimitMiddleware,
+    JobIdSlashMiddleware,
+    MetricsMiddleware,
+)
 from api.routes import jobs, ops, planning
 from api.tenants import grants
 from controller import edge
+from controller.leadership import Fenced, Leadership, request_term
 from controller.lease import ServerLease, lease_for
 from controller.service import Controller
 from controller.settings import Settings
@@ -48,6 +61,62 @@ def log_database(settings: Settings) -> None:
         how = "from --database / REBALANCER_DATABASE_URL"
     fresh = " (new: it does not exist yet)" if path is not None and not path.exists() else ""
     log.info("database: %s%s (%s)", where, fresh, how)
+
+
+#: the header naming the leader's URL on the answers of a replica that is not the leader (nothing was done)
+LEADER_HEADER = "Rebalancer-Leader"
+ROLE_HEADER = "Rebalancer-Role"
+
+
+def not_leader(leader_url: str | None, detail: str) -> Response:
+    """421 naming the leader (``Rebalancer-Leader``), or 503 while no leader is known; ``Rebalancer-Role: standby``
+    tells clients that nothing was done, so any request may be sent again to the leader."""
+    headers = {ROLE_HEADER: "standby", "Retry-After": "1"}
+    if leader_url:
+        headers[LEADER_HEADER] = leader_url
+        return error(421, f"{detail}; the leader is at {leader_url}", headers)
+    return error(503, f"{detail}; no leader is known yet", headers)
+
+
+class StandbyGuard:
+    """Pure ASGI: only the leader serves the API (the probes, metrics and documentation are served by every
+    replica); each admitted request carries the lease term it was admitted under (writes of an older term fail)."""
+
+    def __init__(self, app: Any, leadership: Leadership):
+        self.app, self.leadership = app, leadership
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in OPEN_PATHS or path == "/metrics" or path.startswith(OPEN_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        term = self.leadership.serving_term()
+        if term is None:
+            await not_leader(self.leadership.leader_url, "this replica is a standby")(scope, receive, send)
+            return
+        token = request_term.set(term)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            request_term.reset(token)
+
+
+def install_failover(app: FastAPI, leadership: Leadership) -> None:
+    """Replicas: a standby guard, and the answers of a write refused by the lease's fencing (421/503 naming the
+    leader: nothing was written) or cut short by the database connection (503: the leader may be changing)."""
+    if not leadership.replicated:
+        return
+    app.add_middleware(StandbyGuard, leadership=leadership)
+
+    @app.exception_handler(Fenced)
+    async def _fenced(_req: Request, exc: Fenced) -> Response:
+        return not_leader(exc.leader_url, str(exc))
+
+    @app.exception_handler(DBAPIError)
+    async def _database(req: Request, exc: DBAPIError) -> Response:
+        if not exc.connection_invalidated:
+            return errors.server_error(req, exc, "internal server error")
+        return error(503, "the database connection was lost; retry the request", {"Retry-After": "1"})
 
 
 def create_app(settings: Settings | None = None, warm: bool = True, lease: ServerLease | None = None) -> FastAPI:
@@ -85,6 +154,7 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
     # innermost first: body limit, auth, metrics (outermost)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, grants=grants(settings.tokens(), settings.token_scopes))
+    install_failover(app, controller.ctx.leadership)  # inside the metrics: standby answers are counted
     app.add_middleware(MetricsMiddleware, telemetry=controller.ctx.telemetry)
     app.add_middleware(JobIdSlashMiddleware)
 

@@ -103,6 +103,21 @@ class Proposals:
             status, plan, verdict, error = "failed", None, None, "the result could not be stored"
         if prop.status == "pending":
             prop.status, prop.plan, prop.decision, prop.error = status, plan, verdict, error
+        if verdict is not None and not verdict.worth and verdict.reason != "cooldown":
+            await self._cool_down(job, newest)
+
+    async def _cool_down(self, job: Job, newest: int) -> None:
+        """A plan solved and judged not worth it starts the cooldown, as an automatic round does: the same window
+        would give the same answer."""
+        async with job.lock:
+            if self.ctx.jobs.get(job.job_id) is not job:
+                return
+            try:
+                await self.ctx.writer.run(repo.set_last_round(job.job_id, newest))
+            except Exception:  # the verdict stands; only the pacing is lost
+                log.exception("proposal of %s: the cooldown could not be stored", job.job_id)
+                return
+            job.last_round_batch = newest
 
     async def get(self, job_id: str, pid: str) -> c.Proposal:
         job = self.ctx.job(job_id)

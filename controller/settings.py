@@ -110,6 +110,14 @@ class Settings(BaseSettings):
     #: commit at most this many queued writes in one transaction (group commit).
     commit_batch: int = Field(default=256, ge=1)
 
+    #: replicas on one PostgreSQL database (controller/leadership.py): the URL clients reach this replica at
+    #: (standbys name the leader's in their answers; empty: they cannot say where it is), the lease's length on
+    #: the database's clock (a leader that stops renewing is replaced after at most this long) and how often the
+    #: leader renews it and standbys look at it.
+    advertised_url: str = ""
+    lease_ttl_s: float = Field(default=1.5, gt=0)
+    lease_renew_s: float = Field(default=0.3, gt=0)
+
     @model_validator(mode="before")
     @classmethod
     def _no_unknown_variables(cls, data: Any) -> Any:
@@ -131,6 +139,9 @@ class Settings(BaseSettings):
             raise ValueError("token_scopes: a token is also in api_tokens (admin); give it one role")
         if any(not t.strip() for t in self.token_scopes):
             raise ValueError("token_scopes: empty token")
+        if self.lease_renew_s * 2 > self.lease_ttl_s:
+            raise ValueError(f"lease_renew_s ({self.lease_renew_s:g}) must be at most half of lease_ttl_s "
+                             f"({self.lease_ttl_s:g}): a leader renews its lease several times before it expires")
         if self.max_candidates > self.max_concurrent_solves - self.reserved_auto_solves:
             raise ValueError(f"max_candidates ({self.max_candidates}) must fit in the ad-hoc solve slots "
                              f"(max_concurrent_solves - reserved_auto_solves = "

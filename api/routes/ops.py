@@ -30,12 +30,18 @@ def _ping(engine: Any) -> None:
         conn.execute(text("SELECT 1"))
 
 
-@router.get("/readyz", responses={503: {"description": "not ready: the database or the solver pool is not usable"}})
+@router.get("/readyz", responses={503: {"description": "not ready: the database or the solver pool is not usable, "
+                                                    "or this replica is a standby (``Rebalancer-Leader``: the "
+                                                    "leader's URL)"}})
 async def readyz(ctl: Controller = Depends(get_controller)) -> JSONResponse:
-    """Readiness (never needs a token): the database answers ``SELECT 1`` within 2 s and the solver pool has a
-    worker ready (workers start in the background at startup) and is not broken; 503 with the reason otherwise."""
-    out: dict[str, Any] = {}
-    ok = True
+    """Readiness (never needs a token): this replica leads (``role``; on PostgreSQL a standby answers 503 with the
+    leader's URL in ``leader`` and the ``Rebalancer-Leader`` header), the database answers ``SELECT 1`` within 2 s
+    and the solver pool has a worker ready (workers start in the background at startup) and is not broken; 503 with
+    the reason otherwise."""
+    lead = ctl.ctx.leadership
+    out: dict[str, Any] = lead.describe()
+    ok = out["role"] == "leader"
+    headers = {"Rebalancer-Leader": lead.leader_url} if lead.replicated and lead.leader_url else None
     try:
         await asyncio.wait_for(asyncio.to_thread(_ping, ctl.ctx.engine), READY_TIMEOUT_S)
         out["database"] = "ok"
@@ -54,7 +60,7 @@ async def readyz(ctl: Controller = Depends(get_controller)) -> JSONResponse:
         if health["broken"] or health["closed"] or health["ready_workers"] < 1:
             ok = False
     out["status"] = "ready" if ok else "not ready"
-    return JSONResponse(out, status_code=200 if ok else 503)
+    return JSONResponse(out, status_code=200 if ok else 503, headers=headers)
 
 
 @router.get("/metrics", response_class=Response)

@@ -27,6 +27,9 @@ from clients.python.errors import (
 )
 
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+#: a replica that is not the leader answers with ``Rebalancer-Role: standby`` (nothing was done) and names the leader
+ROLE_HEADER = "Rebalancer-Role"
+LEADER_HEADER = "Rebalancer-Leader"
 ERROR_BODY_BYTES = 1 << 20  # error bodies are read up to 1 MiB (a detail, not a document)
 T = TypeVar("T")
 S = TypeVar("S", bound="HTTPSession")
@@ -59,7 +62,7 @@ class HTTPSession:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         *,
         token: str | None = None,
         timeout: float = 5.0,
@@ -80,13 +83,19 @@ class HTTPSession:
             raise InvalidArgument("timeouts and the deadline must be > 0")
         if max_response_bytes < 1:
             raise InvalidArgument("max_response_bytes must be >= 1")
-        try:
-            scheme = httpx.URL(base_url).scheme
-        except (httpx.InvalidURL, TypeError) as exc:
-            raise InvalidArgument(f"base_url: {exc}") from None
-        if scheme not in ("http", "https"):
-            raise InvalidArgument(f"base_url must start with http:// or https://, got {base_url!r}")
-        self.base_url = base_url.rstrip("/")
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise InvalidArgument("base_url: give at least one URL")
+        for u in urls:
+            try:
+                scheme = httpx.URL(u).scheme
+            except (httpx.InvalidURL, TypeError) as exc:
+                raise InvalidArgument(f"base_url: {exc}") from None
+            if scheme not in ("http", "https"):
+                raise InvalidArgument(f"base_url must start with http:// or https://, got {u!r}")
+        #: the controller's replicas; requests go to ``base_urls[_current]`` (the last one that served)
+        self.base_urls = [u.rstrip("/") for u in urls]
+        self._current = 0
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
         self.retries = int(retries)
@@ -100,8 +109,13 @@ class HTTPSession:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._transport = transport if transport is not None else DeadlineTransport(verify=verify)
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, transport=self._transport,
+        self._http = httpx.Client(headers=headers, transport=self._transport,
                                   timeout=httpx.Timeout(timeout, connect=connect_timeout), trust_env=False)
+
+    @property
+    def base_url(self) -> str:
+        """The URL requests go to now (of several: the replica that served last)."""
+        return self.base_urls[self._current]
 
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
@@ -147,6 +161,44 @@ class HTTPSession:
                 raise httpx.ReadTimeout("deadline exceeded")
         return bytes(buf)
 
+    def _attempt(self, method: str, base: str, url: str, end: float, json: Any,
+                 params: Mapping[str, Any] | None) -> tuple[httpx.Response | None, Exception | None, bool]:
+        """One attempt on ``base``: (the fully read response, None, False), or (None, the failure, whether the
+        request provably never left)."""
+        try:
+            with self._bound(end):
+                left = end - time.monotonic()
+                req = self._http.build_request(method, base + url, json=json, params=params, timeout=httpx.Timeout(
+                    left, connect=min(self.connect_timeout, left)))
+                streamed = self._http.send(req, stream=True)
+                try:
+                    body = self._read(streamed, end)
+                finally:
+                    streamed.close()
+            response = httpx.Response(streamed.status_code, headers=streamed.headers, content=body, request=req)
+            return response, None, False
+        except httpx.DecodingError as exc:
+            raise MalformedResponse(f"undecodable body ({exc})", method=method, url=base + url) from exc
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            raise InvalidArgument(f"{method} {base}{url}: {exc}") from exc
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            return None, exc, True
+        except httpx.HTTPError as exc:
+            return None, exc, False
+
+    def _fail_over(self, at: int, hint: str | None, down: set[int], tried: set[int]) -> bool:
+        """Move from URL ``at`` to the leader a standby named (``hint``, only when it is one of the configured URLs
+        and answered in this call) or else to the next URL not found down in this call; True when the new URL was
+        not tried yet in this call (no need to wait before trying it)."""
+        n = len(self.base_urls)
+        named = self.base_urls.index(hint.rstrip("/")) if hint and hint.rstrip("/") in self.base_urls else None
+        if named is not None and named not in down:
+            nxt = named
+        else:
+            nxt = next((j % n for j in range(at + 1, at + n + 1) if j % n not in down), (at + 1) % n)
+        self._current = nxt
+        return nxt not in tried
+
     def request(
         self,
         method: str,
@@ -161,66 +213,63 @@ class HTTPSession:
         timeout: float | None = None,
         ok_after_retry: Sequence[int] = (),
     ) -> httpx.Response:
-        """Send one request with the client's deadline and retry policy; return the (fully read) response or raise.
+        """Send one request with the client's deadline, retry and failover policy; return the (fully read) response
+        or raise.
 
         ``path`` is used as given: encode its segments with :func:`segment`. ``idempotent`` defaults to True for
-        GET/PUT/DELETE/HEAD; non-idempotent requests are retried only on connect errors (never sent).
-        ``deadline`` and ``timeout`` override the client's total seconds for this call and for one attempt.
-        ``ok_after_retry``: statuses that count as success on a retry after an attempt that may have reached the
-        server (404 for a DELETE whose first answer was lost).
+        GET/PUT/DELETE/HEAD; non-idempotent requests are retried only when they provably did nothing (connect
+        errors, the answer of a standby replica). ``deadline`` and ``timeout`` override the client's total seconds
+        for this call and for one attempt. ``ok_after_retry``: statuses that count as success on a retry after an
+        attempt that may have reached the server (404 for a DELETE whose first answer was lost). With several base
+        URLs, a URL that cannot be reached or times out, and a standby (``Rebalancer-Role: standby``, naming the
+        leader in ``Rebalancer-Leader``), send the request on to the leader or the next URL; moving to a URL not
+        tried yet in this call costs no retry and no wait.
         """
         if idempotent is None:
             idempotent = method.upper() in ("GET", "PUT", "DELETE", "HEAD", "OPTIONS")
         max_retries = self.retries if retries is None else retries
         url = path if path.startswith("/") else "/" + path
-        where = f"{method} {self.base_url}{url}"
         call_end = time.monotonic() + (self.deadline if deadline is None else deadline)
         per_attempt = self.timeout if timeout is None else timeout
         attempt, maybe_sent = 0, False
+        down: set[int] = set()
+        tried: set[int] = set()
         while True:
+            at = self._current
+            base = self.base_urls[at]
             now = time.monotonic()
             if now >= call_end:
-                raise DeadlineExceeded(f"{where}: no answer within the deadline")
+                raise DeadlineExceeded(f"{method} {base}{url}: no answer within the deadline")
             end = min(call_end, now + per_attempt)
-            response: httpx.Response | None = None
-            try:
-                with self._bound(end):
-                    left = end - now
-                    req = self._http.build_request(method, url, json=json, params=params, timeout=httpx.Timeout(
-                        left, connect=min(self.connect_timeout, left)))
-                    streamed = self._http.send(req, stream=True)
-                    try:
-                        body = self._read(streamed, end)
-                    finally:
-                        streamed.close()
-                response = httpx.Response(streamed.status_code, headers=streamed.headers, content=body, request=req)
-                failure: Exception | None = None
-                never_sent = False
-            except httpx.DecodingError as exc:
-                raise MalformedResponse(f"undecodable body ({exc})", method=method, url=self.base_url + url) from exc
-            except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
-                raise InvalidArgument(f"{where}: {exc}") from exc
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                failure, never_sent = exc, True
-            except httpx.HTTPError as exc:
-                failure, never_sent = exc, False
+            tried.add(at)
+            response, failure, never_sent = self._attempt(method, base, url, end, json, params)
             if response is not None and (response.status_code in expect
                                          or (maybe_sent and response.status_code in ok_after_retry)):
                 return response
-            retryable = never_sent or (idempotent and (response is None or response.status_code in RETRY_STATUSES))
-            delay = self._sleep_for(attempt, response)
-            if retryable and attempt < max_retries and time.monotonic() + delay < call_end:
-                maybe_sent = maybe_sent or (not never_sent and (response is None or response.status_code != 429))
+            standby = response is not None and response.headers.get(ROLE_HEADER) == "standby"
+            fresh = False
+            if standby or response is None:  # this URL cannot serve the request: on to the leader, or the next
+                if response is None:
+                    down.add(at)
+                fresh = self._fail_over(at, response.headers.get(LEADER_HEADER) if response is not None else None,
+                                        down, tried)
+            retryable = never_sent or standby or (idempotent and (response is None
+                                                                  or response.status_code in RETRY_STATUSES))
+            delay = 0.0 if fresh else self._sleep_for(attempt, None if standby else response)
+            if retryable and (fresh or attempt < max_retries) and time.monotonic() + delay < call_end:
+                maybe_sent = maybe_sent or (not never_sent and not standby
+                                            and (response is None or response.status_code != 429))
                 time.sleep(delay)
-                attempt += 1
+                attempt += 0 if fresh else 1
                 continue
             if response is not None:
-                raise self._error(method, url, response)
+                raise self._error(method, base + url, response)
+            where = f"{method} {base}{url}"
             if time.monotonic() >= end:
                 raise DeadlineExceeded(f"{where}: no answer within the deadline ({failure!r})") from failure
             raise ControllerUnavailable(f"{where}: {type(failure).__name__} ({failure!r})") from failure
 
-    def _error(self, method: str, url: str, response: httpx.Response) -> APIError:
+    def _error(self, method: str, where: str, response: httpx.Response) -> APIError:
         body: Any = None
         detail: Any = response.text
         try:
@@ -229,7 +278,7 @@ class HTTPSession:
         except (ValueError, RecursionError):
             pass
         cls = error_for_status(response.status_code)
-        return cls(response.status_code, detail, body=body, method=method, url=f"{self.base_url}{url}")
+        return cls(response.status_code, detail, body=body, method=method, url=where)
 
     def _json(self, method: str, path: str, **kw: Any) -> tuple[Any, int]:
         """The decoded JSON body of ``method path`` and the HTTP status."""

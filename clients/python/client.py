@@ -58,7 +58,12 @@ class RebalancerClient(HTTPSession):
     """Client of one controller.
 
     Args:
-        base_url: e.g. ``http://127.0.0.1:8000`` (the ``/v1`` prefix is added by the methods).
+        base_url: e.g. ``http://127.0.0.1:8000`` (the ``/v1`` prefix is added by the methods), or a list of the
+            URLs of the controller's replicas (PostgreSQL): a call goes to the one that served last and moves on to
+            the leader a standby names (when it is one of these URLs) or to the next URL when one cannot be reached,
+            times out or is a standby. A standby did nothing, so any call is sent again; after a timeout only
+            idempotent calls are (statistics are counted once per ``batch_id``, an execute is guarded by its
+            proposal's ``base_epoch``).
         token: bearer token when the controller runs with ``REBALANCER_API_TOKENS``.
         timeout: total seconds of one attempt (connect, send and the whole response).
         connect_timeout: connect timeout in seconds of one attempt.
