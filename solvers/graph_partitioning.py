@@ -100,7 +100,7 @@ def _fingerprint(adj: sp.csr_matrix, nodes: np.ndarray, cap: np.ndarray, seed: i
 
 
 def balanced_target(problem: Problem, adj: sp.csr_matrix, *, seed: int = 0, ufactor: int = 30) -> np.ndarray:
-    """A whole-graph collocation target for multi-round planning (a deviation from ALBIC's Algorithm 2, issue 13.2):
+    """A whole-graph collocation target for multi-round planning (a deviation from ALBIC's Algorithm 2):
     the METIS k-way partition of the traffic graph into |A| parts balanced by key group load (as COLA, ALBIC paper
     §5.2, with target part weights ∝ capacity), each part relabelled to the active node that already holds most of
     its load (Hungarian assignment, scipy ``linear_sum_assignment``), so that few key groups must move.
