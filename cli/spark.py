@@ -9,7 +9,7 @@ JVM key → key group function as the streaming integration, ``pmod(xxhash64(key
 * ``load``: the number of records (``--load records``, default) or their estimated bytes (``--load bytes``);
 * ``state_bytes``: the state a keyed count would hold, Σ over its distinct keys of (key bytes + 8);
 
-and writes the problem document of DESIGN.md: nodes ``p0..p{N-1}``, key groups ``<operator>/<k>`` on contiguous
+and writes the problem document of docs/design.md: nodes ``p0..p{N-1}``, key groups ``<operator>/<k>`` on contiguous
 ranges of nodes (as Flink assigns them), an optional budget. With ``--dst-key`` (and ``--dst-operator``,
 ``--dst-key-groups``) the records also count as communication from the ``--key`` stage to the ``--dst-key`` stage,
 and the destination key groups join the problem. Runs on ``local[*]`` by default, on a cluster with ``--master``.

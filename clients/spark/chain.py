@@ -12,7 +12,7 @@ under ``<state root>/<operator>``, its own routing table over the same ``partiti
 * per batch the statistics of all stages go to the controller in one post, with the **communication** between
   consecutive stages: the rows stage ``i`` emits, counted per (source key group, destination key group) by
   :func:`clients.spark.stats.communication_stats` — the input ``albic``'s collocation needs
-  (ALBIC §4.3.2; the edge ``s → r`` of DESIGN.md's communication statistics);
+  (ALBIC §4.3.2; the edge ``s → r`` of docs/design.md's communication statistics);
 * a placement covers every operator of the job: at the next batch boundary each stage switches to its part (a
   stage whose part did not change only takes the new epoch label).
 

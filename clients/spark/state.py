@@ -1,7 +1,7 @@
 """Keyed state managed by the integration inside ``foreachBatch``, partitioned by the routing table.
 
 Spark's built-in stateful operators fix the partition of a key (a hash you cannot choose, and
-``spark.sql.shuffle.partitions`` cannot change after the first run — DESIGN.md, "Spark facts"). So the
+``spark.sql.shuffle.partitions`` cannot change after the first run — docs/design.md, "Spark facts"). So the
 integration keeps keyed state itself: a DataFrame with one row per key, ``(_rb_route, _rb_kg, key...,
 aggregates...)``, hash-partitioned by ``_rb_route`` into ``n`` partitions, so row ``r`` sits on partition
 ``routing.partition_of[r._rb_kg]`` exactly (see :mod:`clients.spark.routing`). After every batch the state is

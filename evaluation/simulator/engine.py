@@ -22,7 +22,7 @@ Model (the papers' simulation DAG: D-C paper §V-A "Simulation", CG paper §7.1 
 * Capacity changes (``capacity_changes``: list of ``(fraction_of_messages, capacities)``) model the CG paper's
   Fig. 12.
 
-Metrics (DESIGN.md "Stream groupings", :mod:`solvers.groupings.metrics`): worker load L_w = messages routed to
+Metrics (docs/design.md "Stream groupings", :mod:`solvers.groupings.metrics`): worker load L_w = messages routed to
 w; imbalance I = max L/m − avg L/m (D-C paper §II-B, normalised by messages; ``imbalance_messages`` is the same in
 messages), normalised imbalance (max − avg)/avg (CG paper Table 1), replication = Σ_keys |workers that saw the
 key| / |keys seen|; throughput at saturation = the largest arrival

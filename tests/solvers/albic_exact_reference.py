@@ -1,12 +1,12 @@
 """An exact reference for the ALBIC load-balancing MILP (Madsen, Zhou, Cao, §4.3.1), independent of the planner.
 
-Written straight from the paper (and DESIGN.md's metrics), sharing no code with :mod:`solvers.albic.milp`:
+Written straight from the paper (and docs/design.md's metrics), sharing no code with :mod:`solvers.albic.milp`:
 
 - binary ``x[k, j]``: key group ``k`` ends on node ``j``; (1) ``Σ_j x[k, j] = 1``; nothing moves onto a removing
   node (Lemma 1; the planner's contract);
 - (2) the migration budget: ``Σ_k (1 − x[k, cur_k]) ≤ maxMigrations`` and ``Σ_k σ_k (1 − x[k, cur_k]) ≤ maxBytes``;
 - (3)(4) every active node ``j``: ``|L_j / c_j − t| ≤ d`` with ``t = Σ_j L_j / Σ_{j∈A} c_j``;
-- communication (DESIGN.md): an edge ``s → r`` with rate ``ρ`` adds ``cc·ρ`` to the node of ``s`` and of ``r`` when
+- communication (docs/design.md): an edge ``s → r`` with rate ``ρ`` adds ``cc·ρ`` to the node of ``s`` and of ``r`` when
   they differ, linearised exactly: ``z = x[s, j] ∧ ¬x[r, j]`` (``z ≥ x[s,j] − x[r,j]``, ``z ≤ x[s,j]``,
   ``z ≤ 1 − x[r,j]``), the load of ``j`` gains ``cc·ρ·(z_src + z_dst)`` and the total ``2·cc·ρ·Σ_j z_src``;
 - extra resources ("Extending to Multi-Dimensional Load"): ``Σ_k r_k x[k, j] ≤ max(limit_j, usage now_j)``;
@@ -115,7 +115,7 @@ def _minimise(p: Problem, time_limit: float, presolve: bool) -> tuple[int, int, 
 
 
 def exact_distance(p: Problem, plan: np.ndarray) -> Fraction:
-    """The load distance of ``plan`` in exact rational arithmetic on the problem's floats (DESIGN.md)."""
+    """The load distance of ``plan`` in exact rational arithmetic on the problem's floats (docs/design.md)."""
     n = p.n_nodes
     loads = [Fraction(0)] * n
     for k, j in enumerate(plan.tolist()):
@@ -198,7 +198,7 @@ def _model(p: Problem) -> tuple[cp_model.CpModel, list[list], object, Fraction, 
 
 def _comm_terms(p: Problem, model: cp_model.CpModel, x: list[list]
                 ) -> tuple[list[list[tuple[Fraction, object]]], list[tuple[Fraction, object]]]:
-    """Communication (DESIGN.md), linearised exactly: ``z = x[s, j] ∧ ¬x[r, j]`` per edge side and node; per node
+    """Communication (docs/design.md), linearised exactly: ``z = x[s, j] ∧ ¬x[r, j]`` per edge side and node; per node
     the cost terms ``(cc·ρ, z)`` and the cut terms of the total (each edge's source side once)."""
     n = p.n_nodes
     node_terms: list[list[tuple[Fraction, object]]] = [[] for _ in range(n)]
@@ -230,7 +230,7 @@ def _comm_terms(p: Problem, model: cp_model.CpModel, x: list[list]
 def enumerate_plans(p: Problem, max_plans: int = 2_000_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every plan of ``p`` by brute force, vectorised: (plans (P, m), load distance (P,), load on removing nodes
     (P,)) of the assignments that keep the budget (count and bytes), the resource limits (``max(limit, usage
-    now)``) and Lemma 1 (nothing moved onto a removing node), in float arithmetic (DESIGN.md's metrics, written
+    now)``) and Lemma 1 (nothing moved onto a removing node), in float arithmetic (docs/design.md's metrics, written
     again here: communication charged to both ends of a cut edge)."""
     m, n = p.n_key_groups, p.n_nodes
     if n ** m > max_plans:
