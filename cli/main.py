@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "cli.serve",       # serve (the controller)
     "cli.db",          # db current | upgrade | history (schema migrations)
     "cli.spark",       # spark-stats (PySpark statistics pipeline)
+    "cli.whatif",      # what-if (scaling, offline)
 ]
 
 
