@@ -33,11 +33,11 @@ import numpy as np
 from tests.helpers.server import ServerProcess
 
 
-def start_controller(db_path: Path) -> ServerProcess:
-    """``rebalancer serve`` on a free port of 127.0.0.1 with the SQLite file ``db_path``, once ``/healthz``
-    answers (:class:`tests.helpers.server.ServerProcess`, the one way tests and benchmarks start a server; its
-    ``stop()`` ends the server and its solver workers)."""
-    return ServerProcess(f"sqlite:///{db_path}", test_settings=False).start()
+def start_controller(db_path: Path, port: int | None = None) -> ServerProcess:
+    """``rebalancer serve`` on ``port`` (default: a free one) of 127.0.0.1 with the SQLite file ``db_path``, once
+    ``/healthz`` answers (:class:`tests.helpers.server.ServerProcess`, the one way tests and benchmarks start a
+    server; its ``stop()`` ends the server and its solver workers)."""
+    return ServerProcess(f"sqlite:///{db_path}", test_settings=False, port=port).start()
 
 
 def zipf_batches(out_dir: Path, *, batches: int, rows: int, keys: int, z: float, seed: int = 1) -> list[Path]:
@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--quick", action="store_true", help="10 batches of 20k records, a smaller overhead run")
     ap.add_argument("--controller", default=None, help="use a running controller at this URL instead")
+    ap.add_argument("--port", type=int, default=None,
+                    help="port of the controller the demo starts (default: a free one; make demo DEMO_PORT=N)")
     ap.add_argument("--output", default="bench-results/spark_demo.json")
     args = ap.parse_args(argv)
     if args.quick:
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             url = args.controller
         else:
             say("starting the controller ...")
-            proc = start_controller(tmp / "rebalancer.db")
+            proc = start_controller(tmp / "rebalancer.db", args.port)
             url = proc.url
         say(f"controller at {url}; writing {args.batches} batches of {args.rows} Zipf(z={args.zipf}) records ...")
         src = tmp / "events"
