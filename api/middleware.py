@@ -15,8 +15,6 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
-from api.offload import EVALUATE as OFFLOADED_EVALUATE
-from api.offload import PATH as OFFLOADED_PLANS
 from api.tenants import JOBS, Grant, decide, filter_job_list
 from controller.telemetry import Telemetry
 
@@ -77,14 +75,11 @@ class MetricsMiddleware:
 
 
 def _route_name(scope: dict[str, Any], root_path: str) -> str:
-    """The matched route's template; a large plan or evaluation answered by :mod:`api.offload` before routing, its
-    path; under a mount (Starlette extends ``root_path`` by the mount's prefix as it routes into it), the mount's
-    prefix + ``/{path}``; else ``unmatched``."""
+    """The matched route's template; under a mount (Starlette extends ``root_path`` by the mount's prefix as it
+    routes into it), the mount's prefix + ``/{path}``; else ``unmatched``."""
     path = getattr(scope.get("route"), "path", None)
     if path:
         return str(path)
-    if scope.get("path") in (OFFLOADED_PLANS, OFFLOADED_EVALUATE):
-        return str(scope["path"])
     mounted = str(scope.get("root_path", ""))
     if mounted != root_path and mounted.startswith(root_path):
         return mounted[len(root_path):] + "/{path}"

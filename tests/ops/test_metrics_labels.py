@@ -43,17 +43,23 @@ def test_static_documentation_files_count_under_their_mount(server: ServerProces
     assert requests_total(server.url).get(("GET", "unmatched", "404")) == 1
 
 
-@pytest.mark.parametrize("declared,sent", [(100_000, 30), (8_000_000, 2_000_000)], ids=["small", "offloaded"])
+def aborted(counts: dict[tuple[str, str, str], float]) -> float:
+    return sum(v for (method, _, status), v in counts.items() if method == "POST" and status == "499")
+
+
+@pytest.mark.parametrize("declared,sent", [(100_000, 30), (8_000_000, 2_000_000)], ids=["small", "large"])
 def test_an_aborted_upload_is_not_a_server_error(server: ServerProcess, declared: int, sent: int) -> None:
-    before = requests_total(server.url).get(("POST", "/v1/plans", "499"), 0)
+    before = aborted(requests_total(server.url))
     with socket.create_connection((HOST, server.port), timeout=10) as s:
         s.sendall(b"POST /v1/plans HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % declared + b'{"problem": {"nodes": [' + b" " * sent)
         time.sleep(0.3)
     deadline = time.monotonic() + 20
     counts = requests_total(server.url)
-    while counts.get(("POST", "/v1/plans", "499"), 0) == before and time.monotonic() < deadline:
+    while aborted(counts) == before and time.monotonic() < deadline:
         time.sleep(0.2)
         counts = requests_total(server.url)
-    assert counts.get(("POST", "/v1/plans", "499")) == before + 1, counts
-    assert not [k for k in counts if k[2] in ("500", "422")], counts
+    assert aborted(counts) == before + 1, counts
+    assert not [k for k in counts if k[0] == "POST" and k[2] in ("500", "422")], counts
+    if declared < 1024 * 1024:  # answered by the route (a large body may be handled before routing)
+        assert counts.get(("POST", "/v1/plans", "499")) == 1, counts
