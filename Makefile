@@ -48,9 +48,11 @@ bench: $(VENV)/.installed-dev
 	echo "== bench spark_routing" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m benchmarks.bench_spark_routing $(BENCH_ARGS) --output bench-results/spark_routing.json
 	echo "== bench spark_state" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m benchmarks.bench_spark_state $(BENCH_ARGS) --output bench-results/spark_state.json
 
+# `make demo DEMO_PORT=9000` starts the demo's controller on that port (default: a free one).
+DEMO_PORT ?=
 demo: $(VENV)/.installed-dev
 	mkdir -p bench-results
-	$(PY) -m benchmarks.spark_demo
+	$(PY) -m benchmarks.spark_demo $(if $(DEMO_PORT),--port $(DEMO_PORT))
 
 # The lock, from a fresh virtualenv with the newest versions pyproject.toml allows (a few minutes; needs the package
 # index). Run it after changing a dependency in pyproject.toml or to take updates, then run `make test` and commit

@@ -33,11 +33,11 @@ import numpy as np
 from tests.helpers.server import ServerProcess
 
 
-def start_controller(db_path: Path) -> ServerProcess:
-    """``rebalancer serve`` on a free port of 127.0.0.1 with the SQLite file ``db_path``, once ``/healthz``
-    answers (:class:`tests.helpers.server.ServerProcess`, the one way tests and benchmarks start a server; its
-    ``stop()`` ends the server and its solver workers)."""
-    return ServerProcess(f"sqlite:///{db_path}", test_settings=False).start()
+def start_controller(db_path: Path, port: int | None = None) -> ServerProcess:
+    """``rebalancer serve`` on ``port`` (default: a free one) of 127.0.0.1 with the SQLite file ``db_path``, once
+    ``/healthz`` answers (:class:`tests.helpers.server.ServerProcess`, the one way tests and benchmarks start a
+    server; its ``stop()`` ends the server and its solver workers)."""
+    return ServerProcess(f"sqlite:///{db_path}", test_settings=False, port=port).start()
 
 
 def zipf_batches(out_dir: Path, *, batches: int, rows: int, keys: int, z: float, seed: int = 1) -> list[Path]:
@@ -59,30 +59,46 @@ def zipf_batches(out_dir: Path, *, batches: int, rows: int, keys: int, z: float,
     return files
 
 
+def figure(doc: dict, plt) -> object:
+    """The demo's figure: max/mean records per partition per batch (hash vs routing) and the migrations, with a
+    caption saying why the routing starts where it does."""
+    from matplotlib.ticker import MaxNLocator
+
+    cfg = doc["config"]
+    b = [r["batch_id"] for r in doc["batches"]]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6.6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    ax1.plot(b, [r["hash_max_over_mean"] for r in doc["batches"]], "o-", label="Spark hash partitioning")
+    ax1.plot(b, [r["rebalanced_max_over_mean"] for r in doc["batches"]], "s-", label="Rebalancer routing")
+    ax1.axhline(1.10, color="grey", ls="--", lw=1, label="1.10")
+    ax1.set_ylabel("max / mean records per partition")
+    ax1.set_title(f"Zipf z={cfg['zipf']}, {cfg['partitions']} partitions, {cfg['key_groups']} key groups, "
+                  f"{cfg['algorithm']}")
+    ax1.legend(loc="upper right")
+    ax1.grid(alpha=0.3)
+    ax2.bar(b, [r["migrations"] for r in doc["batches"]], color="tab:orange")
+    ax2.set_ylabel("migrations")
+    ax2.set_xlabel("micro-batch")
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax2.grid(alpha=0.3)
+    first = next((r["batch_id"] for r in doc["batches"] if r["epoch"] > 0), None)
+    per = cfg["key_groups"] // cfg["partitions"]
+    applied = f"the first plan is applied from batch {first}" if first is not None else "no plan was applied"
+    fig.text(0.01, 0.01,
+             f"Until the first plan the routing is the initial layout: the {cfg['key_groups']} key groups (keys hashed "
+             f"to key groups) in contiguous ranges of {per} per partition,\na hash placement of its own, no better "
+             f"than Spark's by design. The controller plans once its window holds {cfg['window_batches']} batches; "
+             f"{applied}.", fontsize=7.5, va="bottom")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
 def plot(doc: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    b = [r["batch_id"] for r in doc["batches"]]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    ax1.plot(b, [r["hash_max_over_mean"] for r in doc["batches"]], "o-", label="Spark hash partitioning")
-    ax1.plot(b, [r["rebalanced_max_over_mean"] for r in doc["batches"]], "s-", label="Rebalancer routing")
-    ax1.axhline(1.10, color="grey", ls="--", lw=1, label="target 1.10")
-    ax1.set_ylabel("max / mean records per partition")
-    ax1.set_title(f"Zipf z={doc['config']['zipf']}, {doc['config']['partitions']} partitions, "
-                  f"{doc['config']['key_groups']} key groups, {doc['config']['algorithm']}")
-    ax1.legend()
-    ax1.grid(alpha=0.3)
-    ax2.bar(b, [r["migrations"] for r in doc["batches"]], color="tab:orange")
-    ax2.set_ylabel("migrations")
-    ax2.set_xlabel("micro-batch")
-    from matplotlib.ticker import MaxNLocator
-
-    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax2.grid(alpha=0.3)
-    fig.tight_layout()
+    fig = figure(doc, plt)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -106,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--quick", action="store_true", help="10 batches of 20k records, a smaller overhead run")
     ap.add_argument("--controller", default=None, help="use a running controller at this URL instead")
+    ap.add_argument("--port", type=int, default=None,
+                    help="port of the controller the demo starts (default: a free one; make demo DEMO_PORT=N)")
     ap.add_argument("--output", default="bench-results/spark_demo.json")
     args = ap.parse_args(argv)
     if args.quick:
@@ -129,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             url = args.controller
         else:
             say("starting the controller ...")
-            proc = start_controller(tmp / "rebalancer.db")
+            proc = start_controller(tmp / "rebalancer.db", args.port)
             url = proc.url
         say(f"controller at {url}; writing {args.batches} batches of {args.rows} Zipf(z={args.zipf}) records ...")
         src = tmp / "events"

@@ -130,7 +130,7 @@ class Settings(BaseSettings):
         unknown = sorted(k for k in os.environ if k.upper().startswith(PREFIX) and k.upper() not in known)
         if unknown:
             close = difflib.get_close_matches(unknown[0].upper(), sorted(known - CLIENT_VARIABLES), n=1)
-            hint = f"did you mean {close[0]}?" if close else "see controller/settings.py for the settings"
+            hint = f"did you mean {close[0]}?" if close else "see the configuration page of the documentation"
             raise ValueError(f"unknown setting {unknown[0]} ({hint})")
         return data
 

@@ -39,3 +39,9 @@ def test_a_database_password_is_never_printed() -> None:
     for url in ("postgresql://user:hunter2@127.0.0.1:1/db", "nosuchdriver://user:hunter2@host/db"):
         line = one_line(serve("--database", url))
         assert "--database" in line and "hunter2" not in line and "user:***@" in line, line
+
+
+def test_an_unknown_variable_without_a_close_name_points_to_the_documentation() -> None:
+    name = "REBALANCER_" + "Q" * 40
+    line = one_line(serve(**{name: "1"}))
+    assert f"unknown setting {name} (see the configuration page of the documentation)" in line, line
