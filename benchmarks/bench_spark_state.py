@@ -1,4 +1,4 @@
-"""Durable keyed state side by side: Spark's own stateful aggregation against the integration (issue 15).
+"""Durable keyed state side by side: Spark's own stateful aggregation against the integration.
 
 ``python -m benchmarks.bench_spark_state [--quick] [--batches 24] [--rows 25000]
 [--output bench-results/spark_state.json]``

@@ -1,4 +1,4 @@
-"""PySpark integration of Rebalancer (issue 8).
+"""PySpark integration of Rebalancer.
 
 Modules (import them directly; nothing here imports pyspark, so the package stays importable without it):
 
@@ -6,11 +6,14 @@ Modules (import them directly; nothing here imports pyspark, so the package stay
   expressions, exact placement (``repartition`` by a route value that hashes to the routed partition);
 * :mod:`clients.spark.stats` — per-batch statistics with Spark aggregations (records/bytes per key group, records
   per partition, communication between keyed stages);
-* :mod:`clients.spark.state` — keyed state partitioned by the routing table, migrations of moved key groups only;
+* :mod:`clients.spark.placement`, :mod:`clients.spark.state`, :mod:`clients.spark.partials` — keyed state placed by
+  the routing table (restores, migrations of moved key groups only) and the mergeable aggregations;
 * :mod:`clients.spark.driver` — :class:`~clients.spark.driver.RebalancingDriver`, the ``foreachBatch`` function
-  that talks to the controller and applies plans at batch boundaries;
-* :mod:`clients.spark.control` — the driver's conversation with the controller (registration, statistics,
-  proposals, validation of assignments, back-off);
+  that talks to the controller and applies placements at batch boundaries;
+* :mod:`clients.spark.config` — its options: :class:`~clients.spark.config.ControllerConfig`,
+  :class:`~clients.spark.config.DurabilityConfig`;
+* :mod:`clients.spark.control`, :mod:`clients.spark.layout` — the conversation with the controller (registration,
+  statistics as arrays in the job's key-group order, placements, proposals, back-off);
 * :mod:`clients.spark.functions`, :mod:`clients.spark.recipes` — the per-key pandas function API
   (:class:`~clients.spark.functions.KeyedFunction`) and ready-made functions (sessions, top-N);
 * :mod:`clients.spark.chain` — :class:`~clients.spark.chain.OperatorChain`, several keyed operators in one query as

@@ -1,4 +1,4 @@
-"""Several keyed operators in one query, as the operators of ONE controller job (issue 15).
+"""Several keyed operators in one query, as the operators of ONE controller job.
 
 A query often has more than one keyed step: per-user aggregates feeding a per-region top-N, a sessionisation
 feeding per-page counts. :class:`OperatorChain` runs such steps in one ``foreachBatch``: stage ``i + 1`` consumes
@@ -12,7 +12,7 @@ under ``<state root>/<operator>``, its own routing table over the same ``partiti
 * per batch the statistics of all stages go to the controller in one post, with the **communication** between
   consecutive stages: the rows stage ``i`` emits, counted per (source key group, destination key group) by
   :func:`clients.spark.stats.communication_stats` — the input ``albic``'s collocation needs
-  (ALBIC §4.3.2; the edge ``s → r`` of docs/design.md's communication statistics);
+  (ALBIC §4.3.2; the edge ``s → r`` of the communication statistics in ``docs/design.md``);
 * a placement covers every operator of the job: at the next batch boundary each stage switches to its part (a
   stage whose part did not change only takes the new epoch label).
 
@@ -30,8 +30,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from clients.spark.config import ControllerConfig, DurabilityConfig
-from clients.spark.control import ControllerLink, Layout
+from clients.spark.control import ControllerLink, LinkOwner
 from clients.spark.driver import Output, RebalancingDriver
+from clients.spark.layout import Layout
 from clients.spark.reports import BatchReport
 from clients.spark.stats import communication_stats
 
@@ -59,7 +60,7 @@ class ChainReport:
         return asdict(self)
 
 
-class OperatorChain:
+class OperatorChain(LinkOwner):
     """Keyed operators in sequence inside ``foreachBatch``, rebalanced as one controller job.
 
     Args:
@@ -180,14 +181,10 @@ class OperatorChain:
         report = ChainReport(batch_id=batch_id, epoch=self._epoch, stages=reports, communication=edges)
         if len(load) < len(self.stages):
             report.controller = "replayed"
-        elif self.link is not None:
-            t_talk = time.perf_counter()
-            report.controller = self.link.talk(batch_id, load, state_bytes if len(state_bytes) == len(load)
-                                               else None, edges or None)
-            report.plan_received = self.link.received
-            report.controller_seconds = time.perf_counter() - t_talk
         else:
-            report.controller = "disabled"
+            sizes = state_bytes if len(state_bytes) == len(load) else None
+            report.controller, report.plan_received, report.controller_seconds = self._talk(
+                batch_id, load, sizes, edges or None)
         report.seconds = time.perf_counter() - t0
         self.reports.append(report)
         if self.on_batch is not None:
@@ -204,13 +201,6 @@ class OperatorChain:
             log.warning("communication %s -> %s failed: %s", st.operator, nxt.operator, exc)
             return []
 
-    def wait_for_plan(self, timeout: float | None = None) -> None:
-        """Wait until a background proposal has finished."""
-        if self.link is not None:
-            self.link.wait_for_plan(timeout)
-
-    def close(self) -> None:
-        if self.link is not None:
-            self.link.close()
+    def _release(self) -> None:
         for st in self.stages:
             st.close()

@@ -27,98 +27,25 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from clients.python import APIError, ConflictError, NotFoundError, RebalancerError
 from clients.python import contract as c
 from clients.spark.config import ControllerConfig
+from clients.spark.layout import JobOrder, Layout, Routed, node_partitions, same_layout
 from clients.spark.routing import contiguous, partition_ids
 
 log = logging.getLogger("rebalancer.spark")
 
 _NOT_CONFIG = {404, 408, 429}
 
-#: operator id -> the partition of each of its key groups
-Layout = dict[str, np.ndarray]
-
 
 class ConfigurationError(ValueError):
     """The controller refused the job's configuration (its message is the exception's text)."""
-
-
-class Routed(Protocol):
-    """What the link needs of the side that routes the key groups (a driver, or a chain of them)."""
-
-    @property
-    def epoch(self) -> int: ...
-
-    def layout(self) -> Layout: ...
-
-    def has_layout(self) -> bool: ...
-
-    def may_switch_now(self) -> bool: ...
-
-    def switch(self, epoch: int, layout: Layout) -> None: ...
-
-    def relabel(self, epoch: int) -> None: ...
-
-
-def same_layout(a: Layout, b: Layout) -> bool:
-    if a.keys() != b.keys():
-        return False
-    for op, parts in a.items():
-        if not np.array_equal(parts, b[op]):
-            return False
-    return True
-
-
-class JobOrder:
-    """The job's key-group order as positions of this side's key groups: ``index[op][k]`` is where key group ``k``
-    of operator ``op`` stands in ``JobState.key_groups``; ``None`` when the job's key groups are not exactly
-    ``expected``."""
-
-    def __init__(self, key_groups: Sequence[str], operators: Sequence[tuple[str, int]], expected: set[str]):
-        self.size = len(key_groups)
-        self.index: dict[str, np.ndarray] | None = None
-        if len(key_groups) == len(expected) and set(key_groups) == expected:
-            pos = {k: i for i, k in enumerate(key_groups)}
-            self.index = {op: np.fromiter((pos[f"{op}/{k}"] for k in range(g)), dtype=np.int64, count=g)
-                          for op, g in operators}
-        only = next(iter(self.index.values())) if self.index is not None and len(self.index) == 1 else None
-        self.identity = only is not None and self.size == len(only) and bool((only == np.arange(self.size)).all())
-
-    def arrays(self, load: Mapping[str, np.ndarray], state_bytes: Mapping[str, np.ndarray] | None
-               ) -> tuple[list[float], list[float | None] | None]:
-        """The statistics in the job's order: one load per key group (0 for the key groups of other operators)
-        and one state size (``None`` for those of other operators: not measured here)."""
-        assert self.index is not None
-        if self.identity:
-            only = next(iter(self.index))
-            return (load[only].astype(np.float64).tolist(),
-                    None if state_bytes is None else state_bytes[only].astype(np.float64).tolist())
-        out = np.zeros(self.size, dtype=np.float64)
-        sizes = None if state_bytes is None else np.full(self.size, np.nan)
-        for op, idx in self.index.items():
-            out[idx] = load[op]
-            if sizes is not None and state_bytes is not None:
-                sizes[idx] = state_bytes[op]
-        return out.tolist(), None if sizes is None else [None if x != x else x for x in sizes.tolist()]
-
-    def layout(self, placement: Sequence[int], node_partition: np.ndarray) -> Layout:
-        """Partition of every key group of this side's operators (``-1``: a node that is no partition)."""
-        assert self.index is not None
-        parts = node_partition[np.asarray(placement, dtype=np.int64)]
-        return {op: parts[idx] for op, idx in self.index.items()}
-
-
-def node_partitions(nodes: Sequence[str], n: int) -> np.ndarray:
-    """The Spark partition of each node (``p<i>`` → i for i < n), -1 for any other node."""
-    own = {nid: i for i, nid in enumerate(partition_ids(n))}
-    return np.array([own.get(nid, -1) for nid in nodes], dtype=np.int64)
 
 
 class ControllerLink:
@@ -161,10 +88,6 @@ class ControllerLink:
     # ------------------------------------------------------------------ availability and back-off
     def available(self) -> bool:
         return self.client is not None and time.monotonic() >= self._retry_at
-
-    def _ok(self) -> None:
-        self._failures = 0
-        self._retry_at = 0.0
 
     def _down(self, what: str, exc: BaseException) -> None:
         self._failures += 1
@@ -232,7 +155,7 @@ class ControllerLink:
             self._down("registration", exc)
             return False
         self.registered = True
-        self._ok()
+        self._failures, self._retry_at = 0, 0.0
         self._learn(job)
         self._adopt(job.epoch, job.placement, at_once=True)
         return True
@@ -442,3 +365,34 @@ class ControllerLink:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+class LinkOwner:
+    """What a driver and an operator chain share as owners of a :class:`ControllerLink` (``None``: no
+    controller)."""
+
+    link: ControllerLink | None
+
+    def wait_for_plan(self, timeout: float | None = None) -> None:
+        """Wait until a background proposal has finished (tests, orderly shutdown)."""
+        if self.link is not None:
+            self.link.wait_for_plan(timeout)
+
+    def _talk(self, batch_id: int, load: Layout, state_bytes: Layout | None,
+              edges: list[dict[str, Any]] | None) -> tuple[str, bool, float]:
+        """A batch's conversation (:meth:`ControllerLink.talk`) as a report's figures: the status, whether a
+        placement arrived, the seconds it took."""
+        if self.link is None:
+            return "disabled", False, 0.0
+        t0 = time.perf_counter()
+        status = self.link.talk(batch_id, load, state_bytes, edges)
+        return status, self.link.received, time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Stop the link's background work and free the state's cached blocks."""
+        if self.link is not None:
+            self.link.close()
+        self._release()
+
+    def _release(self) -> None:
+        raise NotImplementedError

@@ -33,18 +33,22 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from clients.spark.config import ControllerConfig, DurabilityConfig
-from clients.spark.control import ConfigurationError, ControllerLink, Layout
+from clients.spark.control import ConfigurationError, ControllerLink, LinkOwner
 from clients.spark.functions import FunctionState, KeyedFunction
+from clients.spark.layout import Layout
 from clients.spark.reports import BatchReport, StateMismatchError
 from clients.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable
 from clients.spark.state import KeyedState, MigrationReport
 from clients.spark.stats import max_over_mean, partition_record_counts
-from clients.spark.store import StateStore
+from clients.spark.store import Commit, StateStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("rebalancer.spark")
 
@@ -57,7 +61,7 @@ _LOST_BLOCKS = ("Checkpoint block", "ExecutorLostFailure", "FetchFailed", "Block
 Output = Callable[[Any, int], None]
 
 
-class RebalancingDriver:
+class RebalancingDriver(LinkOwner):
     """Keyed state in ``foreachBatch``, durable and rebalanced by the controller.
 
     Args:
@@ -187,7 +191,7 @@ class RebalancingDriver:
         if force:
             self.store._latest_read = False
         df, rec = self.store.load(dedup=False)
-        if rec is None:
+        if rec is None or df is None:
             if force:
                 self.state.unpersist()
             return
@@ -212,14 +216,11 @@ class RebalancingDriver:
                 f"batches {expected}..{batch_id - 1} is missing (was the state directory changed or removed "
                 f"while the query's checkpoint was kept?)")
 
-    def _output_frame(self, df):
-        return self.state.output_frame(df)
-
     def _replay(self, batch_id: int, t0: float) -> BatchReport:
         log.warning("batch %d is a replay: state version %d is committed, not applied again", batch_id,
                     self.committed)
         if self.output is not None and self.store is not None:
-            self.output(self._output_frame(self.store.read_delta(batch_id)), batch_id)
+            self.output(self.state.output_frame(self.store.read_delta(batch_id)), batch_id)
         report = BatchReport(batch_id=batch_id, epoch=self.epoch, records=0, partition_records=[],
                              rebalanced_max_over_mean=math.nan, controller="replayed", state_version=self.committed,
                              replayed=True, seconds=time.perf_counter() - t0)
@@ -229,11 +230,11 @@ class RebalancingDriver:
         return report
 
     # ------------------------------------------------------------------ per batch
-    def foreach_batch(self, df, batch_id: int) -> None:
+    def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
         """The ``foreachBatch`` function: ``query = stream.writeStream.foreachBatch(driver.foreach_batch)``."""
         self.process(df, batch_id)
 
-    def process(self, df, batch_id: int) -> BatchReport:
+    def process(self, df: DataFrame, batch_id: int) -> BatchReport:
         """Process one micro-batch (see the module docstring) and return its report."""
         t0 = time.perf_counter()
         batch_id = int(batch_id)
@@ -257,7 +258,7 @@ class RebalancingDriver:
             report.recovered = True
             return report
 
-    def _run(self, df, batch_id: int, t0: float) -> BatchReport:
+    def _run(self, df: DataFrame, batch_id: int, t0: float) -> BatchReport:
         boundary = self._boundary()
         mig = self._switch(*boundary) if boundary is not None else None
 
@@ -276,9 +277,9 @@ class RebalancingDriver:
             hash_part = partition_record_counts(df.repartition(self.n, *self.keys), self.n)
         if self.output is not None and self.state.df is not None:
             if self.store is not None:  # the version's delta, just written: a small read, not a scan of the state
-                self.output(self._output_frame(self.store.read_delta(batch_id)), batch_id)
+                self.output(self.state.output_frame(self.store.read_delta(batch_id)), batch_id)
             else:
-                self.output(self._output_frame(self.state.df.filter(self.state.changed_rows())), batch_id)
+                self.output(self.state.output_frame(self.state.df.filter(self.state.changed_rows())), batch_id)
 
         report = BatchReport(
             batch_id=batch_id, epoch=self.epoch, records=int(part.sum()),
@@ -293,22 +294,17 @@ class RebalancingDriver:
         )
         self.last_stats = (kg_n if self.config.load == "records" else kg_b,
                            state_b if self.config.state_stats else None)
-        if self.link is not None:
-            t_talk = time.perf_counter()
-            report.controller = self.link.talk(batch_id, {self.operator: self.last_stats[0]},
-                                               None if self.last_stats[1] is None else
-                                               {self.operator: self.last_stats[1]}, edges)
-            report.plan_received = self.link.received
-            report.controller_seconds = time.perf_counter() - t_talk
-        else:
-            report.controller = "disabled"
+        sizes = None if self.last_stats[1] is None else {self.operator: self.last_stats[1]}
+        report.controller, report.plan_received, report.controller_seconds = self._talk(
+            batch_id, {self.operator: self.last_stats[0]}, sizes, edges)
         report.seconds = time.perf_counter() - t0
         self.reports.append(report)
         if self.on_batch is not None:
             self.on_batch(report)
         return report
 
-    def _update(self, df, batch_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, Any]:
+    def _update(self, df: DataFrame, batch_id: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, Commit | None]:
         """Apply the batch to the state and commit its version; returns (records per partition, records, bytes and
         state bytes change per key group (None when the state does not track it), commit record or None).
 
@@ -324,6 +320,7 @@ class RebalancingDriver:
             self.state.absorb(observed)
         else:
             self.state.step(df, batch_id, lazy=True)
+            assert self.state.df is not None
             try:
                 rec = self.store.commit(batch_id, self.state.df, changed=self.state.changed_rows(), keys=self.keys,
                                         columns=self.state.stored_columns(),
@@ -367,16 +364,17 @@ class RebalancingDriver:
         return self._state_b[1]
 
     # ------------------------------------------------------------------ results
-    def state_frame(self):
-        """The keyed state as a DataFrame (keys and aggregates)."""
-        return self.state.state_frame()
+    def state_frame(self) -> DataFrame:
+        """The keyed state as a DataFrame (keys and aggregates, or keys and state columns of a function)."""
+        frame = self.state.state_frame()
+        if frame is None:
+            raise RuntimeError("the state is empty: no batch has run and no version was loaded")
+        return frame
 
-    def wait_for_plan(self, timeout: float | None = None) -> None:
-        """Wait until a background proposal (``async_plans``) has finished (tests, orderly shutdown)."""
-        if self.link is not None:
-            self.link.wait_for_plan(timeout)
+    @property
+    def watermark(self) -> float | None:
+        """The event-time watermark the next batch runs under (a function with ``event_time``), else None."""
+        return self.state.watermark if isinstance(self.state, FunctionState) else None
 
-    def close(self) -> None:
-        if self.link is not None:
-            self.link.close()
+    def _release(self) -> None:
         self.state.unpersist()

@@ -70,7 +70,8 @@ def main(work: str | None = None) -> None:
     driver = run_stream()                # ... and a new driver continues from the committed state
     driver.state_frame().orderBy(F.desc("clicks")).show(3)
     direct = spark.read.parquet(f"{work}/in").count()
-    print("clicks in the state:", driver.state_frame().agg(F.sum("clicks")).first()[0], "direct count:", direct)
+    total = driver.state_frame().agg(F.sum("clicks").alias("n")).collect()[0]["n"]
+    print("clicks in the state:", total, "direct count:", direct)
     driver.close()
     spark.stop()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from typing import cast
 
 
 def main(work: str | None = None) -> None:
@@ -58,12 +59,12 @@ def main(work: str | None = None) -> None:
     query.awaitTermination()
     chain.wait_for_plan(30)
     for r in chain.reports:
-        users, regions = r.stages
-        print(f"batch {r.batch_id} epoch {r.epoch}: users max/mean {users.rebalanced_max_over_mean:.3f} "
-              f"({users.migrations} moved), regions max/mean {regions.rebalanced_max_over_mean:.3f} "
-              f"({regions.migrations} moved), {len(r.communication)} user->region edges "
+        first, second = r.stages
+        print(f"batch {r.batch_id} epoch {r.epoch}: users max/mean {first.rebalanced_max_over_mean:.3f} "
+              f"({first.migrations} moved), regions max/mean {second.rebalanced_max_over_mean:.3f} "
+              f"({second.migrations} moved), {len(r.communication)} user->region edges "
               f"({sum(e['rate'] for e in r.communication):.0f} records), controller {r.controller}")
-    got = chain.stages[1].state_frame().toPandas().set_index("region").sort_index()
+    got = cast(pd.DataFrame, chain.stages[1].state_frame().toPandas()).set_index("region").sort_index()
     every = pd.concat(frames)
     top = every.groupby("user").size().groupby(every.groupby("user").region.first()).max()
     updates = sum(f.drop_duplicates("user").region.value_counts() for f in frames)

@@ -11,11 +11,15 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 GAP_S = 30.0
 
 
-def reference_sessions(clicks):
+def reference_sessions(clicks: pd.DataFrame) -> pd.DataFrame:
     """The same sessions computed with pandas on the whole input: ``(user, start, end, events)``."""
     import pandas as pd
 
@@ -69,10 +73,10 @@ def main(work: str | None = None) -> None:
     for r in driver.reports:
         print(f"batch {r.batch_id} epoch {r.epoch}: {r.records} clicks, max/mean {r.rebalanced_max_over_mean:.3f}, "
               f"{r.migrations} key groups moved, state version {r.state_version}")
-    print(f"watermark after the last batch: {driver.state.watermark:.1f} s "
+    print(f"watermark after the last batch: {driver.watermark or 0.0:.1f} s "
           f"(a session stays open while its end + {GAP_S:.0f} s is beyond it)")
-    closed = spark.read.parquet(f"{work}/sessions").toPandas()
-    still_open = driver.state_frame().toPandas()
+    closed = cast(pd.DataFrame, spark.read.parquet(f"{work}/sessions").toPandas())
+    still_open = cast(pd.DataFrame, driver.state_frame().toPandas())
     print(closed.sort_values("events", ascending=False).head(3).to_string(index=False))
     ref = reference_sessions(spark.read.parquet(f"{work}/in").toPandas())
     print(f"sessions closed (emitted): {len(closed)}, open (in the state): {len(still_open)}, "

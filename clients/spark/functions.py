@@ -1,5 +1,5 @@
 """Any per-key logic on placed partitions: a pandas function API in the spirit of Spark's
-``applyInPandasWithState`` (issue 15), with the integration's durable, versioned and rebalanced state.
+``applyInPandasWithState``, with the integration's durable, versioned and rebalanced state.
 
 ``fn(key, rows, state) -> (output, new_state)``: ``key`` is the key value (a tuple for several key columns),
 ``rows`` a pandas DataFrame of the key's records in this micro-batch (the stream's columns), ``state`` the key's
@@ -38,11 +38,16 @@ import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from clients.spark.routing import KG_COL, ROUTE_COL, RoutingTable, key_group_column
-from clients.spark.state import B_COL, TOUCHED_COL, KeyedState, _no_adaptive
+import numpy as np
+
+from clients.spark.placement import StateBase, no_adaptive
+from clients.spark.routing import B_COL, KG_COL, ROUTE_COL, TOUCHED_COL, RoutingTable, key_group_column
 from clients.spark.stats import row_bytes_column
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 KIND_COL = "_rb_kind"
 DATA_COL = "_rb_data"
@@ -50,6 +55,8 @@ ACT_COL = "_rb_act"      # the key's last activity: processing time of its last 
 STATE, TOMBSTONE, OUTPUT, STATS = "s", "x", "o", "n"
 
 PandasFn = Callable[[Any, Any, Any], tuple[Any, Any]]
+#: a key's values (one per key column)
+Key = tuple[Any, ...]
 
 
 @dataclass
@@ -97,7 +104,6 @@ def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_c
     stable sort: each key's rows are a slice, in arrival order), the keys' newest event times are one
     ``reduceat``, and a key's output rows and new state are each one JSON array written by pandas — the per-key
     work outside ``fn`` is a few slices and two ``to_json`` calls."""
-    import numpy as np
     import pandas as pd
 
     out_cols = [ROUTE_COL, KG_COL, *keys, KIND_COL, DATA_COL, ACT_COL, TOUCHED_COL]
@@ -105,7 +111,7 @@ def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_c
     limit = (now if f.event_time is None else watermark) if f.timeout_s is not None else None
     emit_cols = list(output_cols) if output_cols is not None else None
 
-    def call(key: tuple, rows: Any, st_row: Mapping[str, Any] | None, res: list[list], route: int, kg: int) -> Any:
+    def call(key: Key, rows: Any, st_row: Mapping[str, Any] | None, res: list[list[Any]], route: int, kg: int) -> Any:
         st = None
         if st_row is not None:
             st = pd.DataFrame(json.loads(st_row[DATA_COL]), columns=state_cols)
@@ -115,7 +121,7 @@ def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_c
             res.append([route, kg, *key, OUTPUT, data, np.nan, True])
         return new
 
-    def groups(batch: Any) -> tuple[list[tuple], Any, np.ndarray, np.ndarray | None]:
+    def groups(batch: Any) -> tuple[list[Key], Any, np.ndarray, np.ndarray | None]:
         """(key tuples in order of first appearance, the user columns sorted by key, group bounds, newest event
         time per key or None)."""
         # codes in order of first appearance; a null key gets -1 and is left out (as pandas' groupby does)
@@ -131,12 +137,12 @@ def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_c
         return key_list, rows, bounds, newest
 
     def apply(batch: Any, state: Any) -> Any:
-        res: list[list] = []
+        res: list[list[Any]] = []
         src = batch if len(batch) else state
         route, kg = int(src[ROUTE_COL].iloc[0]), int(src[KG_COL].iloc[0])
         kept = state.iloc[0:0]
-        current: dict[tuple, dict] = {}
-        expired: list[tuple] = []
+        current: dict[Key, dict[str, Any]] = {}
+        expired: list[Key] = []
         if len(state):
             if not len(batch):
                 touched = np.zeros(len(state), dtype=bool)
@@ -182,44 +188,43 @@ def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_c
         fresh = pd.DataFrame(res, columns=out_cols)
         if not len(kept):
             return fresh
-        return pd.concat([kept[out_cols].assign(**{TOUCHED_COL: False}), fresh], ignore_index=True)
+        passed = kept[out_cols].assign(**{TOUCHED_COL: False})
+        # (no empty frame in a concatenation: pandas deprecates how it decides the dtypes then)
+        return pd.concat([passed, fresh], ignore_index=True) if res else passed
 
     return apply
 
 
-class FunctionState(KeyedState):
+class FunctionState(StateBase):
     """The state of a :class:`KeyedFunction`, partitioned by a :class:`RoutingTable` (see the module docstring).
-    Routing changes, placement checks, state bytes, restores and the durable store are :class:`KeyedState`'s."""
+    Routing changes, placement checks, state bytes, restores and the durable store are :class:`StateBase`'s."""
 
-    def __init__(self, spark, key: str | Sequence[str], function: KeyedFunction, routing: RoutingTable):
-        super().__init__(spark, key, {}, routing)
+    def __init__(self, spark: SparkSession, key: str | Sequence[str], function: KeyedFunction, routing: RoutingTable):
+        super().__init__(spark, key, routing)
         self.function = function
         from pyspark.sql.types import StructType
 
-        self.state_cols = [fld.name for fld in StructType.fromDDL(function.state_schema).fields]
-        self.output_cols = [fld.name for fld in StructType.fromDDL(function.output_schema).fields]
+        self.state_cols = cast(StructType, StructType.fromDDL(function.state_schema)).names
+        self.output_cols = cast(StructType, StructType.fromDDL(function.output_schema)).names
         self.watermark: float | None = None       # used by the next batch
         self._max_event: float | None = None      # newest event time seen so far
-
-    def _batch_columns(self) -> list[str]:
-        return []  # the batch statistics travel in rows of kind STATS (see step)
 
     def value_columns(self) -> list[str]:
         return [KIND_COL, DATA_COL, ACT_COL]
 
-    def _schema(self, batch_df) -> str:
+    def _schema(self, batch_df: DataFrame) -> str:
         types = {f.name: f.dataType.simpleString() for f in batch_df.schema.fields}
         key_ddl = ", ".join(f"`{k}` {types[k]}" for k in self.keys)
         return (f"`{ROUTE_COL}` int, `{KG_COL}` int, {key_ddl}, `{KIND_COL}` string, `{DATA_COL}` string, "
                 f"`{ACT_COL}` double, `{TOUCHED_COL}` boolean")
 
-    def check_columns(self, batch_df) -> None:
+    def check_columns(self, batch_df: DataFrame) -> None:
         super().check_columns(batch_df)
         if self.function.event_time is not None and self.function.event_time not in batch_df.columns:
             raise ValueError(f"event_time column {self.function.event_time!r} is not in the stream (columns: "
                              f"{', '.join(batch_df.columns)})")
 
-    def step(self, batch_df, version: int, lazy: bool) -> None:
+    def step(self, batch_df: DataFrame, version: int, lazy: bool) -> None:
         """Route and place the batch, run ``fn`` per key against the state (see the module docstring). Besides the
         state, output and tombstone rows of ``version``, each key group of the batch gets one statistics row
         (kind ``n``: records, bytes, newest event time) that :meth:`batch_observation` reads and no store keeps."""
@@ -230,7 +235,7 @@ class FunctionState(KeyedState):
         schema = self._schema(batch_df)
         apply = _make_apply(self.function, self.keys, list(batch_df.columns), self.state_cols, time.time(),
                             self.watermark, self.output_cols)
-        with _no_adaptive(self.session):
+        with no_adaptive(self.session):
             routed = batch_df.withColumns({B_COL: row_bytes_column(batch_df),
                                            ROUTE_COL: self.routing.route_column(key_group_column(self.keys, G))})
             placed = self.routing.place(routed).withColumn(KG_COL, F.pmod(F.col(ROUTE_COL), F.lit(G)))
@@ -242,13 +247,7 @@ class FunctionState(KeyedState):
             self._replace(new.select(*self._state_columns()), lazy=lazy)
         self.updates += 1
 
-    def update(self, batch_df, version: int = 0):
-        raise NotImplementedError("a FunctionState is updated with step()")
-
-    def merge(self, partials, version: int = 0, lazy: bool = False) -> None:
-        raise NotImplementedError("a FunctionState is updated from the batch's records (step), not partials")
-
-    def batch_observation(self) -> list:
+    def batch_observation(self) -> list[Column]:
         from pyspark.sql import functions as F
 
         is_stats = F.col(KIND_COL) == STATS
@@ -258,12 +257,12 @@ class FunctionState(KeyedState):
                 F.max(F.when(is_stats, F.col(ACT_COL))).alias("max_event"),
                 F.count(F.when(~is_stats, F.lit(1))).alias("keys")]
 
-    def stored_rows(self):
+    def stored_rows(self) -> Column:
         from pyspark.sql import functions as F
 
         return F.col(KIND_COL) != STATS
 
-    def absorb(self, observed: Mapping) -> dict:
+    def absorb(self, observed: Mapping[str, Any]) -> dict[str, Any]:
         """The newest event time of the batch moves the watermark the next batch runs under."""
         m = observed.get("max_event")
         if self.function.event_time is not None and m is not None and m == m:
@@ -271,9 +270,7 @@ class FunctionState(KeyedState):
             self.watermark = self._max_event - self.function.watermark_delay_s
         return self.commit_extra()
 
-    def statistics(self, observed: Mapping) -> tuple[Any, Any, None]:
-        import numpy as np
-
+    def statistics(self, observed: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, None]:
         n = np.zeros(self.routing.key_groups, dtype=np.int64)
         b = np.zeros(self.routing.key_groups, dtype=np.int64)
         for text in (observed.get("rows") or "").split(";"):
@@ -285,7 +282,7 @@ class FunctionState(KeyedState):
         return n, b, None
 
     # ------------------------------------------------------------------ reading and durability
-    def output_frame(self, df):
+    def output_frame(self, df: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F
 
         # one JSON array of the key's output rows per key and version; a store written before that format holds one
@@ -294,7 +291,7 @@ class FunctionState(KeyedState):
         out = df.filter(F.col(KIND_COL) == OUTPUT).select(F.explode(rows).alias("_rb_o"))
         return out.select(*[F.col("_rb_o." + c).alias(c) for c in self.output_cols])
 
-    def state_frame(self):
+    def state_frame(self) -> DataFrame | None:
         """One row per state row: the keys and the declared state columns."""
         from pyspark.sql import functions as F
 
@@ -304,19 +301,19 @@ class FunctionState(KeyedState):
             *self.keys, F.explode(F.from_json(DATA_COL, _rows_ddl(self.function.state_schema))).alias("_rb_s"))
         return parsed.select(*self.keys, *[F.col("_rb_s." + c).alias(c) for c in self.state_cols])
 
-    def commit_extra(self) -> dict:
+    def commit_extra(self) -> dict[str, Any]:
         return {"max_event_time": self._max_event, "watermark": self.watermark}
 
-    def restore_extra(self, extra: Mapping) -> None:
+    def restore_extra(self, extra: Mapping[str, Any]) -> None:
         self._max_event = extra.get("max_event_time")
         self.watermark = extra.get("watermark")
 
-    def _restorable(self, stored_df):
+    def _restorable(self, stored_df: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F
 
         return stored_df.filter(F.col(KIND_COL).isin(STATE, TOMBSTONE))
 
-    def _live(self, placed_df):
+    def _live(self, placed_df: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F
 
         return placed_df.filter(F.col(KIND_COL) == STATE)

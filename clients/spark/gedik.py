@@ -20,12 +20,15 @@ Frequencies for a new function come from Spark too: :func:`key_frequencies` (top
 frequencies) feeds a build spec; :func:`build_spec` assembles it.
 """
 
-
-
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from clients.spark.routing import ROUTE_COL, hash_preimages
+
+# (no ``from __future__ import annotations`` here: pandas_udf reads the inner function's type hints at run time)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 CHANNEL_COL = "_rb_channel"
 
@@ -44,7 +47,7 @@ class GedikPartitioner:
         self.channels = int(function["channels"])
         self.explicit = {str(k): int(v) for k, v in (function.get("explicit") or {}).items()}
 
-    def _explicit_column(self, key_col):
+    def _explicit_column(self, key_col: "Column") -> "Column":
         from pyspark.sql import functions as F
 
         if not self.explicit:
@@ -54,13 +57,12 @@ class GedikPartitioner:
             items += [F.lit(k), F.lit(c)]
         return F.element_at(F.create_map(*items), key_col.cast("string"))
 
-    def _consistent_udf(self):
+    def _consistent_udf(self) -> "Callable[[Column], Column]":
         import pandas as pd
-        from pyspark.sql.functions import pandas_udf
+        from pyspark.sql.pandas.functions import pandas_udf
 
         doc = self.function
 
-        @pandas_udf("int")
         def consistent_channel(keys: pd.Series) -> pd.Series:
             from solvers.gedik import route_keys
 
@@ -68,16 +70,17 @@ class GedikPartitioner:
                 return pd.Series([], dtype="int32")
             return pd.Series(route_keys(doc, keys.astype(str).tolist()), dtype="int32")
 
-        return consistent_channel
+        # (the overloads of pandas_udf's stub do not cover a Series -> Series function given by value)
+        return cast("Callable[[Column], Column]", cast(Any, pandas_udf)(consistent_channel, "int"))
 
-    def channel_column(self, key: str):
+    def channel_column(self, key: str) -> "Column":
         """Column: the channel of a row's key (explicit map in the JVM, then the consistent hash)."""
         from pyspark.sql import functions as F
 
         kc = F.col(key)
         return F.coalesce(self._explicit_column(kc), self._consistent_udf()(kc.cast("string")))
 
-    def assign(self, df, key: str):
+    def assign(self, df: "DataFrame", key: str) -> "DataFrame":
         """``df`` with ``_rb_channel`` (the channel) and ``_rb_route`` (its hash pre-image) added."""
         from pyspark.sql import functions as F
 
@@ -85,12 +88,12 @@ class GedikPartitioner:
         out = df.withColumn(CHANNEL_COL, self.channel_column(key))
         return out.withColumn(ROUTE_COL, F.element_at(pre, F.col(CHANNEL_COL) + 1))
 
-    def partition(self, df, key: str):
+    def partition(self, df: "DataFrame", key: str) -> "DataFrame":
         """Place every row on the Spark partition of its channel (``channels`` partitions)."""
         return self.assign(df, key).repartition(self.channels, ROUTE_COL)
 
 
-def key_frequencies(df, key: str, top: int = 1000) -> tuple[dict[str, float], int]:
+def key_frequencies(df: "DataFrame", key: str, top: int = 1000) -> tuple[dict[str, float], int]:
     """The ``top`` most frequent keys of ``df`` as relative frequencies, and the number of distinct keys
     (two Spark aggregations)."""
     from pyspark.sql import functions as F
@@ -104,7 +107,7 @@ def key_frequencies(df, key: str, top: int = 1000) -> tuple[dict[str, float], in
     return {r["k"]: r["n"] / total for r in rows}, int(distinct)
 
 
-def build_spec(df, key: str, channels: int, *, algorithm: str = "redist", top: int = 1000,
+def build_spec(df: "DataFrame", key: str, channels: int, *, algorithm: str = "redist", top: int = 1000,
                previous: Mapping[str, Any] | None = None, **params: Any) -> dict[str, Any]:
     """A build spec for ``POST /v1/partitioning`` (or ``rebalancer partition build``) from a DataFrame."""
     freqs, distinct = key_frequencies(df, key, top)

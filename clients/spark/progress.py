@@ -1,4 +1,4 @@
-"""The integration's per-batch figures next to Spark's own streaming progress (issue 15, "Statistics").
+"""The integration's per-batch figures next to Spark's own streaming progress.
 
 :class:`RebalancerProgressListener` is a Spark ``StreamingQueryListener``: register it with
 ``spark.streams.addListener(RebalancerProgressListener(driver))`` and, for every progress event Spark publishes

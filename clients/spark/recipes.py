@@ -1,4 +1,4 @@
-"""Ready-made per-key functions for :class:`clients.spark.functions.KeyedFunction` (issue 15's examples).
+"""Ready-made per-key functions for :class:`clients.spark.functions.KeyedFunction` (sessions, top-N).
 
 - :func:`sessions`: sessionisation — a key's events in event-time order form a session until a gap longer than
   ``gap_s``; a closed session is emitted ``(key, start, end, events)``; the open session is the key's state and

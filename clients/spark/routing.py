@@ -27,10 +27,14 @@ Python objects), which is many times slower.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 #: default number of key groups per operator (divisible by 1..6, 8, 10, 12, 15, 20, 24, 30, 40, 60)
 DEFAULT_KEY_GROUPS = 120
@@ -39,6 +43,12 @@ DEFAULT_KEY_GROUPS = 120
 KG_COL = "_rb_kg"
 PID_COL = "_rb_pid"
 ROUTE_COL = "_rb_route"
+#: columns of the keyed state: the latest batch's records, bytes and change of a row's size, and whether the
+#: latest batch changed the row (in memory; never stored)
+N_COL = "_rb_n"
+B_COL = "_rb_b"
+D_COL = "_rb_d"
+TOUCHED_COL = "_rb_t"
 
 _M32 = 0xFFFFFFFF
 
@@ -114,14 +124,14 @@ def route_value_table(key_groups: int, n: int) -> np.ndarray:
     return out
 
 
-def key_group_of_route(route_col, key_groups: int):
+def key_group_of_route(route_col: str | Column, key_groups: int) -> Column:
     """Column: the key group encoded in a route value (``pmod(route, G)``)."""
     from pyspark.sql import functions as F
 
     return F.pmod(_col(route_col), F.lit(key_groups)).cast("int")
 
 
-def key_group_column(key, key_groups: int = DEFAULT_KEY_GROUPS):
+def key_group_column(key: str | Column | Sequence[str | Column], key_groups: int = DEFAULT_KEY_GROUPS) -> Column:
     """Column expression ``pmod(xxhash64(key...), G)`` (int): the key group of a key, computed in the JVM.
 
     ``key`` is a column name, a Column, or a list of them (composite keys hash all columns).
@@ -130,7 +140,7 @@ def key_group_column(key, key_groups: int = DEFAULT_KEY_GROUPS):
 
     if key_groups < 1:
         raise ValueError("key_groups must be >= 1")
-    cols = list(key) if isinstance(key, (list, tuple)) else [key]
+    cols = cast("list[str | Column]", list(key) if isinstance(key, (list, tuple)) else [key])
     return F.pmod(F.xxhash64(*cols), F.lit(key_groups)).cast("int")
 
 
@@ -195,25 +205,26 @@ class RoutingTable:
         table = route_value_table(self.key_groups, self.n_partitions)
         return [int(table[k, int(p)]) for k, p in enumerate(self.partition_of)]
 
-    def partition_column(self, kg_col=KG_COL):
+    def partition_column(self, kg_col: str | Column = KG_COL) -> Column:
         """Column: the partition id of a row's key group (``element_at`` on a literal array; no Python)."""
         from pyspark.sql import functions as F
 
         return F.element_at(_int_array(self.partition_of), _col(kg_col) + 1)
 
-    def route_column(self, kg_col=KG_COL):
+    def route_column(self, kg_col: str | Column = KG_COL) -> Column:
         """Column: the route value of a row's key group (repartition by it to land exactly)."""
         from pyspark.sql import functions as F
 
         return F.element_at(_int_array(self.route_values()), _col(kg_col) + 1)
 
-    def frame(self, spark):
+    def frame(self, spark: SparkSession) -> DataFrame:
         """The routing table as a small DataFrame ``(_rb_kg, _rb_pid, _rb_route)`` (for broadcast joins)."""
         pairs = zip(self.partition_of, self.route_values(), strict=True)
         rows = [(k, int(p), int(v)) for k, (p, v) in enumerate(pairs)]
         return spark.createDataFrame(rows, f"{KG_COL} int, {PID_COL} int, {ROUTE_COL} int")
 
-    def route(self, df, key, *, method: str = "expr", with_pid: bool = True, with_kg: bool = True):
+    def route(self, df: DataFrame, key: str | Sequence[str], *, method: str = "expr", with_pid: bool = True,
+              with_kg: bool = True) -> DataFrame:
         """Add ``_rb_route`` (and ``_rb_kg``, ``_rb_pid`` when asked) to ``df``.
 
         ``method="expr"`` uses literal-array lookups; ``"broadcast"`` joins the broadcast routing frame.
@@ -239,22 +250,23 @@ class RoutingTable:
             return out if with_kg else out.drop(KG_COL)
         raise ValueError(f"unknown routing method {method!r}; expected 'expr' or 'broadcast'")
 
-    def place(self, routed_df):
+    def place(self, routed_df: DataFrame) -> DataFrame:
         """Repartition a routed DataFrame so that every row sits on partition ``partition_of[kg]`` exactly."""
         return routed_df.repartition(self.n_partitions, ROUTE_COL)
 
-    def route_and_place(self, df, key, *, method: str = "expr", with_pid: bool = False, with_kg: bool = False):
+    def route_and_place(self, df: DataFrame, key: str | Sequence[str], *, method: str = "expr",
+                        with_pid: bool = False, with_kg: bool = False) -> DataFrame:
         """:meth:`route` then :meth:`place` (by default only ``_rb_route`` travels through the shuffle)."""
         return self.place(self.route(df, key, method=method, with_pid=with_pid, with_kg=with_kg))
 
 
-def _col(c):
+def _col(c: str | Column) -> Column:
     from pyspark.sql import functions as F
 
     return F.col(c) if isinstance(c, str) else c
 
 
-def _int_array(values) -> Any:
+def _int_array(values: Iterable[Any]) -> Column:
     """Column: a literal ``array<int>`` of ``values``, built by one SQL expression (one JVM call instead of one
     ``lit`` per element: ~0.15 s per batch for 120 key groups through py4j)."""
     from pyspark.sql import functions as F

@@ -9,18 +9,21 @@
   ``(source key group, destination key group)`` counts — one ``groupBy`` over both key group columns.
 * :func:`max_over_mean`: the imbalance figure of the demo (max records per partition / mean).
 
-The results are plain Python lists in the shapes of the controller's statistics post (issue 7):
-``{"id": "agg/5", "load": 123.0, "bytes": 4096.0}`` and ``{"src": "split/3", "dst": "agg/17", "rate": 12.0}``.
+The per-key-group results are ``{"id": "agg/5", "load": 123.0, "bytes": 4096.0}``; communication edges are the
+controller's ``{"src": "split/3", "dst": "agg/17", "rate": 12.0}``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from clients.spark.routing import KG_COL, key_group_column
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
 
 _FIXED_WIDTH = {
     "boolean": 1, "tinyint": 1, "byte": 1, "smallint": 2, "short": 2, "int": 4, "integer": 4, "bigint": 8,
@@ -39,9 +42,9 @@ class NamedColumns:
     operation. ``cols(["a", "b"])`` → the Columns of ``a`` and ``b``."""
 
     def __init__(self) -> None:
-        self._built: dict[str, Any] = {}
+        self._built: dict[str, Column] = {}
 
-    def __call__(self, names: Sequence[str]) -> list:
+    def __call__(self, names: Sequence[str]) -> list[Column]:
         from pyspark.sql import functions as F
 
         for n in names:
@@ -50,7 +53,7 @@ class NamedColumns:
         return [self._built[n] for n in names]
 
 
-def row_bytes_column(df, columns: Sequence[str] | None = None):
+def row_bytes_column(df: DataFrame, columns: Sequence[str] | None = None) -> Column:
     """Column: the estimated size in bytes of a row's ``columns`` (default: all but the ``_rb_*`` columns).
 
     Strings and binaries count their byte length (``octet_length``), fixed-width types their width, decimals
@@ -76,8 +79,9 @@ def row_bytes_column(df, columns: Sequence[str] | None = None):
     return F.expr("cast(" + (" + ".join(parts) if parts else "0") + " as bigint)")
 
 
-def key_group_stats(df, operator: str, *, key=None, key_groups: int | None = None, bytes_col=None,
-                    kg_col: str = KG_COL) -> list[dict]:
+def key_group_stats(df: DataFrame, operator: str, *, key: str | Sequence[str] | None = None,
+                    key_groups: int | None = None, bytes_col: Column | None = None,
+                    kg_col: str = KG_COL) -> list[dict[str, Any]]:
     """Records (``load``) and bytes per key group: ``[{"id": "<op>/<k>", "load": n, "bytes": b}]``.
 
     ``df`` either already has the key group column ``kg_col`` or is given ``key`` and ``key_groups``.
@@ -96,7 +100,7 @@ def key_group_stats(df, operator: str, *, key=None, key_groups: int | None = Non
     return [{"id": f"{operator}/{int(r[0])}", "load": float(r["n"]), "bytes": float(r["b"] or 0)} for r in rows]
 
 
-def partition_record_counts(df, n_partitions: int, weight_col: str | None = None) -> np.ndarray:
+def partition_record_counts(df: DataFrame, n_partitions: int, weight_col: str | None = None) -> np.ndarray:
     """Records per Spark partition of ``df`` as Spark produced them (``spark_partition_id()``), shape (n,).
 
     With ``weight_col`` the rows' weights are summed instead (e.g. a pre-aggregated count column).
@@ -111,8 +115,9 @@ def partition_record_counts(df, n_partitions: int, weight_col: str | None = None
     return out
 
 
-def communication_stats(df, src_key, dst_key, *, src_operator: str, dst_operator: str,
-                        src_key_groups: int, dst_key_groups: int) -> list[dict]:
+def communication_stats(df: DataFrame, src_key: str | Sequence[str], dst_key: str | Sequence[str], *,
+                        src_operator: str, dst_operator: str, src_key_groups: int,
+                        dst_key_groups: int) -> list[dict[str, Any]]:
     """Communication between two consecutive keyed stages: ``[{"src": "<op1>/<i>", "dst": "<op2>/<j>", "rate": n}]``.
 
     Each row of ``df`` is one record sent from the stage keyed by ``src_key`` to the stage keyed by ``dst_key``
@@ -127,7 +132,7 @@ def communication_stats(df, src_key, dst_key, *, src_operator: str, dst_operator
             for r in rows]
 
 
-def max_over_mean(counts) -> float:
+def max_over_mean(counts: Any) -> float:
     """max / mean of per-partition counts (1.0 = perfectly even; NaN for an empty batch)."""
     c = np.asarray(counts, dtype=np.float64)
     if c.size == 0 or c.sum() <= 0:

@@ -37,9 +37,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from clients.spark.stats import NamedColumns
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, Observation, SparkSession
 
 log = logging.getLogger("rebalancer.spark")
 
@@ -89,7 +92,7 @@ class StateStore:
             written) and ``"committed"``; a kill there must not lose or duplicate anything.
     """
 
-    def __init__(self, spark, root: str, *, snapshot_every: int = 10, retain_versions: int = 100,
+    def __init__(self, spark: SparkSession, root: str, *, snapshot_every: int = 10, retain_versions: int = 100,
                  on_event: Callable[[str, int], None] | None = None):
         if snapshot_every < 1:
             raise ValueError("snapshot_every must be >= 1")
@@ -100,13 +103,11 @@ class StateStore:
         self.snapshot_every = int(snapshot_every)
         self.retain_versions = int(retain_versions)
         self.on_event = on_event
-        sc = spark.sparkContext
-        self._jvm = sc._jvm
+        self._jvm, self._conf = jvm(spark), hadoop_conf(spark)
         # the class looked up once: ``jvm.org.apache.hadoop.fs.Path`` is five reflective lookups through py4j, the
         # first ones failing class loads that search the whole class path (~0.7 ms a path, ~10 per commit)
-        self._path_class = sc._jvm.org.apache.hadoop.fs.Path
+        self._path_class = self._jvm.org.apache.hadoop.fs.Path
         self._select = NamedColumns()   # the stored columns by name, built once
-        self._conf = sc._jsc.hadoopConfiguration()
         self._fs = self._path(self.root).getFileSystem(self._conf)
         self._fs.mkdirs(self._path(self.root + "/_commits"))
         self._fs.delete(self._path(self.root + "/_tmp"), True)  # leftovers of a crashed writer
@@ -114,7 +115,7 @@ class StateStore:
         self._latest_read = False
 
     # ------------------------------------------------------------------ file system
-    def _path(self, p: str):
+    def _path(self, p: str) -> Any:
         return self._path_class(p)
 
     def _dir(self, version: int) -> str:
@@ -173,12 +174,8 @@ class StateStore:
             self._latest_read = True
         return self._latest
 
-    def is_committed(self, version: int) -> bool:
-        last = self.latest()
-        return last is not None and version <= last.version and self._exists(self._record(version))
-
     # ------------------------------------------------------------------ writing
-    def commit(self, version: int, state_df, *, changed: Any, keys: Sequence[str], columns: Sequence[str],
+    def commit(self, version: int, state_df: DataFrame, *, changed: Column, keys: Sequence[str], columns: Sequence[str],
                epoch: int, partition_of: Sequence[int], delta_rows: int | None = None,
                extra: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]] | None = None,
                observe: Sequence[Any] = (), keep: Any = None, files: int | None = None) -> Commit:
@@ -239,7 +236,7 @@ class StateStore:
             self._expire(version)
         return rec
 
-    def _write(self, df, keep: Any, columns: Sequence[str], files: int | None, path: str) -> None:
+    def _write(self, df: DataFrame, keep: Column | None, columns: Sequence[str], files: int | None, path: str) -> None:
         """Write ``columns`` of the rows of ``df`` that ``keep`` selects (None: all) as Parquet at ``path``, in at
         most ``files`` files. No ``_SUCCESS`` marker: the commit record is the version's marker (the marker cost
         two process forks per write on a local disk without Hadoop's native library, which sets file permissions
@@ -266,18 +263,18 @@ class StateStore:
             self._fs.delete(self._path(self._dir(v)), True)
 
     # ------------------------------------------------------------------ reading (recovery only)
-    def read_delta(self, version: int):
+    def read_delta(self, version: int) -> DataFrame:
         """The rows changed by ``version`` (its batch's output in update mode)."""
         return self.spark.read.parquet(self._dir(version) + "/delta")
 
-    def _read(self, path: str, columns: Sequence[str], version: int):
+    def _read(self, path: str, columns: Sequence[str], version: int) -> DataFrame:
         """The stored ``columns`` of the Parquet files at ``path`` and ``_rb_v`` = ``version`` (see **Rows**)."""
         from pyspark.sql import functions as F
 
         version_col = F.lit(int(version)).cast("long").alias(VERSION_COL)
         return self.spark.read.parquet(path).select(*_stored(columns), version_col)
 
-    def load(self, version: int | None = None, *, dedup: bool = True):
+    def load(self, version: int | None = None, *, dedup: bool = True) -> tuple[DataFrame | None, Commit | None]:
         """(state DataFrame, commit) of ``version`` (default: the latest), or ``(None, None)`` for an empty store.
         The DataFrame has the stored columns and ``_rb_v``, the version that wrote each row.
 
@@ -307,17 +304,27 @@ class StateStore:
         return df, rec
 
 
+def jvm(spark: SparkSession) -> Any:
+    """The JVM of ``spark``'s py4j gateway (py4j objects have no static types)."""
+    return cast(Any, spark.sparkContext)._jvm
+
+
+def hadoop_conf(spark: SparkSession) -> Any:
+    """``spark``'s Hadoop configuration (a py4j object)."""
+    return cast(Any, spark.sparkContext)._jsc.hadoopConfiguration()
+
+
 def _stored(columns: Sequence[str]) -> list[str]:
     """The columns files hold: ``columns`` without ``_rb_v`` (a first-release record lists it; see **Rows**)."""
     return [c for c in columns if c != VERSION_COL]
 
 
-def _observed(obs) -> dict[str, Any]:
+def _observed(obs: Observation) -> dict[str, Any]:
     """An ``Observation``'s values. Read from the JVM row one value at a time (text and numbers pass py4j as they
     are), not through ``Observation.get``, which pickles the row and has py4j decode the bytes one by one (0.15 s
     for a 350 kB row); values of other types take that path."""
     try:
-        jrow = obs._jo.getRow()
+        jrow = cast(Any, obs)._jo.getRow()
         names = list(jrow.schema().fieldNames())
         out = {}
         for i, name in enumerate(names):

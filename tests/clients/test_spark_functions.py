@@ -177,3 +177,27 @@ def test_stored_output_rows_of_both_formats_are_read(spark, tmp_path):
     df = spark.createDataFrame(rows, f"user string, {KIND_COL} string, {DATA_COL} string")
     got = sorted(tuple(r) for r in driver.state.output_frame(df).collect())
     assert got == [("a", 1, 9.5), ("a", 2, 3.0), ("b", 1, 7.25)]
+
+
+def test_a_key_group_with_state_and_no_rows_in_the_batch_passes_its_state_on_without_a_warning():
+    """The per-route function of a batch (what each co-group task runs): a key group with state but no records in
+    the batch gets its state rows back, unchanged and unmarked, and pandas warns about nothing (an empty frame in
+    a concatenation printed a FutureWarning in every batch)."""
+    import warnings
+
+    from clients.spark.functions import ACT_COL, DATA_COL, KIND_COL, STATE, _make_apply
+    from clients.spark.routing import B_COL, KG_COL, ROUTE_COL, TOUCHED_COL
+
+    f = KeyedFunction(lambda k, rows, st: (None, st), output_schema="user string, n long", state_schema="n long",
+                      timeout_s=3600)
+    apply = _make_apply(f, ["user"], ["user", "ts", "v"], ["n"], 1000.0, None, ["user", "n"])
+    batch = pd.DataFrame({c: pd.Series(dtype=t) for c, t in
+                          [(ROUTE_COL, "int32"), (KG_COL, "int32"), ("user", object), ("ts", float), ("v", "int64"),
+                           (B_COL, "int64")]})
+    state = pd.DataFrame({ROUTE_COL: [5, 5], KG_COL: [5, 5], "user": ["a", "b"], KIND_COL: [STATE, STATE],
+                          DATA_COL: ['[{"n":1}]', '[{"n":2}]'], ACT_COL: [999.0, 998.0], TOUCHED_COL: [True, False]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = apply(batch, state)
+    assert out.user.tolist() == ["a", "b"] and out[DATA_COL].tolist() == state[DATA_COL].tolist()
+    assert not out[TOUCHED_COL].any()
