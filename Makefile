@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-fast lint bench demo clean lock
+.PHONY: run test test-fast lint bench demo clean lock docs
 # Every install pins its versions: constraints.txt (the dev install: make, CI) and requirements-image.txt (the
 # image's install, resolved under the same pins). `make lock` regenerates both.
 CONSTRAINTS := constraints.txt
@@ -72,3 +72,7 @@ lock:
 
 clean:
 	rm -rf $(VENV) bench-results data .pytest_cache
+
+# The documentation site (mkdocs-material): `make docs` builds it into build/site/ and fails on a broken link.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict

@@ -1,4 +1,4 @@
-"""Scoped tokens (issue 12 item 13): a token bound to job-id prefixes with read or write rights; admin for the rest.
+"""Scoped tokens: a token bound to job-id prefixes with read or write rights; admin for the rest.
 
 ``REBALANCER_API_TOKENS`` are admin tokens (everything, as before). ``REBALANCER_TOKEN_SCOPES`` adds scoped ones,
 as JSON: ``{"tok-a": {"prefixes": ["tenant-a."], "access": "write"}, "tok-r": {"prefixes": ["tenant-a."],

@@ -132,14 +132,16 @@ def _run_query(spark, src: Path, chk: Path, side: str, driver=None, workload: st
 
 
 def _driver(spark, client, chk: Path, job_id: str, workload: str = "aggregate"):
+    from clients.spark.config import ControllerConfig, DurabilityConfig
     from clients.spark.driver import RebalancingDriver
     from clients.spark.recipes import sessions
 
     logic: dict = ({"function": sessions("key", "ts", GAP_S)} if workload == "sessions" else
                    {"aggregations": {"count": ("count", None), "total": ("sum", "v"), "top": ("max", "v")}})
-    return RebalancingDriver(spark, key="key", **logic, client=client, job_id=job_id, key_groups=120, partitions=8,
-                             algorithm="albic-milp", budget={"max_migrations": 12}, window_batches=2,
-                             checkpoint_location=str(chk))
+    return RebalancingDriver(spark, key="key", **logic, key_groups=120, partitions=8,
+                             controller=ControllerConfig(client, job_id, algorithm="albic-milp",
+                                                         budget={"max_migrations": 12}, window_batches=2),
+                             durability=DurabilityConfig(str(chk)))
 
 
 def run_side(spark, side: str, src: Path, work: Path, client, job_id: str, extra_file,

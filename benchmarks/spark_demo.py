@@ -116,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks.bench_spark_routing import measure_overhead, spark_session
     from clients.python import RebalancerClient
+    from clients.spark.config import ControllerConfig
     from clients.spark.driver import RebalancingDriver
 
     out = Path(args.output)
@@ -148,10 +149,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r.controller:>10} {r.seconds:>8.2f}", flush=True)
 
         driver = RebalancingDriver(
-            spark, key="key", aggregations={"count": ("count", None), "total": ("sum", "v")}, client=client,
-            job_id="spark-demo", operator="agg", key_groups=args.key_groups, partitions=args.partitions,
-            algorithm=args.algorithm, budget=budget, window_batches=args.window, time_limit_s=args.time_limit,
-            cooldown_batches=1, auto=args.auto, measure_hash=True, on_batch=on_batch)
+            spark, key="key", aggregations={"count": ("count", None), "total": ("sum", "v")}, operator="agg",
+            key_groups=args.key_groups, partitions=args.partitions, measure_hash=True, on_batch=on_batch,
+            controller=ControllerConfig(client, "spark-demo", algorithm=args.algorithm, budget=budget,
+                                        window_batches=args.window, time_limit_s=args.time_limit, auto=args.auto,
+                                        policy={"cooldown_batches": 1}))
         driver.start()
         stream = (spark.readStream.schema("key string, v long").option("maxFilesPerTrigger", 1)
                   .parquet(str(src)))

@@ -27,22 +27,29 @@ from cli.common import CLIError, write_json
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("spark-stats", help="event log (Parquet/CSV) -> problem document, with Spark",
-                       description=__doc__.split("\n\n")[0])
+                       description=plain(__doc__.split("\n\n")[0]))
     p.add_argument("--input", required=True, help="Parquet file or directory, or a CSV file with a header")
-    p.add_argument("--format", choices=["auto", "parquet", "csv"], default="auto")
+    p.add_argument("--format", choices=["auto", "parquet", "csv"], default="auto",
+                   help="input format (auto: csv for a .csv or .tsv file, else parquet)")
     p.add_argument("--key", required=True, help="key column (comma-separated for a composite key)")
     p.add_argument("--operator", required=True, help="operator name (key group ids are <operator>/<k>)")
     p.add_argument("--key-groups", type=int, required=True, help="G, key groups of the operator")
     p.add_argument("--nodes", type=int, default=8, help="nodes p0..p{N-1} (default 8)")
-    p.add_argument("--load", choices=["records", "bytes"], default="records")
+    p.add_argument("--load", choices=["records", "bytes"], default="records",
+                   help="a key group's load: its records or their estimated bytes")
     p.add_argument("--max-migrations", type=int, default=None, help="budget.max_migrations")
     p.add_argument("--max-migration-bytes", type=float, default=None, help="budget.max_migration_bytes")
     p.add_argument("--dst-key", default=None, help="key column of the next keyed stage (communication)")
-    p.add_argument("--dst-operator", default=None)
-    p.add_argument("--dst-key-groups", type=int, default=None)
+    p.add_argument("--dst-operator", default=None, help="operator name of the next keyed stage")
+    p.add_argument("--dst-key-groups", type=int, default=None, help="key groups of the next keyed stage")
     p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     p.add_argument("--output", default=None, help="problem document path (default stdout)")
     p.set_defaults(func=run)
+
+
+def plain(text: str) -> str:
+    """A docstring paragraph as terminal text: reStructuredText's literal quotes (two backticks) removed."""
+    return " ".join(text.replace("``", "").split())
 
 
 def _check(args: argparse.Namespace) -> None:

@@ -7,8 +7,10 @@ stamped with the revision it has, then upgraded like any other.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,7 @@ jobs = Table(
     Column("last_round_batch", BigInteger, nullable=True),  # batch id of the last auto round (cooldown)
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
-    Column("generation", String(32), nullable=True),  # one registration of the job id (None: before issue 12)
+    Column("generation", String(32), nullable=True),  # one registration of the job id (None: rows of the first release)
 )
 
 epochs = Table(
@@ -140,10 +142,24 @@ def alembic_config(connection: Connection | None = None, url: str | None = None)
     return cfg
 
 
+@contextlib.contextmanager
+def quiet_alembic() -> Iterator[None]:
+    """Alembic's INFO lines ("Context impl SQLiteImpl.", "setup plugin …", one per step) held back: every start
+    runs the migrations, and the server logs the one line that matters (the revision) itself. Warnings still pass."""
+    logger = logging.getLogger("alembic")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def current_revision(connection: Connection) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
-    return MigrationContext.configure(connection).get_current_revision()
+    with quiet_alembic():
+        return MigrationContext.configure(connection).get_current_revision()
 
 
 def head_revision() -> str:
@@ -172,9 +188,10 @@ def legacy_revision(connection: Connection) -> str | None:
 def create_schema(engine: Engine) -> str:
     """Bring the database to the newest revision (``alembic upgrade head``) and return it; a database of a
     version before the migrations is stamped with the revision its columns show first."""
-    from alembic import command
+    with quiet_alembic():  # importing alembic.command logs its plugins
+        from alembic import command
 
-    with engine.begin() as conn:
+    with engine.begin() as conn, quiet_alembic():
         cfg = alembic_config(conn)
         if current_revision(conn) is None:
             legacy = legacy_revision(conn)

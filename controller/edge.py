@@ -4,11 +4,14 @@ Requests are validated once, here, against :mod:`clients.python.contract` (pydan
 strict: a boolean is not a number, a string of digits is not a number, unknown fields are refused), straight from
 the bytes (no intermediate ``dict``). The API routes, the solver workers that handle big bodies and the CLI all
 call :func:`parse`; what is inside trusts what it gets. Errors carry the field path and the reason, the body of
-every 422: ``{"detail": [{"field": "key_groups[3].load", "reason": "..."}]}``.
+every 422: ``{"detail": [{"field": "key_groups[3].load", "reason": "..."}]}``. A JSON object that names a key twice
+is refused (:func:`unique_keys`): a parser would silently keep one of the values.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -43,17 +46,56 @@ def adapter(cls: Any) -> TypeAdapter[Any]:
 
 
 def parse(cls: type[T], raw: bytes | str) -> T:
-    """``raw`` JSON validated as the document ``cls``; :class:`Invalid` naming every offending field."""
+    """``raw`` JSON validated as the document ``cls``; :class:`Invalid` naming every offending field, or a key
+    given twice in one object."""
     try:
         doc: T = adapter(cls).validate_json(raw)
     except ValidationError as exc:
         raise Invalid(error_items(exc.errors())) from None
+    unique_keys(raw if isinstance(raw, bytes) else raw.encode(), encode(doc, exclude_defaults=True))
     return doc
 
 
-def encode(doc: Any, cls: Any = None) -> bytes:
+_SPACED_KEY = re.compile(rb'"\s+:')
+
+
+def unique_keys(raw: bytes, given: bytes) -> None:
+    """:class:`Invalid` when an object of the JSON document ``raw`` names a key twice.
+
+    ``given``: the document validated from ``raw`` serialised without its defaults, so its keys are ones ``raw``
+    holds (required fields, and optional ones with a value). Without an escape in ``raw``, every key ends with
+    ``"`` and ``:``; when ``raw`` has exactly as many keys as ``given``, none can be there twice (the usual case:
+    two counts). Otherwise ``raw`` is parsed again with a check of every object."""
+    if b"\\" not in raw and b"\\" not in given and not _SPACED_KEY.search(raw) \
+            and raw.count(b'":') == given.count(b'":'):
+        return
+    try:
+        json.loads(raw, object_pairs_hook=_pairs)
+    except _Duplicate as exc:
+        raise Invalid([ErrorItem(field="body", reason=f"invalid JSON: the key {str(exc)[:100]!r} is given twice "
+                                                      "in one object")]) from None
+    except (ValueError, RecursionError):
+        pass  # what the validation accepted but Python's parser does not read has no duplicate it could find
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _Duplicate(k)
+            seen.add(k)
+    return out
+
+
+def encode(doc: Any, cls: Any = None, exclude_defaults: bool = False) -> bytes:
     """A contract document (or a list of them: give ``cls``, e.g. ``list[JobSummary]``) as JSON bytes."""
-    return adapter(type(doc) if cls is None else cls).dump_json(doc, by_alias=True)
+    return adapter(type(doc) if cls is None else cls).dump_json(doc, by_alias=True, exclude_defaults=exclude_defaults)
 
 
 def schema(cls: Any) -> dict[str, Any]:
@@ -61,8 +103,12 @@ def schema(cls: Any) -> dict[str, Any]:
     return adapter(cls).json_schema(ref_template="#/components/schemas/{model}")
 
 
+#: the longest part of a field path echoed back (an unknown key may be of any length)
+PART = 80
+
+
 def field_path(loc: Iterable[Any]) -> str:
-    """``("key_groups", 3, "load")`` -> ``key_groups[3].load``."""
+    """``("key_groups", 3, "load")`` -> ``key_groups[3].load`` (each name cut at :data:`PART` characters)."""
     out = ""
     for part in loc:
         if part == "body" and not out:
@@ -70,7 +116,8 @@ def field_path(loc: Iterable[Any]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            name = str(part)
+            out += ("." if out else "") + (name if len(name) <= PART else name[:PART] + "…")
     return out
 
 

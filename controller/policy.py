@@ -28,7 +28,9 @@ placements of nearly equal true quality the planner picks the one the window's n
 curse; with coarse key groups the true floor can be far above the fitted value). The controller therefore measures,
 on the first whole window of batches after a plan was executed, how much higher its placement's load distance
 really was than the plan claimed, and takes that ``bias`` off the next plans' gains (rules 1, 2 and 4 use
-gain = d − d_plan − bias); until it is measured no other round is solved (with the noise guard on).
+gain = d − d_plan − bias); until it is measured no other round is solved (with the noise guard on). A plan can only
+have fitted what the noise let it, so the bias counts at most as the noise level of the window it is used on: more
+is a real change of the stream.
 
 Load on nodes being removed (ALBIC's set B) is always worth draining: rules 1–4 do not hold back a plan that
 lowers it; the cooldown and the budget still do. Every verdict is a :class:`~clients.python.contract.Decision`
@@ -71,11 +73,9 @@ class Balance:
     settling: tuple[int, int] | None = None  # (fresh batches, batches needed) until that is measured
 
 
-def balance(problem: Problem, variance: np.ndarray | None, batches: int, sigmas: float | None,
-            bias: float = 0.0) -> Balance:
+def balance(problem: Problem, variance: np.ndarray | None, batches: int, sigmas: float | None) -> Balance:
     """Load distance, balanced level, load on removing nodes and noise level of ``problem``'s current placement;
-    ``variance``: each key group's load variance per batch over the ``batches`` of the window; ``bias``: how much
-    lower the last executed plan's own distance was than what its placement showed on fresh batches."""
+    ``variance``: each key group's load variance per batch over the ``batches`` of the window."""
     loads = metrics.node_loads(problem, problem.current)
     active = problem.active
     cap = problem.capacity[active]
@@ -87,7 +87,7 @@ def balance(problem: Problem, variance: np.ndarray | None, batches: int, sigmas:
         if np.isfinite(se).all():
             noise = family_z(sigmas, int(active.sum())) * math.sqrt(2.0) * float(se.max())
     on_removing = float(loads[problem.removing].sum()) if problem.removing.any() else 0.0
-    return Balance(metrics.load_distance_of_loads(problem, loads), target, on_removing, noise, batches, bias)
+    return Balance(metrics.load_distance_of_loads(problem, loads), target, on_removing, noise, batches)
 
 
 def _decision(worth: bool, reason: str, message: str, b: Balance, policy: Policy, batch_id: int | None,

@@ -37,17 +37,18 @@ log = logging.getLogger("rebalancer.controller")
 
 
 def balance_of(job: Job, problem: Problem) -> policy.Balance:
-    """The policy's view of the job's window (job lock held); measures the last plan's fit bias once a whole
-    window of batches has arrived since it was executed."""
-    b = policy.balance(problem, job.window.load_variance(), len(job.window.batches), job.config.policy.noise_sigmas,
-                       (job.fit.bias or 0.0) if job.fit is not None else 0.0)
+    """The policy's view of the job's window (job lock held). Once a whole window of batches has arrived since the
+    last plan was executed, its fit bias is measured; it counts at most as the noise level of the window it is
+    used on (a plan can only have fitted what the noise let it: more is a real change of the stream)."""
+    b = policy.balance(problem, job.window.load_variance(), len(job.window.batches), job.config.policy.noise_sigmas)
     fit = job.fit
-    if fit is not None and fit.bias is None:
+    if fit is None:
+        return b
+    if fit.bias is None:
         if fit.fresh < job.window.size:
             return dataclasses.replace(b, settling=(fit.fresh, job.window.size))
         fit.bias = max(0.0, b.load_distance - fit.claimed)
-        b = dataclasses.replace(b, bias=fit.bias)
-    return b
+    return dataclasses.replace(b, bias=min(fit.bias, b.noise or 0.0))
 
 
 class Rounds:

@@ -44,7 +44,7 @@ class Scaling:
                 raise Conflict(f"job {job.job_id!r} cannot be planned from its window: {exc.field}: "
                                f"{exc.reason}") from exc
 
-    async def what_if(self, job_id: str, req: c.JobWhatIfRequest) -> c.WhatIfReport:
+    async def what_if(self, job_id: str, req: c.WhatIfQuestion) -> c.WhatIfReport:
         """:func:`controller.planning.what_if_task` on the job's window."""
         job = self.ctx.job(job_id)
         s = self.ctx.settings

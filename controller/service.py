@@ -95,7 +95,7 @@ class Controller:
         log.info("database schema at revision %s (controller/migrations)", repo.create_schema(ctx.engine))
         failed = repo.fail_pending_proposals(ctx.engine)
         if failed:
-            log.warning("%d proposals were pending at the last stop; marked failed", failed)
+            log.warning("%d proposals were pending when the server stopped; marked failed", failed)
         self._load_jobs()
 
     def _load_jobs(self) -> None:

@@ -77,7 +77,7 @@ def metis_parts(adj: sp.csr_matrix, nparts: int, vweights: np.ndarray, *, seed: 
         kwargs["eweights"] = _int_weights(adj.data)
     if tpwgts is not None:
         t = np.asarray(tpwgts, dtype=np.float64)
-        kwargs["tpwgts"] = (t / t.sum() * (1 - 1e-6)).tolist()
+        kwargs["tpwgts"] = (t / t.sum()).tolist()  # fractions summing to one (pymetis warns about any other sum)
     xadj = adj.indptr.astype(np.int64)
     adjncy = adj.indices.astype(np.int64)
     if hasattr(pymetis, "CSRAdjacency"):

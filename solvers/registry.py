@@ -169,24 +169,15 @@ def available_names() -> list[str]:
     return names()
 
 
-def check_time_limit(time_limit: Any) -> float:
-    """A time limit must be a finite number > 0 (seconds)."""
-    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)):
-        raise InvalidInput("time_limit", f"must be a number of seconds, got {time_limit!r}")
-    if not math.isfinite(time_limit) or time_limit <= 0:
-        raise InvalidInput("time_limit", f"must be a finite number > 0, got {time_limit}")
-    return float(time_limit)
-
-
 def solve(name: str, problem: Problem, time_limit: float = DEFAULT_TIME_LIMIT, **params: Any) -> Plan:
-    """Validate ``params``, run planner ``name`` on ``problem`` and check its plan.
+    """Validate ``params``, run planner ``name`` on ``problem`` within ``time_limit`` seconds (> 0: checked where it
+    came in, the API's contract or the CLI's options) and check its plan.
 
     Raises:
-        InvalidInput: unknown algorithm, unknown or invalid parameter, invalid time limit.
+        InvalidInput: unknown algorithm, unknown or invalid parameter.
         PlannerError: the planner returned a plan that breaks the problem's constraints (a bug, never user input).
     """
     algo = get(name)
-    time_limit = check_time_limit(time_limit)
     checked = algo.validate(params)
     start = time.perf_counter()
     plan = algo.func(problem, time_limit=time_limit, **checked)

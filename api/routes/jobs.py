@@ -135,12 +135,12 @@ async def scale(job_id: JobId, request: Request, ctl: Controller = Depends(get_c
     return respond(await ctl.scaling.scale(job_id, req))
 
 
-@router.post("/{job_id}/what-if", response_model=c.WhatIfReport, openapi_extra=request_body(c.JobWhatIfRequest),
+@router.post("/{job_id}/what-if", response_model=c.WhatIfReport, openapi_extra=request_body(c.WhatIfQuestion),
              responses={**E404, **E409, **E413, **E415, **E422, **E429})
 async def what_if(job_id: JobId, request: Request, ctl: Controller = Depends(get_controller)) -> Response:
     """``POST /v1/what-if/scaling`` on the job's own window: each candidate cluster fully rebalanced, and the
     smallest one meeting the goal. Nothing changes (``/scale`` applies one)."""
-    req = parse(c.JobWhatIfRequest, await read_body(request))
+    req = parse(c.WhatIfQuestion, await read_body(request))
     return respond(await ctl.scaling.what_if(job_id, req))
 
 

@@ -182,9 +182,13 @@ def _read_scalar(tp: Any, value: Any, where: str) -> Any:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif tp is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok and not math.isfinite(value):
-            raise _bad(where, f"expected a finite number, got {value}")
-        value = float(value) if ok else value
+        if ok:
+            try:
+                value = float(value)
+            except OverflowError:  # an integer beyond a float's range
+                raise _bad(where, f"expected a finite number, got a {len(str(value))}-digit integer") from None
+            if not math.isfinite(value):
+                raise _bad(where, f"expected a finite number, got {value}")
     elif tp is str:
         ok = isinstance(value, str)
     else:  # pragma: no cover - a contract type this reader does not know is a programming error

@@ -1,171 +1,165 @@
-"""The driver's conversation with the controller (issue 7's /v1 API), kept apart from the state and the batch.
+"""The driver's conversation with the controller, kept apart from the state and the batch.
 
-:class:`ControllerLink` is the part of :class:`clients.spark.driver.RebalancingDriver` that registers the job,
-posts statistics, asks for and executes proposals, and adopts the controller's (epoch, assignment). Its rules:
+:class:`ControllerLink` registers the job, posts each batch's statistics and follows the controller's answers; the
+controller alone judges whether moving state is worth it (the job's ``policy``), the link keeps no window of its
+own. Its rules:
 
-* **Nothing the controller answers fails a batch.** Every call in a batch goes through a guard; an assignment is
-  validated when it arrives (:meth:`ControllerLink._accept`) and refused — logged once per epoch, the routing
-  kept — when it names a node that is not one of the driver's partitions.
-* **Nodes are partitions.** Controller node ``p<i>`` is Spark partition ``i`` of the ``partitions`` the driver
-  routes to; the partition count of a running query is fixed, so a node added to the job (``POST
-  /v1/jobs/{id}/nodes {"add": ["p8"]}``) cannot be used until the query is restarted with more partitions.
+* **One round trip per batch** in automatic mode (the default): the statistics answer (``StatsAck``) carries the
+  placement to apply (``apply``) whenever the job's epoch is newer than the batch's. In proposal mode the link asks
+  for a proposal only when the answer's ``decision`` says ``significant`` and executes it only when the
+  controller judged it ``worth``; a proposal that is not worth it is not asked for again before the policy's
+  ``cooldown_batches`` have passed. Proposals run off the batch's critical path (``async_plans``).
+* **Numbers, not ids.** The job's key groups are checked once (at registration and on a resync) against the
+  operators this side routes; statistics then travel as arrays in the job's key-group order and placements come
+  back as arrays (``Placement.placement``: the node index of each key group), node ``p<i>`` being Spark partition
+  ``i``. A job whose key groups differ is spoken to by key-group id.
+* **Nothing the controller answers fails a batch.** Every call in a batch goes through a guard; a placement that
+  names a node that is not one of the query's partitions is refused — logged once per epoch, the routing kept.
 * **Configuration errors fail** :meth:`ControllerLink.start` with the server's message (a 4xx other than 404,
   408, 429): an unknown algorithm or a negative budget must not look like "controller down".
 * **Back-off in time**: after a failure the controller is left alone for 1, 2, 4, … up to ``max_backoff_s``
   seconds, whatever the batch rate; the first batch after that tries again.
-* **Plans off the batch's critical path** (``async_plans``, default): the proposal is requested and executed on
-  a background thread; the plan is applied at the first batch boundary after it arrived.
-* **A controller that comes back empty** (its database lost the job) gets the driver's *current* assignment
+* **A controller that comes back empty** (its database lost the job) gets the driver's *current* placement
   registered explicitly, so nothing moves back to the default layout.
-* **No solve that cannot pay off.** Before asking for a proposal, the link computes the load distance of its current
-  layout over its own window of statistics; when even a perfect plan (distance 0) would fail
-  :func:`worth_executing` (a stationary stream whose imbalance is sampling noise), it does not ask: the controller's
-  solver would burn its time limit of CPU for a plan that is then thrown away.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
 
 import numpy as np
 
 from clients.python import APIError, ConflictError, NotFoundError, RebalancerError
-from clients.spark.routing import RoutingTable, partition_ids
+from clients.python import contract as c
+from clients.spark.config import ControllerConfig
+from clients.spark.routing import contiguous, partition_ids
 
 log = logging.getLogger("rebalancer.spark")
 
 _NOT_CONFIG = {404, 408, 429}
 
-
-def worth_executing(before: float, after: float, mean_load: float, *, min_gain: float,
-                    threshold: float | None = None, noise_sigmas: float | None = None) -> bool:
-    """Whether a proposal that takes the load distance (max over nodes of |load − mean|, ALBIC §4.3.1) from
-    ``before`` to ``after`` is worth its migrations.
-
-    It must lower the distance by at least ``min_gain`` × the mean node load (hysteresis), ``before`` must exceed
-    ``threshold`` when one is set, and — for record counts, whose per-node sums fluctuate like Poisson counts
-    with standard deviation √mean — ``before`` must exceed ``noise_sigmas`` × √``mean_load``: an imbalance that
-    sampling noise alone explains (a stationary stream after convergence) is not chased with migrations.
-    """
-    if after >= before or (before - after) < min_gain * mean_load:
-        return False
-    if threshold is not None and before <= threshold:
-        return False
-    return not (noise_sigmas is not None and before <= noise_sigmas * math.sqrt(max(mean_load, 0.0)))
+#: operator id -> the partition of each of its key groups
+Layout = dict[str, np.ndarray]
 
 
 class ConfigurationError(ValueError):
     """The controller refused the job's configuration (its message is the exception's text)."""
 
 
+class Routed(Protocol):
+    """What the link needs of the side that routes the key groups (a driver, or a chain of them)."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    def layout(self) -> Layout: ...
+
+    def has_layout(self) -> bool: ...
+
+    def may_switch_now(self) -> bool: ...
+
+    def switch(self, epoch: int, layout: Layout) -> None: ...
+
+    def relabel(self, epoch: int) -> None: ...
+
+
+def same_layout(a: Layout, b: Layout) -> bool:
+    if a.keys() != b.keys():
+        return False
+    for op, parts in a.items():
+        if not np.array_equal(parts, b[op]):
+            return False
+    return True
+
+
+class JobOrder:
+    """The job's key-group order as positions of this side's key groups: ``index[op][k]`` is where key group ``k``
+    of operator ``op`` stands in ``JobState.key_groups``; ``None`` when the job's key groups are not exactly
+    ``expected``."""
+
+    def __init__(self, key_groups: Sequence[str], operators: Sequence[tuple[str, int]], expected: set[str]):
+        self.size = len(key_groups)
+        self.index: dict[str, np.ndarray] | None = None
+        if len(key_groups) == len(expected) and set(key_groups) == expected:
+            pos = {k: i for i, k in enumerate(key_groups)}
+            self.index = {op: np.fromiter((pos[f"{op}/{k}"] for k in range(g)), dtype=np.int64, count=g)
+                          for op, g in operators}
+        only = next(iter(self.index.values())) if self.index is not None and len(self.index) == 1 else None
+        self.identity = only is not None and self.size == len(only) and bool((only == np.arange(self.size)).all())
+
+    def arrays(self, load: Mapping[str, np.ndarray], state_bytes: Mapping[str, np.ndarray] | None
+               ) -> tuple[list[float], list[float | None] | None]:
+        """The statistics in the job's order: one load per key group (0 for the key groups of other operators)
+        and one state size (``None`` for those of other operators: not measured here)."""
+        assert self.index is not None
+        if self.identity:
+            only = next(iter(self.index))
+            return (load[only].astype(np.float64).tolist(),
+                    None if state_bytes is None else state_bytes[only].astype(np.float64).tolist())
+        out = np.zeros(self.size, dtype=np.float64)
+        sizes = None if state_bytes is None else np.full(self.size, np.nan)
+        for op, idx in self.index.items():
+            out[idx] = load[op]
+            if sizes is not None and state_bytes is not None:
+                sizes[idx] = state_bytes[op]
+        return out.tolist(), None if sizes is None else [None if x != x else x for x in sizes.tolist()]
+
+    def layout(self, placement: Sequence[int], node_partition: np.ndarray) -> Layout:
+        """Partition of every key group of this side's operators (``-1``: a node that is no partition)."""
+        assert self.index is not None
+        parts = node_partition[np.asarray(placement, dtype=np.int64)]
+        return {op: parts[idx] for op, idx in self.index.items()}
+
+
+def node_partitions(nodes: Sequence[str], n: int) -> np.ndarray:
+    """The Spark partition of each node (``p<i>`` → i for i < n), -1 for any other node."""
+    own = {nid: i for i, nid in enumerate(partition_ids(n))}
+    return np.array([own.get(nid, -1) for nid in nodes], dtype=np.int64)
+
+
 class ControllerLink:
-    """Mixin: controller plumbing of :class:`clients.spark.driver.RebalancingDriver` (see the module docstring)."""
+    """The conversation of one job with the controller (see the module docstring).
 
-    # set by the driver
-    client: Any
-    job_id: str
-    operator: str
-    G: int
-    n: int
-    node_ids: list[str]
-    epoch: int
-    routing: RoutingTable
-    pending: tuple[int, dict[str, str]] | None
-    registered: bool
-    auto: bool
-    cooldown_batches: int
-    batches_since_change: int
-    min_gain: float
-    load_distance_threshold: float | None
-    time_limit_s: float
-    budget: dict[str, Any]
-    window_batches: int
-    extra_operators: list[dict[str, Any]]
-    algorithm: str | None
-    params: dict[str, Any]
-    backoff_s: float
-    max_backoff_s: float
-    _failures: int
-    _retry_at: float
-    _refused_epoch: int | None
-    _refusals: int
-    async_plans: bool
-    noise_sigmas: float | None
-    load: str
-    _pool: Any
-    _inflight: Any
+    Args:
+        config: the job's :class:`~clients.spark.config.ControllerConfig`.
+        partitions: the query's partitions (= controller nodes ``p0..p{n-1}``).
+        operators: ``(operator id, key groups)`` of the operators this side routes, in order.
+        owner: the side that routes them (:class:`Routed`).
+    """
 
-    def _has_layout(self) -> bool:  # overridden by the driver: state exists or batches ran
-        return False
-
-    def _boundary_switch_allowed(self) -> bool:  # overridden by the driver
-        return False
-
-    def _switch(self, epoch: int, assignment: Mapping[str, str]):  # implemented by the driver
-        raise NotImplementedError
-
-    def _owned(self) -> list[tuple[str, int]]:
-        """(operator id, key groups) of the operators this link routes (the driver: its one operator)."""
-        return [(self.operator, self.G)]
-
-    def _layout(self) -> dict[str, str]:
-        """The current assignment of the owned operators' key groups."""
-        return self.routing.assignment()
-
-    def _relabel(self, epoch: int) -> None:
-        """The controller moved to ``epoch`` without moving any owned key group."""
-        self.epoch = self.routing.epoch = int(epoch)
-
-    def _init_link(self, *, client: Any, job_id: str, partitions: int, algorithm: str | None,
-                   params: Mapping[str, Any] | None, budget: Mapping[str, Any] | None, window_batches: int,
-                   time_limit_s: float, auto: bool, cooldown_batches: int, load_distance_threshold: float | None,
-                   min_gain: float, noise_sigmas: float | None, load: str,
-                   extra_operators: Any, async_plans: bool, backoff_s: float, max_backoff_s: float) -> None:
-        """The link's settings and its conversation state (see :class:`clients.spark.driver.RebalancingDriver`
-        for the meaning of every argument)."""
-        if load not in ("records", "bytes"):
-            raise ValueError("load must be 'records' or 'bytes'")
-        self.client = client
-        self.job_id = job_id
+    def __init__(self, config: ControllerConfig, partitions: int, operators: Sequence[tuple[str, int]],
+                 owner: Routed):
+        self.config = config
+        self.client = config.client
+        self.job_id = config.job_id
         self.n = int(partitions)
         self.node_ids = partition_ids(self.n)
-        self.algorithm = algorithm
-        self.params = dict(params or {})
-        self.budget = dict(budget or {})
-        self.window_batches = int(window_batches)
-        self.time_limit_s = float(time_limit_s)
-        self.auto = bool(auto)
-        self.cooldown_batches = int(cooldown_batches)
-        self.load_distance_threshold = load_distance_threshold
-        self.min_gain = float(min_gain)
-        self.noise_sigmas = noise_sigmas
-        self.load = load
-        self.extra_operators = [dict(o) for o in extra_operators]
-        self.async_plans = bool(async_plans)
-        self.backoff_s = float(backoff_s)
-        self.max_backoff_s = float(max_backoff_s)
-        self.epoch = 0
+        self.operators = list(operators)
+        self.extra = [(str(o["id"]), int(o["key_groups"])) for o in config.extra_operators]
+        self.owner = owner
         self.registered = False
-        self.pending = None
-        self.batches_since_change = 0
+        self.pending: tuple[int, Layout] | None = None   # a placement for the next batch boundary
+        self.received = False                            # a placement arrived during the latest batch's talk
+        self.decision: c.Decision | None = None           # the controller's latest verdict
+        self.order: JobOrder | None = None
+        self._nodes: list[str] = list(self.node_ids)      # the job's nodes, in order
+        self._node_partition = np.arange(self.n, dtype=np.int64)
+        self._cooldown = 0                                # the job's policy's cooldown_batches
+        self._ask_after = -1                              # no proposal before this batch (one was not worth it)
+        self.proposals = 0                                # proposals asked for
         self._failures = 0
         self._retry_at = 0.0
-        self._refused_epoch = None
-        self._refusals = 0
-        self._pool = None
-        self._inflight = None
-        self._window_ids: tuple[str, ...] = ()        # key group ids of the window's load vectors
-        self._window: deque[np.ndarray] = deque(maxlen=max(1, self.window_batches))
-        self.proposals_skipped = 0                     # proposals not asked for (see _may_gain)
-        self._plain_job = False                        # the job is what this side sees (see _note_job)
+        self._refused_epoch: int | None = None
+        self.refusals = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self._inflight: Future[str] | None = None
 
     # ------------------------------------------------------------------ availability and back-off
-    def _controller_available(self) -> bool:
+    def available(self) -> bool:
         return self.client is not None and time.monotonic() >= self._retry_at
 
     def _ok(self) -> None:
@@ -174,38 +168,48 @@ class ControllerLink:
 
     def _down(self, what: str, exc: BaseException) -> None:
         self._failures += 1
-        delay = min(self.max_backoff_s, self.backoff_s * 2 ** (self._failures - 1))
+        delay = min(self.config.max_backoff_s, self.config.backoff_s * 2 ** (self._failures - 1))
         self._retry_at = time.monotonic() + delay
         log.warning("controller %s failed (%s: %s); keeping the routing of epoch %d, next try in %.1f s",
-                    what, type(exc).__name__, exc, self.epoch, delay)
+                    what, type(exc).__name__, exc, self.owner.epoch, delay)
 
     # ------------------------------------------------------------------ registration
-    def _job_spec(self, explicit: bool = False) -> dict[str, Any]:
-        spec: dict[str, Any] = {
-            "nodes": self.node_ids, "budget": self.budget, "window_batches": self.window_batches,
-            "time_limit_s": self.time_limit_s,
-            "auto": {"enabled": self.auto, "cooldown_batches": self.cooldown_batches,
-                     "load_distance_threshold": self.load_distance_threshold},
-        }
-        if explicit:  # the driver's current layout (a controller that lost the job must not reset it)
-            kgs = [{"id": k, "operator": k.rsplit("/", 1)[0], "node": v} for k, v in self._layout().items()]
-            for o in self.extra_operators:
-                other = RoutingTable.contiguous(o["id"], int(o["key_groups"]), self.n)
-                kgs += [{"id": k, "operator": o["id"], "node": v} for k, v in other.assignment().items()]
-            spec["key_groups"] = kgs
+    def _ids(self) -> set[str]:
+        return {f"{o}/{k}" for o, g in (*self.operators, *self.extra) for k in range(g)}
+
+    def _spec(self, explicit: bool) -> dict[str, Any]:
+        cfg = self.config
+        spec: dict[str, Any] = {"nodes": list(self.node_ids), "algorithm": cfg.algorithm,
+                                "params": dict(cfg.params) or None, "budget": cfg.budget,
+                                "window_batches": cfg.window_batches, "time_limit_s": cfg.time_limit_s,
+                                "auto": cfg.auto, "policy": cfg.policy}
+        if explicit:  # the current placement (a controller that lost the job must not reset it)
+            layout = {**{o: contiguous(g, self.n) for o, g in self.extra}, **self.owner.layout()}
+            spec["key_groups"] = [c.JobKeyGroup(id=f"{o}/{k}", operator=o, node=self.node_ids[int(p)])
+                                  for o, parts in layout.items() for k, p in enumerate(parts.tolist())]
         else:
-            spec["operators"] = [*({"id": o, "key_groups": g} for o, g in self._owned()), *self.extra_operators]
-        if self.algorithm:
-            spec["algorithm"] = self.algorithm
-        if self.params:
-            spec["params"] = self.params
+            spec["operators"] = [c.Operator(id=o, key_groups=g) for o, g in (*self.operators, *self.extra)]
         return spec
 
-    def _same_topology(self, job) -> bool:
-        ids = {f"{o}/{k}" for o, g in self._owned() for k in range(g)}
-        for o in self.extra_operators:
-            ids |= {f"{o['id']}/{k}" for k in range(int(o["key_groups"]))}
-        return set(job.assignment) == ids and set(self.node_ids) <= set(job.nodes)
+    def _register(self) -> c.JobState:
+        assert self.client is not None
+        explicit = False
+        if self.owner.has_layout():
+            try:
+                self.client.get_job(self.job_id)
+            except NotFoundError:
+                explicit = True
+                log.warning("job %r is unknown to the controller: registering the current placement (epoch %d "
+                            "here) instead of the default layout", self.job_id, self.owner.epoch)
+        try:
+            return self.client.put_job(self.job_id, **self._spec(explicit))
+        except NotFoundError as exc:  # no route for this id (e.g. a '/' in it): never "controller down"
+            raise ConfigurationError(f"the controller has no route for job id {self.job_id!r}: {exc}") from exc
+        except ConflictError as exc:
+            job = self.client.get_job(self.job_id)
+            if set(job.key_groups) != self._ids() or not set(self.node_ids) <= {nd.id for nd in job.nodes}:
+                raise ConfigurationError(f"job {self.job_id!r}: {exc}") from exc
+            return job
 
     def start(self) -> bool:
         """Register the job with the controller (idempotent). Returns True when registered.
@@ -216,22 +220,7 @@ class ControllerLink:
         if self.client is None:
             return False
         try:
-            explicit = False
-            if self._has_layout():
-                try:
-                    self.client.get_job(self.job_id)
-                except NotFoundError:
-                    explicit = True
-                    log.warning("job %r is unknown to the controller: registering the current assignment "
-                                "(epoch %d here) instead of the default layout", self.job_id, self.epoch)
-            try:
-                job = self.client.put_job(self.job_id, **self._job_spec(explicit))
-            except NotFoundError as exc:  # no route for this id (e.g. a '/' in it): never "controller down"
-                raise ConfigurationError(f"the controller has no route for job id {self.job_id!r}: {exc}") from exc
-            except ConflictError as exc:
-                job = self.client.get_job(self.job_id)
-                if not self._same_topology(job):
-                    raise ConfigurationError(f"job {self.job_id!r}: {exc}") from exc
+            job = self._register()
         except ConfigurationError:
             raise
         except APIError as exc:
@@ -244,155 +233,145 @@ class ControllerLink:
             return False
         self.registered = True
         self._ok()
-        self._note_job(job)
-        self._adopt(job.epoch, job.assignment)
+        self._learn(job)
+        self._adopt(job.epoch, job.placement, at_once=True)
         return True
 
-    def _note_job(self, job) -> None:
-        """Remember whether the controller's job is exactly what this side can judge on its own (see
-        :meth:`_may_gain`): its nodes are this side's partitions, none removing, all of one capacity, and no
-        communication cost."""
-        self._plain_job = (sorted(job.nodes) == sorted(self.node_ids) and not job.removing
-                           and len(set(job.capacity.values())) <= 1 and not job.communication_cost)
+    def _learn(self, job: c.JobState) -> None:
+        """The job's key-group order, nodes and cooldown (checked once per registration or resync)."""
+        self.order = JobOrder(job.key_groups, self.operators, self._ids())
+        if self.order.index is None:
+            log.warning("job %r has other key groups than this query's operators: statistics go by key-group id",
+                        self.job_id)
+        self._set_nodes([nd.id for nd in job.nodes])
+        self._cooldown = int(job.policy.cooldown_batches)
 
-    # ------------------------------------------------------------------ assignments
-    def _own(self, assignment: Mapping[str, str]) -> dict[str, str]:
-        """The part of a job assignment that belongs to the operators this link routes."""
-        owned = {o for o, _ in self._owned()}
-        return {k: v for k, v in assignment.items() if k.rsplit("/", 1)[0] in owned}
+    def _set_nodes(self, nodes: Sequence[str]) -> None:
+        if list(nodes) != self._nodes:
+            self._nodes = list(nodes)
+            self._node_partition = node_partitions(self._nodes, self.n)
 
-    def _accept(self, epoch: int, assignment: Mapping[str, str]) -> bool:
-        """Validate an assignment from the controller; refuse (log once per epoch, keep the routing) when it
-        puts a key group on a node that is not one of the driver's partitions ``p0..p{n-1}``."""
-        own = self._own(assignment)
-        unknown = sorted({v for v in own.values() if v not in self.node_ids})
-        if not unknown:
-            return True
+    # ------------------------------------------------------------------ placements
+    def _layout_of(self, epoch: int, placement: Sequence[int]) -> Layout | None:
+        """This side's layout of a placement of the job, or ``None`` (refused: logged once per epoch) when it puts
+        a key group on a node that is not one of the query's partitions, or the job's order is unknown."""
+        if self.order is None or self.order.index is None:
+            return None
+        layout = self.order.layout(placement, self._node_partition)
+        for op, parts in layout.items():
+            if parts.min(initial=0) < 0:
+                self._refuse(epoch, placement, op, int(np.argmin(parts)))
+                return None
+        return layout
+
+    def _refuse(self, epoch: int, placement: Sequence[int], op: str, k: int) -> None:
+        """Log (once per epoch) and count a placement that puts key group ``k`` of ``op`` on a node that is no
+        partition of the query."""
+        assert self.order is not None and self.order.index is not None
         if self._refused_epoch != epoch:
-            bad = next(k for k, v in own.items() if v in unknown)
-            log.error("controller epoch %d refused: it puts %s on node %r, which is not one of this query's %d "
+            node = self._nodes[int(placement[int(self.order.index[op][k])])]
+            unknown = sorted(nid for nid, p in zip(self._nodes, self._node_partition.tolist(), strict=True) if p < 0)
+            log.error("controller epoch %d refused: it puts %s/%d on node %r, which is not one of this query's %d "
                       "partitions (p0..p%d); a running query has a fixed partition count: restart it with "
                       "partitions=%d to use the new node(s) %s. Keeping the routing of epoch %d.",
-                      epoch, bad, unknown[0], self.n, self.n - 1, self.n + len(unknown), unknown, self.epoch)
+                      epoch, op, k, node, self.n, self.n - 1, self.n + len(unknown), unknown, self.owner.epoch)
         self._refused_epoch = int(epoch)
-        self._refusals += 1
-        return False
+        self.refusals += 1
 
-    def _adopt(self, epoch: int, assignment: Mapping[str, str]) -> None:
-        """Take the controller's (epoch, assignment): at once before any state exists, else at the next boundary."""
-        if not self._accept(epoch, assignment):
+    def _adopt(self, epoch: int, placement: Sequence[int], *, at_once: bool = False) -> None:
+        """Take the controller's (epoch, placement): at the next batch boundary, or at once when ``at_once`` and
+        nothing has run yet; the epoch label alone when nothing moves."""
+        layout = self._layout_of(epoch, placement)
+        if layout is None:
             return
-        own = self._own(assignment)
-        if self._layout() == own:  # nothing moves: the epoch label changes at once
-            self._relabel(epoch)
-            return
-        if self._boundary_switch_allowed():
-            self._switch(epoch, own)
+        if same_layout(layout, self.owner.layout()):
+            self.pending = None
+            self.owner.relabel(epoch)
+        elif at_once and self.owner.may_switch_now():
+            self.pending = None
+            self.owner.switch(epoch, layout)
         else:
-            self.pending = (int(epoch), dict(own))
+            self.pending = (int(epoch), layout)
+            self.received = True
+
+    def take(self) -> tuple[int, Layout] | None:
+        """The placement to apply at this batch boundary, if one arrived."""
+        pending, self.pending = self.pending, None
+        return pending
 
     def _resync(self) -> None:
-        """Fetch the job and adopt its epoch and assignment at the next batch boundary."""
+        """Fetch the job and adopt its epoch and placement at the next batch boundary."""
+        assert self.client is not None
         try:
             job = self.client.get_job(self.job_id)
         except NotFoundError:
             self.registered = False  # deleted (or a fresh controller database): register again
             return
-        self._note_job(job)
-        if not self._accept(job.epoch, job.assignment):
-            return
-        own = self._own(job.assignment)
-        if job.epoch != self.epoch or own != self._layout():
-            self.pending = (job.epoch, own)
-
-    # ------------------------------------------------------------------ the window on this side
-    def _remember(self, stats: list[dict[str, Any]]) -> None:
-        """Keep the loads per key group of the last ``window_batches`` batches (the controller's window)."""
-        ids = tuple(str(s["id"]) for s in stats)
-        if ids != self._window_ids:
-            self._window_ids = ids
-            self._window.clear()
-        self._window.append(np.fromiter((float(s["load"]) for s in stats), dtype=np.float64, count=len(stats)))
-
-    def _may_gain(self, edges: list[dict[str, Any]] | None) -> bool:
-        """Whether a proposal could be worth executing: False only when, on this side's window and the current
-        layout, the load distance ``before`` fails :func:`worth_executing` even against a perfect plan
-        (``after`` = 0). Unknown parts of the job (operators this link does not route, communication, a window
-        not yet full, a job whose nodes, capacities or communication cost differ from this side's view) answer
-        True: the controller decides."""
-        if (not self._plain_job or self.extra_operators or edges
-                or len(self._window) < self.window_batches):
-            return True
-        layout = self._layout()
-        index = {p: i for i, p in enumerate(self.node_ids)}
-        try:
-            nodes = np.fromiter((index[layout[k]] for k in self._window_ids), dtype=np.int64,
-                                count=len(self._window_ids))
-        except KeyError:  # a key group or node this side does not know: let the controller judge
-            return True
-        loads = np.bincount(nodes, weights=np.mean(self._window, axis=0), minlength=self.n)
-        mean = float(loads.sum()) / self.n
-        before = float(np.max(np.abs(loads - mean)))
-        return worth_executing(before, 0.0, mean, min_gain=self.min_gain, threshold=self.load_distance_threshold,
-                               noise_sigmas=self.noise_sigmas if self.load == "records" else None)
+        self._learn(job)
+        layout = self._layout_of(job.epoch, job.placement)
+        if layout is not None and (job.epoch != self.owner.epoch or not same_layout(layout, self.owner.layout())):
+            self.pending = (job.epoch, layout)
+            self.received = True
 
     # ------------------------------------------------------------------ per batch
-    def _talk(self, batch_id: int, stats: list[dict[str, Any]], edges: list[dict[str, Any]] | None, report) -> str:
-        """All controller traffic of one batch; never raises."""
-        if self.client is None:
-            return "disabled"
-        self._remember(stats)
-        refusals = self._refusals
-        status = self._talk_inner(batch_id, stats, edges, report)
-        return "refused" if self._refusals > refusals and status in ("ok", "conflict") else status
-
-    def _talk_inner(self, batch_id: int, stats: list[dict[str, Any]], edges: list[dict[str, Any]] | None,
-                    report) -> str:
-        if not self.registered and self._controller_available():
+    def talk(self, batch_id: int, load: Layout, state_bytes: Layout | None,
+             edges: list[dict[str, Any]] | None) -> str:
+        """All controller traffic of one batch (``load`` and ``state_bytes``: per operator, per key group): post
+        the statistics and follow the answer — a newer placement is applied at the next boundary; in proposal
+        mode a ``significant`` verdict asks for a proposal. Never raises; returns the status: ok, down, skipped,
+        conflict or refused."""
+        self.received = False
+        refusals = self.refusals
+        if not self.registered and self.available():
             try:
                 self.start()
             except Exception as exc:  # noqa: BLE001 - a batch never fails on the controller
                 self._down("registration", exc)
                 return "down"
-        if not self.registered or not self._controller_available():
+        if not self.registered or not self.available():
             return "skipped"
         try:
-            ack = self.client.post_stats(self.job_id, batch_id=batch_id, epoch=self.epoch, key_groups=stats,
-                                         communication=edges)
+            ack = self._post(batch_id, load, state_bytes, edges)
         except ConflictError as exc:  # our epoch is ahead of the job (a new controller database?)
             log.warning("statistics refused (%s); fetching the job", exc.detail)
-            return self._guarded("resync", self._resync, conflict=True)
+            status = self._guarded("resync", self._resync, conflict=True)
+            return "refused" if self.refusals > refusals and status == "conflict" else status
         except NotFoundError:
             self.registered = False
             return "skipped"
         except Exception as exc:  # noqa: BLE001 - the controller never fails a batch
             self._down("statistics", exc)
             return "down"
-        self._ok()
+        self._failures, self._retry_at = 0, 0.0
+        self.decision = d = ack.decision
+        status = "ok"
         try:
             if ack.apply is not None:
-                if not self._accept(ack.apply.epoch, ack.apply.assignment):
-                    return "refused"
-                self.pending = (ack.apply.epoch, self._own(ack.apply.assignment))
-                report.plan_received = True
-                return "ok"
-            if ack.epoch != self.epoch:  # someone else executed a plan: adopt the job's assignment
-                status = self._guarded("resync", self._resync, conflict=True)
-                report.plan_received = self.pending is not None
-                return status
-            if not self.auto and ack.window_ready and self.batches_since_change + 1 >= self.cooldown_batches:
-                if not self._may_gain(edges):
-                    self.proposals_skipped += 1
-                    return "ok"
-                if self.async_plans:
-                    return self._propose_in_background()
-                status = self._guarded("proposal", self._propose_and_execute)
-                report.plan_received = self.pending is not None
-                return status
+                if ack.apply.nodes != self._nodes:
+                    self._set_nodes(ack.apply.nodes)
+                self._adopt(ack.apply.epoch, ack.apply.placement)
+            elif (not self.config.auto and d is not None and d.reason == "significant"
+                  and batch_id >= self._ask_after):
+                status = (self._propose_in_background(batch_id) if self.config.async_plans else
+                          self._guarded("proposal", lambda: self._propose_and_execute(batch_id)))
         except Exception as exc:  # noqa: BLE001 - a malformed answer must not fail the batch either
             self._down("answer", exc)
             return "down"
-        return "ok"
+        return "refused" if self.refusals > refusals and status in ("ok", "conflict") else status
+
+    def _post(self, batch_id: int, load: Layout, state_bytes: Layout | None,
+              edges: list[dict[str, Any]] | None) -> c.StatsAck:
+        """Statistics as arrays in the job's order (or by key-group id when the job's key groups are others)."""
+        assert self.client is not None
+        if self.order is not None and self.order.index is not None:
+            loads, sizes = self.order.arrays(load, state_bytes)
+            return self.client.post_stats(self.job_id, batch_id=batch_id, epoch=self.owner.epoch, load=loads,
+                                          state_bytes=sizes, communication=edges)
+        kgs = [{"id": f"{op}/{k}", "load": float(x),
+                "state_bytes": None if state_bytes is None else float(state_bytes[op][k])}
+               for op, values in load.items() for k, x in enumerate(values.tolist())]
+        return self.client.post_stats(self.job_id, batch_id=batch_id, epoch=self.owner.epoch, key_groups=kgs,
+                                      communication=edges)
 
     def _guarded(self, what: str, fn: Callable[[], object], conflict: bool = False) -> str:
         try:
@@ -410,55 +389,56 @@ class ControllerLink:
             self._down(what, exc)
             return "down"
 
-    def _propose_in_background(self) -> str:
+    # ------------------------------------------------------------------ proposal mode
+    def _propose_in_background(self, batch_id: int) -> str:
         """Ask for (and execute) a proposal on a background thread: the batch does not wait for the solver; the
-        plan lands in ``pending`` and is applied at the first batch boundary after it arrived."""
+        placement lands in ``pending`` and is applied at the first batch boundary after it arrived."""
         if self.pending is not None or (self._inflight is not None and not self._inflight.done()):
-            return "ok"  # a plan waits for its boundary, or one is being computed
+            return "ok"  # a placement waits for its boundary, or a proposal is being computed
         if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rebalancer-plan")
-        self._inflight = self._pool.submit(self._guarded, "proposal", self._propose_and_execute)
+        self._inflight = self._pool.submit(self._guarded, "proposal", lambda: self._propose_and_execute(batch_id))
         return "ok"
 
-    def _propose_and_execute(self) -> None:
-        prop = self.propose()
+    def _propose_and_execute(self, batch_id: int) -> None:
+        prop = self.propose(batch_id)
         if prop is not None:
             self.execute(prop)
 
-    def apply_proposal(self, prop) -> str:
-        """Execute ``prop`` and never raise: ``"ok"`` (applied at the next boundary), ``"conflict"`` (the job had
-        moved on: its current assignment is adopted at the next boundary instead) or ``"down"``."""
-        return self._guarded("execute", lambda: self.execute(prop))
-
-    def propose(self):
-        """Ask the controller for a proposal from the current window; ``None`` when it would not improve."""
-        prop = self.client.create_proposal(self.job_id, wait_s=max(2.0, 2 * self.time_limit_s))
-        if prop.plan is None or not prop.plan.moves:
+    def propose(self, batch_id: int = -1) -> c.Proposal | None:
+        """A proposal from the current window, when the controller judged it worth executing; else ``None``
+        (and no proposal is asked for before ``cooldown_batches`` more batches)."""
+        assert self.client is not None
+        self.proposals += 1
+        prop = self.client.create_proposal(self.job_id, wait_s=max(2.0, 2 * (self.config.time_limit_s or 1.0)))
+        if prop.status != "ready" or prop.decision is None or not prop.decision.worth:
+            self._ask_after = batch_id + max(1, self._cooldown)
+            if prop.decision is not None:
+                self.decision = prop.decision
             return None
-        if prop.base_epoch is not None and prop.base_epoch != self.epoch:
+        if prop.base_epoch != self.owner.epoch:
             self._resync()
-            return None
-        before_m = prop.plan.metrics.get("before", {})
-        if not worth_executing(float(before_m.get("load_distance", 0.0)),
-                               float(prop.plan.metrics.get("after", {}).get("load_distance", 0.0)),
-                               float(before_m.get("total_load", 0.0) or 0.0) / self.n, min_gain=self.min_gain,
-                               threshold=self.load_distance_threshold,
-                               noise_sigmas=self.noise_sigmas if self.load == "records" else None):
-            return None
-        if not self._accept(prop.base_epoch + 1 if prop.base_epoch is not None else -1, prop.plan.assignment):
             return None
         return prop
 
-    def execute(self, prop) -> bool:
-        """Execute a proposal; on success its assignment is applied at the next batch boundary.
-
-        Raises ConflictError when the job moved past the proposal's base epoch (callers in a batch go through
-        the guarded path, which then adopts the job's current assignment instead).
-        """
+    def execute(self, prop: c.Proposal) -> None:
+        """Execute a proposal; its placement is applied at the next batch boundary. Raises ConflictError when the
+        job moved past the proposal's base epoch."""
+        assert self.client is not None
         ex = self.client.execute_proposal(self.job_id, prop.id)
-        assignment = ex.assignment if ex.assignment is not None else prop.plan.assignment
-        if self._accept(ex.epoch, assignment):
-            self.pending = (ex.epoch, self._own(assignment))
-        return True
+        self._adopt(ex.epoch, ex.placement)
+
+    def apply_proposal(self, prop: c.Proposal) -> str:
+        """Execute ``prop`` and never raise: ``"ok"`` (applied at the next boundary), ``"conflict"`` (the job had
+        moved on: its current placement is adopted at the next boundary instead) or ``"down"``."""
+        return self._guarded("execute", lambda: self.execute(prop))
+
+    def wait_for_plan(self, timeout: float | None = None) -> None:
+        """Wait until a background proposal has finished (tests, orderly shutdown)."""
+        if self._inflight is not None:
+            self._inflight.result(timeout)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

@@ -18,12 +18,13 @@ the conversation with the controller. Per micro-batch ``batch_id``:
    bytes per key group (and, for the aggregations, the change of each key group's state bytes) with a Spark
    ``Observation``; with the output sink that is two jobs per batch in steady state (plus the moves of a
    migration; the function API measures its state size in a job of its own every ``state_stats_every`` batches);
-5. statistics (records/bytes per key group, state bytes per key group) go to the controller with the batch id
-   and the epoch; plans come back with the answer (``auto``) or from a proposal, for the next boundary.
+5. statistics (the load and the state bytes of every key group, as arrays in the job's order) go to the
+   controller with the batch id and the epoch (:class:`clients.spark.control.ControllerLink`); a new placement comes
+   back with the answer (automatic mode) or from a proposal the controller judged worth it, for the next boundary.
 
 An executor lost mid-stream takes the cached state blocks with it; the driver then rebuilds the state from the
 last committed version and runs the batch again. Without ``state_dir``/``checkpoint_location`` the state lives
-on the executors only (as before issue 15): a driver restart loses it.
+on the executors only: a driver restart loses it.
 """
 
 from __future__ import annotations
@@ -36,24 +37,28 @@ from typing import Any
 
 import numpy as np
 
-from clients.python import RebalancerClient
-from clients.spark.control import ConfigurationError, ControllerLink
+from clients.spark.config import ControllerConfig, DurabilityConfig
+from clients.spark.control import ConfigurationError, ControllerLink, Layout
 from clients.spark.functions import FunctionState, KeyedFunction
 from clients.spark.reports import BatchReport, StateMismatchError
-from clients.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable, key_group_ids
+from clients.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable
 from clients.spark.state import KeyedState, MigrationReport
 from clients.spark.stats import max_over_mean, partition_record_counts
 from clients.spark.store import StateStore
 
 log = logging.getLogger("rebalancer.spark")
 
-__all__ = ["BatchReport", "ConfigurationError", "RebalancingDriver", "StateMismatchError"]
+__all__ = ["BatchReport", "ConfigurationError", "ControllerConfig", "DurabilityConfig", "RebalancingDriver",
+           "StateMismatchError"]
 
 _LOST_BLOCKS = ("Checkpoint block", "ExecutorLostFailure", "FetchFailed", "BlockMissingException")
 
+#: ``f(rows_df, batch_id)``: where each batch's output goes (e.g. :class:`clients.spark.sink.BatchIdSink`)
+Output = Callable[[Any, int], None]
 
-class RebalancingDriver(ControllerLink):
-    """Keyed aggregation in ``foreachBatch`` with durable state and controller-driven rebalancing.
+
+class RebalancingDriver:
+    """Keyed state in ``foreachBatch``, durable and rebalanced by the controller.
 
     Args:
         spark: the SparkSession.
@@ -62,130 +67,85 @@ class RebalancingDriver(ControllerLink):
         function: instead of ``aggregations``, any per-key logic: a :class:`clients.spark.functions.KeyedFunction`
             (``fn(key, rows, state) -> (output rows, new state)`` on pandas DataFrames, optional timeouts); the
             ``output`` sink then gets the rows ``fn`` emitted.
-        client: a :class:`RebalancerClient` (short timeouts recommended), or ``None`` to run without controller.
-        job_id: the controller job id. operator: the operator name (key group ids ``<operator>/<k>``).
+        operator: the operator id (key group ids ``<operator>/<k>``).
         key_groups: G, key groups of the operator (default 120; fewer than ``partitions`` leaves some empty).
-        partitions: n, the number of Spark partitions (= controller nodes ``p0..p{n-1}``, fixed for a query).
-        checkpoint_location: the query's checkpoint location; the state goes to ``<it>/rebalancer-state``.
-        state_dir: the state directory (any Hadoop path), overriding the default under ``checkpoint_location``.
-        snapshot_every, retain_versions: a snapshot every N versions (Spark's default 10); keep the last M
-            versions (Spark's ``minBatchesToRetain``, 100).
+        partitions: n, the number of Spark partitions (= controller nodes ``p0..p{n-1}``).
+        controller: how the job talks to the controller (:class:`~clients.spark.config.ControllerConfig`); ``None``
+            runs without one.
+        durability: where the state's versions go (:class:`~clients.spark.config.DurabilityConfig`); ``None``: the
+            state lives on the executors only.
         output: ``f(changed_rows_df, batch_id)`` called after each commit (and on a replayed batch, from the
             stored delta), e.g. :class:`clients.spark.sink.BatchIdSink`.
-        algorithm, params, budget, window_batches, time_limit_s: the job's planner settings (issue 7).
-        auto: let the controller decide and execute rounds itself; when False the driver requests proposals.
-        cooldown_batches: batches between two rebalancing rounds.
-        load_distance_threshold: do not rebalance while the windowed load distance is at or below it.
-        min_gain: execute a proposal only when it lowers the load distance by at least this share of the mean
-            partition load (default 2%): hysteresis against chasing sampling noise with migrations.
-        noise_sigmas: with record loads, leave an imbalance below this many √(mean node load) alone (Poisson
-            sampling noise of the counts; ``None`` disables; see :func:`clients.spark.control.worth_executing`).
-        load: what a key group's load is: ``"records"`` (default) or ``"bytes"`` of its records in the batch.
-        communication: optional ``f(batch_df) -> [{"src", "dst", "rate"}]`` posted with the statistics
-            (:func:`clients.spark.stats.communication_stats`); the other operator must be in ``extra_operators``.
-        extra_operators: more operators of the job (``[{"id": "split", "key_groups": 120}]``).
-        measure_hash: also measure Spark's hash partitioning of each batch (one more shuffle; the demo uses it).
-        state_stats: send state bytes per key group. Mergeable aggregations measure it once (one aggregation
-            over the whole state, after a start with stored state or a recovery) and then keep it exact from each
-            batch's changes; the function API repeats the aggregation every ``state_stats_every`` batches
-            (default ``window_batches``) and after each migration.
-        send_bytes: send each key group's record ``bytes`` with the statistics (default; ``False`` for a controller
-            older than the optional ``bytes`` field, which answers 422 to it).
-        async_plans: request and execute proposals on a background thread (the plan is applied at the first
-            boundary after it arrived); ``False``: within the batch that filled the window.
-        backoff_s, max_backoff_s: after a controller failure, wait 1, 2, 4, … × ``backoff_s`` seconds (at most
-            ``max_backoff_s``) before calling it again.
         on_batch: callback called with each :class:`BatchReport`.
-        on_store_event: test hook passed to :class:`StateStore` (``f(point, version)``).
+        measure_hash: also measure Spark's hash partitioning of each batch (one more shuffle; the demo uses it).
     """
 
-    def __init__(
-        self,
-        spark,
-        *,
-        key: str | Sequence[str],
-        aggregations: Mapping[str, tuple[str, str | None]] | None = None,
-        function: KeyedFunction | None = None,
-        client: RebalancerClient | None = None,
-        job_id: str = "spark-job",
-        operator: str = "agg",
-        key_groups: int = DEFAULT_KEY_GROUPS,
-        partitions: int = 8,
-        checkpoint_location: str | None = None,
-        state_dir: str | None = None,
-        snapshot_every: int = 10,
-        retain_versions: int = 100,
-        output: Callable[[Any, int], None] | None = None,
-        algorithm: str | None = None,
-        params: Mapping[str, Any] | None = None,
-        budget: Mapping[str, Any] | None = None,
-        window_batches: int = 3,
-        time_limit_s: float = 1.0,
-        auto: bool = False,
-        cooldown_batches: int = 1,
-        load_distance_threshold: float | None = None,
-        min_gain: float = 0.02,
-        noise_sigmas: float | None = 3.0,
-        load: str = "records",
-        communication: Callable[[Any], list[dict[str, Any]]] | None = None,
-        extra_operators: Sequence[Mapping[str, Any]] = (),
-        measure_hash: bool = False,
-        state_stats: bool = True,
-        state_stats_every: int | None = None,
-        send_bytes: bool = True,
-        async_plans: bool = True,
-        backoff_s: float = 1.0,
-        max_backoff_s: float = 30.0,
-        on_batch: Callable[[BatchReport], None] | None = None,
-        on_store_event: Callable[[str, int], None] | None = None,
-    ):
+    def __init__(self, spark: Any, *, key: str | Sequence[str],
+                 aggregations: Mapping[str, tuple[str, str | None]] | None = None,
+                 function: KeyedFunction | None = None, operator: str = "agg",
+                 key_groups: int = DEFAULT_KEY_GROUPS, partitions: int = 8,
+                 controller: ControllerConfig | None = None, durability: DurabilityConfig | None = None,
+                 output: Output | None = None, on_batch: Callable[[BatchReport], None] | None = None,
+                 measure_hash: bool = False):
         if int(key_groups) < 1 or int(partitions) < 1:
             raise ValueError("key_groups and partitions must be >= 1")
-        self._init_link(client=client, job_id=job_id, partitions=partitions, algorithm=algorithm, params=params,
-                        budget=budget, window_batches=window_batches, time_limit_s=time_limit_s, auto=auto,
-                        cooldown_batches=cooldown_batches, load_distance_threshold=load_distance_threshold,
-                        min_gain=min_gain, noise_sigmas=noise_sigmas, load=load, extra_operators=extra_operators,
-                        async_plans=async_plans, backoff_s=backoff_s, max_backoff_s=max_backoff_s)
+        if function is not None and aggregations is not None:
+            raise ValueError("give either aggregations or function, not both")
         self.spark = spark
         self.keys = [key] if isinstance(key, str) else list(key)
         self.operator = operator
         self.G = int(key_groups)
+        self.n = int(partitions)
         if self.G < self.n:
             log.warning("key_groups=%d < partitions=%d: %d partition(s) will never hold a key (use key_groups "
                         ">= partitions, ideally a multiple such as 120)", self.G, self.n, self.n - self.G)
-        self.communication = communication
+        self.config = controller if controller is not None else ControllerConfig(None)
+        self.link = (ControllerLink(self.config, self.n, [(operator, self.G)], self)
+                     if self.config.client is not None else None)
         self.measure_hash = measure_hash
-        self.state_stats = state_stats
-        self.state_stats_every = max(1, int(state_stats_every or window_batches))
+        self.state_stats_every = max(1, int(self.config.state_stats_every or self.config.window_batches))
         self._state_b: tuple[int, np.ndarray] | None = None   # (batch measured at, bytes per key group)
-        self.send_bytes = bool(send_bytes)
         self.on_batch = on_batch
         self.output = output
-
-        self.kg_ids = key_group_ids(operator, self.G)
         self.routing = RoutingTable.contiguous(operator, self.G, self.n)
-        if function is not None and aggregations is not None:
-            raise ValueError("give either aggregations or function, not both")
         self.state = (KeyedState(spark, self.keys, aggregations or {"count": ("count", None)}, self.routing)
                       if function is None else FunctionState(spark, self.keys, function, self.routing))
-        root = state_dir or (checkpoint_location.rstrip("/") + "/rebalancer-state" if checkpoint_location else None)
-        self.store = None if root is None else StateStore(spark, root, snapshot_every=snapshot_every,
-                                                          retain_versions=retain_versions,
-                                                          on_event=on_store_event)
+        dur = durability if durability is not None else DurabilityConfig()
+        root = dur.root
+        self.store = None if root is None else StateStore(spark, root, snapshot_every=dur.snapshot_every,
+                                                          retain_versions=dur.retain_versions,
+                                                          on_event=dur.on_event)
         if self.store is None:
-            log.info("no state_dir/checkpoint_location: the keyed state is not durable (lost on a driver restart)")
+            log.info("no durability configured: the keyed state is not durable (lost on a driver restart)")
+        self.pending: tuple[int, np.ndarray] | None = None   # (epoch, partition per key group) for the next boundary
         self.committed: int | None = None        # the last committed state version
         self._recovered = False
         self.reports: list[BatchReport] = []
-        self.last_stats: list[dict[str, Any]] = []   # the statistics of the latest batch (one per key group)
+        self.last_stats: tuple[np.ndarray, np.ndarray | None] | None = None  # the latest batch's load, state bytes
         self._batch_id = -1
 
-    # ------------------------------------------------------------------ hooks of ControllerLink
-    def _has_layout(self) -> bool:
+    # ------------------------------------------------------------------ what the controller link sees (Routed)
+    @property
+    def epoch(self) -> int:
+        """The epoch of the routing in force (the epoch batches run and are posted with)."""
+        return int(self.routing.epoch)
+
+    def layout(self) -> Layout:
+        return {self.operator: self.routing.partition_of}
+
+    def has_layout(self) -> bool:
+        """State exists, batches ran, or a version is committed: the controller must not reset the placement."""
         return self.state.df is not None or bool(self.reports) or self.committed is not None
 
-    def _boundary_switch_allowed(self) -> bool:
+    def may_switch_now(self) -> bool:
+        """Nothing has run yet: a placement can be taken at once instead of at a batch boundary."""
         return self.state.df is None and not self.reports
+
+    def switch(self, epoch: int, layout: Layout) -> None:
+        self._switch(epoch, layout[self.operator])
+
+    def relabel(self, epoch: int) -> None:
+        self.routing.epoch = int(epoch)
 
     @property
     def epoch_start_batches(self) -> dict[int, int]:
@@ -198,18 +158,24 @@ class RebalancingDriver(ControllerLink):
     def start(self) -> bool:
         """Load the last committed state (durable mode), then register with the controller (see
         :meth:`ControllerLink.start`): a controller that is down is not an error, a refused configuration
-        raises :class:`ConfigurationError`."""
+        raises :class:`ConfigurationError`. Returns True when registered."""
         self._recover()
-        return super().start()
+        return self.link.start() if self.link is not None else False
 
-    def _switch(self, epoch: int, assignment: Mapping[str, str]) -> MigrationReport:
-        new = RoutingTable.from_assignment(self.operator, self.G, assignment, self.node_ids, epoch=epoch,
-                                           fallback=self.routing)
+    def _switch(self, epoch: int, partition_of: np.ndarray) -> MigrationReport:
+        new = RoutingTable(self.operator, np.asarray(partition_of, dtype=np.int64), self.n, int(epoch))
         report = self.state.apply_routing(new)
         self.routing = new
-        self.epoch = int(epoch)
-        self.batches_since_change = 0
         return report
+
+    def _boundary(self) -> tuple[int, np.ndarray] | None:
+        """The routing to switch to at this batch boundary: one the controller link received, or one given."""
+        if self.link is not None:
+            taken = self.link.take()
+            if taken is not None:
+                self.pending = (taken[0], taken[1][self.operator])
+        pending, self.pending = self.pending, None
+        return pending
 
     # ------------------------------------------------------------------ durability
     def _recover(self, force: bool = False) -> None:
@@ -230,10 +196,10 @@ class RebalancingDriver(ControllerLink):
                 f"the state in {self.store.root} was written with keys {rec.keys}, {len(rec.partition_of)} key "
                 f"groups and {max(rec.partition_of) + 1}+ partitions; this driver has keys {self.keys}, "
                 f"key_groups={self.G}, partitions={self.n}")
-        routing = RoutingTable(self.operator, np.asarray(rec.partition_of), self.n, rec.epoch, self.node_ids)
+        routing = RoutingTable(self.operator, np.asarray(rec.partition_of), self.n, int(rec.epoch))
         self.state.restore_extra(rec.extra)
         self.state.restore(df, routing, dedup=True)
-        self.routing, self.epoch, self.committed = routing, int(rec.epoch), int(rec.version)
+        self.routing, self.committed = routing, int(rec.version)
         log.info("state version %d (epoch %d) loaded from %s in %.2f s", rec.version, rec.epoch, self.store.root,
                  time.perf_counter() - t0)
 
@@ -292,20 +258,17 @@ class RebalancingDriver(ControllerLink):
             return report
 
     def _run(self, df, batch_id: int, t0: float) -> BatchReport:
-        mig = None
-        if self.pending is not None:
-            epoch, assignment = self.pending
-            mig = self._switch(epoch, assignment)
-            self.pending = None
+        boundary = self._boundary()
+        mig = self._switch(*boundary) if boundary is not None else None
 
         had_state = self.state.df is not None
         part, kg_n, kg_b, kg_d, rec = self._update(df, batch_id)
         state_b = (self._tracked_state_bytes(batch_id, kg_d, had_state) if kg_d is not None else
                    self._state_bytes(batch_id, mig is not None))
         edges = None
-        if self.communication is not None:
+        if self.config.communication is not None:
             try:
-                edges = self.communication(df)
+                edges = self.config.communication(df)
             except Exception as exc:  # noqa: BLE001 - statistics are best effort, the batch goes on
                 log.warning("communication statistics failed: %s", exc)
         hash_part = None
@@ -328,17 +291,17 @@ class RebalancingDriver(ControllerLink):
             state_bytes=int(state_b.sum()), state_version=None if rec is None else rec.version,
             written_bytes=0 if rec is None else rec.written_bytes, commit_seconds=0.0 if rec is None else rec.seconds,
         )
-        load = kg_n if self.load == "records" else kg_b
-        stats = [{"id": self.kg_ids[k], "load": float(load[k]), "state_bytes": float(state_b[k])}
-                 for k in range(self.G)]
-        if self.send_bytes:
-            for k, s in enumerate(stats):
-                s["bytes"] = float(kg_b[k])
-        self.last_stats = stats
-        t_talk = time.perf_counter()
-        report.controller = self._talk(batch_id, stats, edges, report)
-        report.controller_seconds = time.perf_counter() - t_talk
-        self.batches_since_change += 1
+        self.last_stats = (kg_n if self.config.load == "records" else kg_b,
+                           state_b if self.config.state_stats else None)
+        if self.link is not None:
+            t_talk = time.perf_counter()
+            report.controller = self.link.talk(batch_id, {self.operator: self.last_stats[0]},
+                                               None if self.last_stats[1] is None else
+                                               {self.operator: self.last_stats[1]}, edges)
+            report.plan_received = self.link.received
+            report.controller_seconds = time.perf_counter() - t_talk
+        else:
+            report.controller = "disabled"
         report.seconds = time.perf_counter() - t0
         self.reports.append(report)
         if self.on_batch is not None:
@@ -386,7 +349,7 @@ class RebalancingDriver(ControllerLink):
         """State bytes per key group kept exact from the batches' changes (no job of its own): measured on the
         whole state only when there is no count yet with the state that this batch merged into (the first batch
         after a start or a recovery). A migration moves key groups, not bytes: the count stays."""
-        if not self.state_stats:
+        if not self.config.state_stats:
             return np.zeros(self.G, dtype=np.int64)
         if self._state_b is not None and self._state_b[0] == batch_id - 1:
             self._state_b = (batch_id, self._state_b[1] + change)
@@ -397,7 +360,7 @@ class RebalancingDriver(ControllerLink):
         return self._state_b[1]
 
     def _state_bytes(self, batch_id: int, migrated: bool) -> np.ndarray:
-        if not self.state_stats:
+        if not self.config.state_stats:
             return np.zeros(self.G, dtype=np.int64)
         if self._state_b is None or migrated or batch_id - self._state_b[0] >= self.state_stats_every:
             self._state_b = (batch_id, self.state.state_bytes_per_key_group())
@@ -410,11 +373,10 @@ class RebalancingDriver(ControllerLink):
 
     def wait_for_plan(self, timeout: float | None = None) -> None:
         """Wait until a background proposal (``async_plans``) has finished (tests, orderly shutdown)."""
-        if self._inflight is not None:
-            self._inflight.result(timeout)
+        if self.link is not None:
+            self.link.wait_for_plan(timeout)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        if self.link is not None:
+            self.link.close()
         self.state.unpersist()

@@ -20,6 +20,7 @@ def main(work: str | None = None) -> None:
     from pyspark.sql import functions as F
 
     from clients.python import RebalancerClient
+    from clients.spark.config import ControllerConfig, DurabilityConfig
     from clients.spark.driver import RebalancingDriver
     from clients.spark.sink import BatchIdSink
 
@@ -42,9 +43,10 @@ def main(work: str | None = None) -> None:
     def run_stream() -> RebalancingDriver:
         driver = RebalancingDriver(
             spark, key="user", aggregations={"clicks": ("count", None), "spent": ("sum", "amount")},
-            client=client, job_id="clicks", key_groups=120, partitions=8,
-            algorithm="albic-milp", budget={"max_migrations": 12}, window_batches=2,
-            checkpoint_location=f"{work}/checkpoint",           # state: <checkpoint>/rebalancer-state
+            key_groups=120, partitions=8,
+            controller=ControllerConfig(client, "clicks", algorithm="albic-milp", budget={"max_migrations": 12},
+                                        window_batches=2),      # automatic rounds, judged by the controller
+            durability=DurabilityConfig(f"{work}/checkpoint"),  # state: <checkpoint>/rebalancer-state
             output=BatchIdSink(f"{work}/out"))                  # changed rows per batch, exactly once
         driver.start()  # loads the last committed state version, then PUT /v1/jobs/clicks
         print(f"driver started: state version {driver.committed} (epoch {driver.epoch}) loaded from the checkpoint"

@@ -22,6 +22,7 @@ def main(work: str | None = None) -> None:
 
     from clients.python import RebalancerClient
     from clients.spark.chain import OperatorChain
+    from clients.spark.config import ControllerConfig, DurabilityConfig
     from clients.spark.sink import BatchIdSink
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -40,14 +41,15 @@ def main(work: str | None = None) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     client = RebalancerClient(os.environ.get("REBALANCER_URL", "http://127.0.0.1:8000"), timeout=5, retries=2)
     chain = OperatorChain(
-        spark, client=client, job_id="clicks-chain", partitions=8,
+        spark, partitions=8,
         stages=[{"operator": "users", "key": "user", "key_groups": 120,
                  "aggregations": {"region": ("max", "region"), "clicks": ("count", None)}},
                 {"operator": "regions", "key": "region", "key_groups": 40,
                  "aggregations": {"updates": ("count", None), "top_clicks": ("max", "clicks")}}],
-        algorithm="albic", budget={"max_migrations": 12}, window_batches=2,
-        checkpoint_location=f"{work}/checkpoint",          # <checkpoint>/rebalancer-state/{users,regions}
-        output=BatchIdSink(f"{work}/regions"))             # the last stage's output, exactly once per batch
+        controller=ControllerConfig(client, "clicks-chain", algorithm="albic", budget={"max_migrations": 12},
+                                    window_batches=2),
+        durability=DurabilityConfig(f"{work}/checkpoint"),  # <checkpoint>/rebalancer-state/{users,regions}
+        output=BatchIdSink(f"{work}/regions"))              # the last stage's output, exactly once per batch
     chain.start()  # PUT /v1/jobs/clicks-chain with both operators
     events = (spark.readStream.schema("user string, region string").option("maxFilesPerTrigger", 1)
               .parquet(f"{work}/in"))

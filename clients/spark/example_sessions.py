@@ -37,6 +37,7 @@ def main(work: str | None = None) -> None:
     from pyspark.sql import SparkSession
 
     from clients.python import RebalancerClient
+    from clients.spark.config import ControllerConfig, DurabilityConfig
     from clients.spark.driver import RebalancingDriver
     from clients.spark.recipes import sessions
     from clients.spark.sink import BatchIdSink
@@ -56,9 +57,10 @@ def main(work: str | None = None) -> None:
     client = RebalancerClient(os.environ.get("REBALANCER_URL", "http://127.0.0.1:8000"), timeout=5, retries=2)
     driver = RebalancingDriver(
         spark, key="user", function=sessions("user", "ts", gap_s=GAP_S),   # fn(key, rows, state) per user
-        client=client, job_id="sessions", key_groups=120, partitions=8,
-        algorithm="albic-milp", budget={"max_migrations": 12}, window_batches=2,
-        checkpoint_location=f"{work}/checkpoint", output=BatchIdSink(f"{work}/sessions"))
+        key_groups=120, partitions=8,
+        controller=ControllerConfig(client, "sessions", algorithm="albic-milp", budget={"max_migrations": 12},
+                                    window_batches=2),
+        durability=DurabilityConfig(f"{work}/checkpoint"), output=BatchIdSink(f"{work}/sessions"))
     driver.start()
     events = spark.readStream.schema("user string, ts double").option("maxFilesPerTrigger", 1).parquet(f"{work}/in")
     query = (events.writeStream.foreachBatch(driver.foreach_batch).trigger(availableNow=True)

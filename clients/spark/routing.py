@@ -27,8 +27,7 @@ Python objects), which is many times slower.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -140,6 +139,12 @@ def key_group_ids(operator: str, key_groups: int) -> list[str]:
     return [f"{operator}/{k}" for k in range(key_groups)]
 
 
+def contiguous(key_groups: int, n: int) -> np.ndarray:
+    """Contiguous ranges of key groups per partition, as Flink assigns them: ``k → k * n // G``
+    (``KeyGroupRangeAssignment.computeOperatorIndexForKeyGroup``)."""
+    return np.arange(key_groups, dtype=np.int64) * n // key_groups
+
+
 def partition_ids(n: int) -> list[str]:
     """The node ids of a Spark job's partitions: ``p0 .. p{n-1}``."""
     return [f"p{i}" for i in range(n)]
@@ -160,7 +165,6 @@ class RoutingTable:
     partition_of: np.ndarray
     n_partitions: int
     epoch: int = 0
-    node_ids: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.partition_of = np.asarray(self.partition_of, dtype=np.int64)
@@ -170,8 +174,6 @@ class RoutingTable:
             raise ValueError("partition_of must be a non-empty 1-d array")
         if self.partition_of.min() < 0 or self.partition_of.max() >= self.n_partitions:
             raise ValueError("partition_of entries must be in [0, n_partitions)")
-        if not self.node_ids:
-            self.node_ids = partition_ids(self.n_partitions)
 
     # ------------------------------------------------------------------ construction
     @property
@@ -180,41 +182,8 @@ class RoutingTable:
 
     @classmethod
     def contiguous(cls, operator: str, key_groups: int, n_partitions: int, epoch: int = 0) -> RoutingTable:
-        """Contiguous ranges of key groups per partition, as Flink assigns them:
-        ``k → k * n // G`` (``KeyGroupRangeAssignment.computeOperatorIndexForKeyGroup``)."""
-        k = np.arange(key_groups, dtype=np.int64)
-        return cls(operator, k * n_partitions // key_groups, n_partitions, epoch)
-
-    @classmethod
-    def from_assignment(cls, operator: str, key_groups: int, assignment: Mapping[str, str],
-                        node_ids: Sequence[str], epoch: int = 0,
-                        fallback: RoutingTable | None = None) -> RoutingTable:
-        """Build from a controller assignment ``{"agg/5": "p3", ...}`` over ``node_ids`` (partition i = node_ids[i]).
-
-        Key groups missing from the assignment keep their ``fallback`` partition (or the contiguous default).
-        Raises ValueError for an assignment naming an unknown node.
-        """
-        index = {nid: i for i, nid in enumerate(node_ids)}
-        base = fallback.partition_of.copy() if fallback is not None and fallback.key_groups == key_groups \
-            else cls.contiguous(operator, key_groups, len(node_ids)).partition_of
-        prefix = operator + "/"
-        for kid, node in assignment.items():
-            if not kid.startswith(prefix):
-                continue
-            try:
-                k = int(kid[len(prefix):])
-            except ValueError:
-                continue
-            if not 0 <= k < key_groups:
-                continue
-            if node not in index:
-                raise ValueError(f"assignment puts {kid} on unknown node {node!r}")
-            base[k] = index[node]
-        return cls(operator, base, len(node_ids), epoch, list(node_ids))
-
-    def assignment(self) -> dict[str, str]:
-        """The controller assignment ``{"<operator>/<k>": node id}`` of this table."""
-        return {f"{self.operator}/{k}": self.node_ids[int(p)] for k, p in enumerate(self.partition_of)}
+        """Contiguous ranges of key groups per partition, as Flink assigns them (:func:`contiguous`)."""
+        return cls(operator, contiguous(key_groups, n_partitions), n_partitions, epoch)
 
     def moved(self, other: RoutingTable) -> np.ndarray:
         """Indices of the key groups whose partition differs between this table and ``other``."""
@@ -291,18 +260,3 @@ def _int_array(values) -> Any:
     from pyspark.sql import functions as F
 
     return F.expr("array(" + ",".join(str(int(v)) for v in values) + ")")
-
-
-def contiguous_assignment(operator: str, key_groups: int, node_ids: Sequence[str]) -> dict[str, str]:
-    """Flink-style contiguous assignment as a controller assignment document."""
-    table = RoutingTable.contiguous(operator, key_groups, len(node_ids))
-    table.node_ids = list(node_ids)
-    return table.assignment()
-
-
-def iter_partition_sizes(counts: Iterable[tuple[int, int]], n: int) -> np.ndarray:
-    """Dense (n,) array from ``(partition id, count)`` pairs (partitions with no rows count 0)."""
-    out = np.zeros(n, dtype=np.int64)
-    for p, c in counts:
-        out[int(p)] += int(c)
-    return out

@@ -134,9 +134,6 @@ class Grouping:
     def observe(self, now: float, utilisation: np.ndarray) -> None:
         """Worker signals (utilisation per worker) at simulated time ``now``; ignored unless ``uses_signals``."""
 
-    def worker_count_bound(self) -> int | None:
-        """Largest number of workers one key can reach (None = all n)."""
-        return None
 
     def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -51,9 +51,6 @@ class ConsistentHashing(Grouping):
         self.loads += np.bincount(out, minlength=self.n)
         return out
 
-    def worker_count_bound(self) -> int | None:
-        return 1
-
 
 class ConsistentHashingBoundedLoads(ConsistentHashing):
     """CH-BL with ε (default 0.3 as in the CG paper's Table 1 comparison; the paper's later experiments use 0.01)
@@ -105,5 +102,3 @@ class ConsistentHashingBoundedLoads(ConsistentHashing):
         self.loads[:] = L
         return np.asarray(out, dtype=np.int64)
 
-    def worker_count_bound(self) -> int | None:
-        return None

@@ -206,5 +206,3 @@ class DynamicKeyGrouping(Grouping):
         self.loads[:] = L
         return np.asarray(out, dtype=np.int64)
 
-    def worker_count_bound(self) -> int | None:
-        return self.max_width

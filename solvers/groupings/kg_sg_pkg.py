@@ -43,9 +43,6 @@ class KeyGrouping(Grouping):
         self.loads += np.bincount(out, minlength=self.n)
         return out
 
-    def worker_count_bound(self) -> int | None:
-        return 1
-
 
 class ShuffleGrouping(Grouping):
     """SG: round-robin over the workers, ignoring keys (D-C paper §II-B: "SG is usually implemented via
@@ -77,9 +74,6 @@ class PartialKeyGrouping(Grouping):
 
     def _route(self, ids: np.ndarray, now: float | None) -> np.ndarray:
         return less_loaded_of_two(choice(ids, self.n, self.seed, 0), choice(ids, self.n, self.seed, 1), self.loads)
-
-    def worker_count_bound(self) -> int | None:
-        return 2
 
 
 class PowerOfTwoChoices(Grouping):

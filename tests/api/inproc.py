@@ -4,6 +4,7 @@ test can hold a job's lock between two requests."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,14 @@ def run(db: Path, fn: Callable[[httpx.AsyncClient, Controller], Awaitable[Any]],
                 return await fn(c, srv.controller)
 
         return srv.run(main())
+
+
+async def settle(ctl: Controller, job_id: str) -> None:
+    """Wait (on the server's loop) until the job's automatic round, if one is being solved, has ended."""
+    job = ctl.ctx.jobs.get(job_id)
+    task = None if job is None else job.round
+    if task is not None:
+        await asyncio.wait({task})
 
 
 def stats(batch_id: int, kgs: list[str], epoch: int = 0, load: float = 1.0) -> dict[str, Any]:

@@ -1,27 +1,18 @@
-"""One validator per document (issue 11 §2): the OpenAPI models describe exactly what solvers.documents accepts.
-
-The problem document is validated only by ``solvers.documents.problem_from_dict``; ``api.schemas.ProblemDoc`` only
-documents it. These tests keep the two from drifting (they had: ``NodeDoc.limits`` accepted negatives, and
-``StateMetrics`` lacked ``total_load`` and ``max_utilisation``), and check that ``rebalancer evaluate`` and
-``POST /v1/evaluate`` return the same document.
-"""
+"""One contract: every wire document is defined once (:mod:`clients.python.contract`). The API validates bodies
+against it, derives its OpenAPI schema from it and answers with it; ``rebalancer evaluate`` and
+``POST /v1/evaluate`` return the same document."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
-import sys
-from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
-from api import schemas
 from cli.main import main as cli_main
-from solvers import documents, metrics
-from solvers.errors import InvalidInput
-
-sys.path.insert(0, str(Path(__file__).parent))
+from clients.python import contract as c
+from clients.python.wire import wire_name
 
 BASE = {
     "nodes": [{"id": "w0", "capacity": 1, "removing": False, "limits": {"memory": 8}}, {"id": "w1"}, {"id": "w2"}],
@@ -32,7 +23,7 @@ BASE = {
     "communication_cost": 0.1,
     "budget": {"max_migrations": 1, "max_migration_bytes": 100},
 }
-LONG = "x" * (documents.MAX_ID_LENGTH + 1)
+LONG = "x" * (c.MAX_ID_LENGTH + 1)
 
 
 def _set(path: str, value):
@@ -50,61 +41,43 @@ def _set(path: str, value):
     return doc
 
 
-CASES = [
-    # (path, value): field-local variations; ... deletes the field
-    *[(p, v) for p in ("nodes.0.capacity", "key_groups.0.load", "key_groups.0.state_bytes",
-                       "communication.0.rate", "communication_cost", "budget.max_migration_bytes",
-                       "nodes.0.limits.memory", "key_groups.0.resources.memory")
-      for v in (0, 2, 2.5, -1, -0.5, True, False, "1", None, [1])],
-    *[(p, v) for p in ("budget.max_migrations",) for v in (0, 3, 2.0, 1.5, -1, True, "2", None, 2**63)],
-    *[(p, v) for p in ("nodes.0.removing",) for v in (True, False, 0, 1, "true", None)],
-    *[(p, v) for p in ("nodes.2.id", "key_groups.2.id", "key_groups.0.operator")  # ids nothing refers to
-      for v in ("", "x", "x" * documents.MAX_ID_LENGTH, LONG, 3, None, True)],
-    *[(p, ...) for p in ("nodes.0.capacity", "nodes.0.removing", "nodes.0.limits", "key_groups.0.operator",
-                         "key_groups.0.state_bytes", "key_groups.0.resources", "key_groups.0.load",
-                         "communication", "communication_cost", "budget", "budget.max_migrations")],
-    *[(p, None) for p in ("nodes.0.limits", "key_groups.0.resources", "communication", "budget")],
-    *[(p, v) for p in ("nodes.0.limits", "key_groups.0.resources") for v in ({"": 1}, {LONG: 1}, [], "x")],
-    ("nodes", []), ("nodes", None), ("key_groups", None), ("nodes.0.colour", "red"), ("key_groups.0.weight", 1),
-    ("communication.0.via", "x"), ("budget.max_moves", 1), ("extra", 1), ("budget", []), ("communication", {}),
-]
+def _fields(cls) -> set[str]:
+    return {wire_name(f.name) for f in dataclasses.fields(cls)}
 
 
-def _pydantic_accepts(doc) -> bool:
-    try:
-        schemas.ProblemDoc.model_validate(doc, strict=True)
-        return True
-    except ValidationError:
-        return False
+@pytest.fixture(scope="module")
+def openapi(client) -> dict:
+    return client.get("/openapi.json").json()
 
 
-def _documents_accept(doc) -> bool:
-    try:
-        documents.problem_from_dict(doc)
-        return True
-    except InvalidInput:
-        return False
+def test_the_openapi_schema_is_the_contracts(openapi):
+    comps = openapi["components"]["schemas"]
+    body = openapi["paths"]["/v1/plans"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body == {"$ref": "#/components/schemas/PlanRequest"}
+    for name in ("PlanRequest", "Problem", "Node", "KeyGroup", "Edge", "Budget", "JobSpec", "Policy", "Stats",
+                 "ProposalRequest", "ExecuteRequest", "NodesRequest", "ScaleRequest", "WhatIfQuestion"):
+        cls = getattr(c, name)
+        assert set(comps[name]["properties"]) == _fields(cls), name
+        assert comps[name].get("additionalProperties") is False, f"{name}: unknown fields are refused"
+    # the Check markers are the schema's constraints
+    kg, node = comps["KeyGroup"]["properties"], comps["Node"]["properties"]
+    assert kg["load"]["minimum"] == 0 and kg["id"]["maxLength"] == c.MAX_ID_LENGTH
+    assert node["capacity"]["exclusiveMinimum"] == 0 and comps["Problem"]["properties"]["nodes"]["minItems"] == 1
+    # the answers too (response_model), and the one error shape for every 422
+    ok = openapi["paths"]["/v1/plans"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert ok == {"$ref": "#/components/schemas/Plan"} and set(comps["Plan"]["properties"]) == _fields(c.Plan)
+    assert comps["HTTPValidationError"] == {"$ref": "#/components/schemas/Error"}
 
 
-@pytest.mark.parametrize("path, value", CASES, ids=[f"{p}={str(v)[:12]}" for p, v in CASES])
-def test_problem_model_and_validator_agree(path, value):
-    doc = _set(path, value)
-    assert _pydantic_accepts(doc) == _documents_accept(doc), (path, value)
-
-
-def test_base_document_is_valid_for_both():
-    assert _pydantic_accepts(BASE) and _documents_accept(BASE)
-
-
-def test_response_models_name_every_field_the_documents_have():
-    p = documents.problem_from_dict(BASE)
-    state = metrics.state_metrics(p, p.current)
-    assert set(state) == set(schemas.StateMetrics.model_fields)
-    plan = documents.plan_from_dict(p, {"assignment": {"a": "w1", "b": "w1", "c": "w1"}})
-    ev = documents.evaluation(p, plan)
-    assert set(ev) == set(schemas.EvaluateResponse.model_fields)
-    assert set(documents.plan_to_dict(p, plan)) <= set(schemas.PlanDoc.model_fields)
-    assert set(ev["moves"][0]) == {f.alias or n for n, f in schemas.Move.model_fields.items()}
+def test_answers_are_the_contracts_documents(client):
+    plan = client.post("/v1/plans", json={"problem": BASE, "algorithm": "flux"}).json()
+    assert set(plan) == _fields(c.Plan) - ({"details"} if "details" not in plan else set())
+    assert set(plan["metrics"]) == _fields(c.PlanMetrics)
+    assert set(plan["metrics"]["after"]) == _fields(c.StateMetrics)
+    assert set(plan["solver"]) <= _fields(c.SolverInfo)
+    ev = client.post("/v1/evaluate", json={"problem": BASE, "plan": plan}).json()
+    assert set(ev) == _fields(c.Evaluation)
+    assert all(set(m) == {"key_group", "from", "to", "state_bytes"} for m in ev["moves"])
 
 
 def test_cli_evaluate_and_api_evaluate_return_the_same_document(client, tmp_path, capsys):
@@ -122,23 +95,29 @@ def test_cli_evaluate_and_api_evaluate_return_the_same_document(client, tmp_path
 @pytest.mark.parametrize("body, field", [
     ({"problem": _set("nodes.0.limits.memory", -1)}, "problem.nodes[0].limits.memory"),
     ({"problem": _set("key_groups.0.state_bytes", False)}, "problem.key_groups[0].state_bytes"),
+    ({"problem": _set("key_groups.0.load", "3")}, "problem.key_groups[0].load"),
+    ({"problem": _set("nodes.0.removing", 1)}, "problem.nodes[0].removing"),
+    ({"problem": _set("budget.max_migrations", 2.0)}, "problem.budget.max_migrations"),
     ({"problem": _set("nodes.2.id", LONG)}, "problem.nodes[2].id"),
+    ({"problem": _set("nodes.0.colour", "red")}, "problem.nodes[0].colour"),
+    ({"problem": _set("key_groups.0.load", ...)}, "problem.key_groups[0].load"),
     ({"problem": "not a document"}, "problem"),
     ({"problem": BASE, "time_limit_s": False}, "time_limit_s"),
     ({"problem": BASE, "time_limit_s": "1"}, "time_limit_s"),
+    ({"problem": BASE, "params": []}, "params"),
 ])
-def test_plan_route_refuses_what_the_schema_refuses(client, body, field):
+def test_plan_route_refuses_what_the_contract_refuses(client, body, field):
     r = client.post("/v1/plans", json={"algorithm": "flux", **body})
     assert r.status_code == 422, r.text
     assert r.json()["detail"][0]["field"] == field
 
 
-def test_plan_route_accepts_nulls_the_schema_allows(client):
+def test_plan_route_accepts_nulls_the_contract_allows(client):
     doc = _set("budget", None)
     doc["communication"] = None
     doc["communication_cost"] = None
     doc["key_groups"][0]["operator"] = None
     doc["key_groups"][0]["state_bytes"] = None
-    r = client.post("/v1/plans", json={"algorithm": "flux", "problem": doc})
+    r = client.post("/v1/plans", json={"algorithm": "flux", "problem": doc, "time_limit_s": None})
     assert r.status_code == 200, r.text
     assert {"total_load", "max_utilisation"} <= set(r.json()["metrics"]["after"])

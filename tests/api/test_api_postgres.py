@@ -80,6 +80,7 @@ def test_postgres_flow_concurrent_executes_and_kill9(pg_url, tmp_path):
                 assert c.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, b, 0)).status_code == 202
             assert c.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, 3, 0)).json()["duplicate"]
             props = [c.post(f"/v1/jobs/{jid}/proposals", json={}).json() for _ in range(4)]
+            assert all(p["decision"]["worth"] for p in props), [p["decision"] for p in props]
         codes = execute_all_at_once(srv, jid, [p["id"] for p in props])
         assert sorted(codes) == [200] + [409] * (len(props) - 1)
         with srv.client() as c:
@@ -94,7 +95,7 @@ def test_postgres_flow_concurrent_executes_and_kill9(pg_url, tmp_path):
     try:
         with srv2.client() as c:
             after = c.get(f"/v1/jobs/{jid}").json()
-            assert after["epoch"] == 1 and after["assignment"] == before["assignment"]
+            assert after["epoch"] == 1 and after["placement"] == before["placement"]
             assert after["window"]["batches"] == list(range(1, 10))
             assert c.get(f"/v1/jobs/{jid}/history").json() == hist
     finally:

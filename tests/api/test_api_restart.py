@@ -23,14 +23,15 @@ def test_kill9_restart_keeps_everything(tmp_path):
     try:
         with srv.client() as c:
             jid = new_id()
-            job = register(c, jid, window_batches=400, algorithm="flux", key_groups=20)
+            job = register(c, jid, window_batches=400, algorithm="flux", key_groups=20,
+                           policy={"cooldown_batches": 0})
             for b in range(1, 4):
                 assert c.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, b, 0)).status_code == 202
             p1 = c.post(f"/v1/jobs/{jid}/proposals", json={}).json()
             ex = c.post(f"/v1/jobs/{jid}/proposals/{p1['id']}/execute").json()
             assert ex["epoch"] == 1
             p2 = c.post(f"/v1/jobs/{jid}/proposals", json={}).json()  # ready, not executed
-            assert p2["status"] == "ready" and p2["base_epoch"] == 1
+            assert p2["status"] == "ready" and p2["base_epoch"] == 1 and p2["decision"] is not None
             before = c.get(f"/v1/jobs/{jid}").json()
             hist_before = c.get(f"/v1/jobs/{jid}/history").json()
 
@@ -71,7 +72,7 @@ def test_kill9_restart_keeps_everything(tmp_path):
         with srv2.client() as c:
             after = c.get(f"/v1/jobs/{jid}").json()
             assert after["epoch"] == before["epoch"] == 1
-            assert after["assignment"] == before["assignment"]
+            assert after["placement"] == before["placement"] and after["key_groups"] == before["key_groups"]
             assert after["nodes"] == before["nodes"]
             batches = set(after["window"]["batches"])
             assert {1, 2, 3} <= batches
@@ -81,10 +82,13 @@ def test_kill9_restart_keeps_everything(tmp_path):
             # a duplicate of an acknowledged batch is still counted once
             again = c.post(f"/v1/jobs/{jid}/stats", json=skewed_stats(job, acked[0], 1)).json()
             assert again["duplicate"] and not again["counted"]
-            # the proposal acknowledged before the crash is intact and executable
+            # the proposal acknowledged before the crash is intact, with the policy's verdict, and executable
+            # (forced: on the balanced placement of epoch 1 its verdict may well be "not worth it")
             g = c.get(f"/v1/jobs/{jid}/proposals/{p2['id']}").json()
-            assert g["status"] == "ready" and g["plan"] == p2["plan"]
-            r = c.post(f"/v1/jobs/{jid}/proposals/{p2['id']}/execute")
+            assert g["status"] == "ready" and g["plan"] == p2["plan"] and g["decision"] == p2["decision"]
+            if not g["decision"]["worth"]:
+                assert c.post(f"/v1/jobs/{jid}/proposals/{p2['id']}/execute").status_code == 409
+            r = c.post(f"/v1/jobs/{jid}/proposals/{p2['id']}/execute", json={"force": True})
             assert r.status_code == 200 and r.json()["epoch"] == 2
             assert c.get(f"/v1/jobs/{jid}/proposals/{p1['id']}").json()["status"] == "executed"
     finally:

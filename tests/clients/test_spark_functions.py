@@ -1,4 +1,4 @@
-"""The pandas function API (issue 15): sessionisation and top-N against pandas references on the same input,
+"""The pandas function API: sessionisation and top-N against pandas references on the same input,
 event-time and processing-time timeouts, a restart on the durable state (a replayed batch's output rewritten, not
 recomputed), and a routing change in the middle."""
 
@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from clients.spark.config import DurabilityConfig  # noqa: E402
 from clients.spark.driver import RebalancingDriver  # noqa: E402
 from clients.spark.functions import KeyedFunction  # noqa: E402
 from clients.spark.recipes import sessions, top_n  # noqa: E402
@@ -56,7 +57,7 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
 
 def _driver(spark, tmp_path, function, **kw):
     return RebalancingDriver(spark, key="user", function=function, key_groups=12, partitions=3,
-                             state_dir=str(tmp_path / "state"), **kw)
+                             durability=DurabilityConfig(state_dir=str(tmp_path / "state")), **kw)
 
 
 def _emitted(spark, out) -> pd.DataFrame:
@@ -141,8 +142,9 @@ def test_processing_time_timeout_and_a_routing_change_keep_every_key(spark, tmp_
     d = _driver(spark, tmp_path, f)
     frames = _clicks(batches=2, seed=2)
     d.process(spark.createDataFrame(frames[0]), 0)
-    moved = {kg: f"p{(int(kg.split('/')[1]) + 1) % 3}" for kg in d.kg_ids[:4]}
-    d.pending = (1, {**d.routing.assignment(), **moved})  # a plan applied at the next boundary
+    moved = d.routing.partition_of.copy()
+    moved[:4] = (moved[:4] + 1) % 3
+    d.pending = (1, moved)  # a placement applied at the next boundary
     d.process(spark.createDataFrame(frames[1]), 1)
     every = pd.concat(frames)
     got = d.state_frame().toPandas().set_index("user")["n"].sort_index()
@@ -168,8 +170,7 @@ def test_stored_output_rows_of_both_formats_are_read(spark, tmp_path):
     by the first release of the function API): a replay reads both, row for row."""
     from clients.spark.functions import DATA_COL, KIND_COL, OUTPUT
 
-    driver = RebalancingDriver(spark, key="user", function=top_n("user", "v", 2), key_groups=12, partitions=3,
-                               state_dir=str(tmp_path / "s"))
+    driver = RebalancingDriver(spark, key="user", function=top_n("user", "v", 2), key_groups=12, partitions=3)
     rows = [("a", OUTPUT, '[{"user":"a","rank":1,"value":9.5},{"user":"a","rank":2,"value":3.0}]'),
             ("b", OUTPUT, '{"user":"b","rank":1,"value":7.25}'),
             ("c", "s", '[{"value":1.0}]')]

@@ -1,4 +1,4 @@
-"""Durable, versioned state (issue 15): commit, restart, replay, lost blocks, exactly-once output, retention."""
+"""Durable, versioned state: commit, restart, replay, lost blocks, exactly-once output, retention."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from clients.spark.config import DurabilityConfig  # noqa: E402
 from clients.spark.driver import RebalancingDriver, StateMismatchError  # noqa: E402
 from clients.spark.sink import BatchIdSink  # noqa: E402
 from clients.spark.state import _release_checkpoint  # noqa: E402
@@ -43,9 +44,9 @@ def _state(driver):
     return got[["count", "total", "top"]]
 
 
-def _driver(spark, state_dir, **kw):
-    return RebalancingDriver(spark, key="key", aggregations=AGGS, key_groups=12, partitions=3,
-                             state_dir=str(state_dir), **kw)
+def _driver(spark, state_dir, output=None, **kw):
+    return RebalancingDriver(spark, key="key", aggregations=AGGS, key_groups=12, partitions=3, output=output,
+                             durability=DurabilityConfig(state_dir=str(state_dir), **kw))
 
 
 def _eq(got, exp):
@@ -145,8 +146,6 @@ def test_state_bytes_tracked_from_the_batches_equal_a_measurement_of_the_whole_s
     """Mergeable aggregations keep the state bytes per key group from each batch's changes (no job of their own):
     after new keys, updated keys whose values grow from null, a routing change and a restart they must equal
     an aggregation over the whole state."""
-    from clients.spark.routing import RoutingTable
-
     frames = _batches(n=6, seed=8)
 
     def with_nulls(f):  # nulls count 0 bytes: the rows of keys seen only with nulls grow later
@@ -161,7 +160,7 @@ def test_state_bytes_tracked_from_the_batches_equal_a_measurement_of_the_whole_s
     # a routing change at the next boundary: bytes move with their key groups, the count per key group stays
     moved = d.routing.partition_of.copy()
     moved[:4] = (moved[:4] + 1) % 3
-    d.pending = (1, RoutingTable("agg", moved, 3, 1, d.node_ids).assignment())
+    d.pending = (1, moved)
     r = d.process(spark.createDataFrame(frames[3]), 3)
     assert r.migrations == 4
     tracked = d._state_b[1].copy()

@@ -1,5 +1,5 @@
-"""Issue 12 item 10: caps on jobs and on what they store (413/429 with the reason), epochs stored as deltas with
-periodic snapshots, and history retention — through the API in process, on a real SQLite database."""
+"""Caps on jobs and on what they store (413/429 with the reason), epochs stored as deltas with periodic snapshots,
+and history retention — through the API in process, on a real SQLite database."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ import httpx
 import numpy as np
 
 from controller.service import Controller
-from tests.api.inproc import run, stats
+from tests.api.api_helpers import assignment, named
+from tests.api.inproc import run, settle, stats
 
 
 def job(n_kgs: int = 8, window: int = 2, nodes: tuple[str, ...] = ("w0", "w1")) -> dict:
+    """A job whose rounds may follow each other (no cooldown)."""
     return {"nodes": list(nodes), "operators": [{"id": "agg", "key_groups": n_kgs}], "window_batches": window,
-            "algorithm": "flux"}
+            "algorithm": "flux", "policy": {"cooldown_batches": 0}}
 
 
 def kgs(n: int) -> list[str]:
@@ -27,7 +29,7 @@ def test_the_95_byte_put_that_costs_gigabytes_of_window_is_413(tmp_path):
                                               "window_batches": 1000})
         assert r.status_code == 413, r.text[:300]
         assert "window_batches" in r.json()["detail"] and "MAX_WINDOW_CELLS" in r.json()["detail"]
-        assert "big" not in ctl.jobs
+        assert "big" not in ctl.ctx.jobs
         # a smaller window of the same job fits
         r = await c.put("/v1/jobs/big", json={"nodes": ["a"], "operators": [{"id": "o", "key_groups": 200000}],
                                               "window_batches": 10})
@@ -88,13 +90,13 @@ async def _rounds(c, n: int, m: int, start_batch: int = 1) -> int:
         body = {"batch_id": b, "epoch": state["epoch"],
                 "key_groups": [{"id": k, "load": float(rng.uniform(1, 2)) * (20 if node == "w0" or k.endswith("7")
                                                                              else 1)}
-                               for k, node in state["assignment"].items()]}
+                               for k, node in assignment(state).items()]}
         b += 1
         assert (await c.post("/v1/jobs/j/stats", json=body)).status_code == 202
         p = (await c.post("/v1/jobs/j/proposals", json={"wait_s": 30})).json()
         assert p["status"] == "ready", p
         r = await c.post(f"/v1/jobs/j/proposals/{p['id']}/execute")
-        assert r.status_code in (200, 409), r.text
+        assert r.status_code == (200 if p["decision"]["worth"] else 409), r.text
     return b
 
 
@@ -123,7 +125,7 @@ def test_epochs_are_stored_as_deltas_and_rebuild_the_assignment_after_a_restart(
         assert a_len <= 12 + 16 * len(e["moves"] or [])  # what changed, not the whole assignment again
         assert (e["kind"] == "nodes") == (n_len > 4)  # node lists only when the nodes changed
     after, hist2 = run(db, second)
-    assert after["assignment"] == before["assignment"] and after["epoch"] == before["epoch"]
+    assert after["placement"] == before["placement"] and after["epoch"] == before["epoch"]
     assert hist2 == hist
     # every epoch's node list is reported, carried forward from the epoch that changed it
     assert [len(e["nodes"]) for e in hist["epochs"]] == sorted(len(e["nodes"]) for e in hist["epochs"])
@@ -151,7 +153,7 @@ def test_retention_compacts_history_to_a_snapshot_and_keeps_the_assignment(tmp_p
     assert epoch - kept[0] >= 4 and len(kept) <= 4 + 2 * 3 - 1  # at least the retention, at most ~2 periods more
     assert kept[0] % 3 == 0  # the kept history starts at a snapshot
     after, hist = run(db, second, **caps)
-    assert after["assignment"] == before["assignment"]
+    assert assignment(after) == assignment(before)
     assert [e["epoch"] for e in hist["epochs"]] == kept and all(e["nodes"] for e in hist["epochs"])
     with sqlite3.connect(db) as con:
         old = con.execute("SELECT count(*) FROM proposals WHERE base_epoch < ? AND status != 'pending'",
@@ -160,28 +162,32 @@ def test_retention_compacts_history_to_a_snapshot_and_keeps_the_assignment(tmp_p
 
 
 def test_automatic_rounds_use_the_reserved_share_and_what_ifs_hold_a_slot_per_candidate(tmp_path):
-    """Issue 12 item 9, the controller's side: automatic rounds are solves of kind "auto" (ad-hoc requests
-    cannot take their share) and a what-if is admitted for all its candidates at once."""
-    auto = {**job(8, window=1), "auto": {"enabled": True, "cooldown_batches": 0}}
+    """Automatic rounds are solves of kind "auto" (ad-hoc requests cannot take their share) and a what-if is
+    admitted for all its candidates at once."""
+    auto = {**job(8, window=1), "auto": True}
     problem = {"nodes": [{"id": "a"}, {"id": "b"}],
                "key_groups": [{"id": f"k{i}", "node": "a", "load": 1.0} for i in range(6)]}
 
     async def main(c: httpx.AsyncClient, ctl: Controller) -> None:
-        assert ctl.pool is not None and ctl.pool.capacity("adhoc") == 3
+        pool = ctl.ctx.pool
+        assert pool.capacity("adhoc") == 3
         r = await c.post("/v1/what-if/scaling", json={"problem": problem, "candidates": [1, 2, 3]})
         assert r.status_code == 200, r.text
-        ctl.pool.counts["adhoc"] = 1  # one ad-hoc solve in flight: three candidates no longer fit the share
+        pool.counts["adhoc"] = 1  # one ad-hoc solve in flight: three candidates no longer fit the share
         r = await c.post("/v1/what-if/scaling", json={"problem": problem, "candidates": [1, 2, 3]})
         assert r.status_code == 429, r.text
         r = await c.post("/v1/what-if/scaling", json={"problem": problem, "candidates": [1, 2]})
         assert r.status_code == 200, r.text
-        ctl.pool.counts["adhoc"] = 0
+        pool.counts["adhoc"] = 0
         assert (await c.put("/v1/jobs/j", json=auto)).status_code == 201
-        ctl.pool.counts["adhoc"] = 3  # the ad-hoc share is taken (as by three long plans in flight)
+        pool.counts["adhoc"] = 3  # the ad-hoc share is taken (as by three long plans in flight)
         assert (await c.post("/v1/plans", json={"problem": problem})).status_code == 429
         r = await c.post("/v1/jobs/j/stats", json=stats(1, kgs(8), load=3.0))
-        ctl.pool.counts["adhoc"] = 0
-        assert r.status_code == 202 and r.json()["apply"] is not None, r.text  # the round still ran
+        assert r.status_code == 202 and r.json()["decision"]["reason"] == "started", r.text
+        await settle(ctl, "j")  # the round ends while the ad-hoc share is still taken
+        pool.counts["adhoc"] = 0
+        g = (await c.get("/v1/jobs/j")).json()
+        assert g["epoch"] == 1 and g["decision"]["reason"] == "worth", g["decision"]  # the round still ran
 
     run(tmp_path / "r.db", main, max_concurrent_solves=4, reserved_auto_solves=1, max_candidates=3)
 
@@ -191,17 +197,19 @@ def test_executed_proposals_keep_their_moves_not_a_copy_of_the_assignment(tmp_pa
     ``GET …/proposals/{id}`` still answers it, from the history, also after a restart."""
     db = tmp_path / "r.db"
     m = 3000
-    auto = {**job(m, window=1), "auto": {"enabled": True, "cooldown_batches": 0}}
+    # one hot key group: a plan of a move or two, worth it for any gain
+    small = {**job(m, window=1), "policy": {"cooldown_batches": 0, "min_gain": 0.0}}
+    auto = {**small, "auto": True}
 
     async def first(c: httpx.AsyncClient, ctl: Controller) -> tuple[str, str, dict, dict]:
-        assert (await c.put("/v1/jobs/j", json=job(m, window=1))).status_code == 201
+        reg = (await c.put("/v1/jobs/j", json=small)).json()
         assert (await c.post("/v1/jobs/j/stats", json=stats(1, kgs(m), load=1.0))).status_code == 202
         p = (await c.post("/v1/jobs/j/proposals", json={"wait_s": 30})).json()
         assert p["status"] == "ready" and len(p["plan"]["assignment"]) == m
         r = await c.post(f"/v1/jobs/j/proposals/{p['id']}/execute")
         assert r.status_code == 200, r.text[:300]
-        executed = r.json()["assignment"]
-        assert "assignment" not in ctl.proposals[p["id"]].plan
+        executed = named(r.json()["placement"], ["w0", "w1"], reg["key_groups"])
+        assert not ctl.ctx.proposals.get(p["id"]).plan.assignment
         got = (await c.get(f"/v1/jobs/j/proposals/{p['id']}")).json()
         assert got["status"] == "executed" and got["plan"]["assignment"] == executed
         assert got["plan"]["moves"] == p["plan"]["moves"]
@@ -210,9 +218,13 @@ def test_executed_proposals_keep_their_moves_not_a_copy_of_the_assignment(tmp_pa
         # an automatic round's proposal likewise
         assert (await c.put("/v1/jobs/a", json=auto)).status_code == 201
         r = await c.post("/v1/jobs/a/stats", json=stats(1, kgs(m), load=1.0))
-        apply = r.json()["apply"]
+        assert r.json()["decision"]["reason"] == "started"
+        await settle(ctl, "a")
+        apply = (await c.post("/v1/jobs/a/stats", json=stats(2, kgs(m), load=1.0))).json()["apply"]
         assert apply is not None
-        return p["id"], apply["proposal_id"], executed, apply["assignment"]
+        auto_pid = (await c.get("/v1/jobs/a/history")).json()["epochs"][1]["proposal_id"]
+        assert auto_pid
+        return p["id"], auto_pid, executed, named(apply["placement"], apply["nodes"], reg["key_groups"])
 
     async def second(c: httpx.AsyncClient, _: Controller) -> tuple[dict, dict]:
         return ((await c.get(f"/v1/jobs/j/proposals/{pid}")).json(),

@@ -48,13 +48,13 @@ def test_window_equals_recomputation_from_scratch(size, posts):
                 del accepted[evict]
     # the window holds the last `size` distinct batch ids received, each counted once
     assert list(w.batches) == list(accepted) and len(accepted) <= size
-    assert w.state()["batches"] == list(accepted)
+    assert w.state().batches == list(accepted)
     expect = np.zeros(M)
     for loads in accepted.values():
         for k, v in loads.items():
             expect[k] += v
     np.testing.assert_allclose(w.mean_load(), expect / len(accepted), rtol=1e-9, atol=1e-6)
-    assert w.state()["key_groups_covered"] == len({k for loads in accepted.values() for k in loads})
+    assert w.state().key_groups_covered == len({k for loads in accepted.values() for k in loads})
 
 
 def test_duplicates_late_reposts_and_the_received_order():
@@ -70,7 +70,7 @@ def test_duplicates_late_reposts_and_the_received_order():
 
 
 def test_a_far_future_batch_id_is_pushed_out_like_any_other():
-    """Issue 12 item 3: after batch 2^63 - 1, later batches with small ids still count."""
+    """After batch 2^63 - 1, later batches with small ids still count."""
     w = Window(size=1, m=M)
     for bid in (1, 2**63 - 1, 3):
         counted, dup, ev = w.classify(bid)
@@ -157,19 +157,22 @@ def test_epoch_compare_and_set_exactly_one_wins(tmp_path):
 
 
 def test_a_database_of_the_previous_version_gets_the_new_columns_and_loads(tmp_path):
-    """Startup adds the ``generation`` columns to a database of the version before them (and before the migration
-    history: no ``alembic_version``); its jobs load as one registration."""
+    """Startup adds the ``generation`` columns (and the proposals' ``decision``) to a database of the version
+    before them (and before the migration history: no ``alembic_version``); its jobs load as one registration,
+    their configuration (``auto`` an object then) read into today's."""
     url = f"sqlite:///{tmp_path}/old.db"
     engine = repo.make_engine(url)
     repo.create_schema(engine)
     with engine.begin() as c:
         for table in ("jobs", "proposals"):
             c.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN generation")
+        c.exec_driver_sql("ALTER TABLE proposals DROP COLUMN decision")
         c.exec_driver_sql("DROP TABLE alembic_version")
         c.exec_driver_sql(
             "INSERT INTO jobs (job_id, spec, registration, kgs, nodes, assignment, epoch, last_round_batch, "
             "created_at, updated_at) VALUES ('j', '{\"algorithm\": \"flux\", \"params\": {}, \"budget\": {}, "
-            "\"window_batches\": 2, \"communication_cost\": 0.0, \"time_limit_s\": 1.0, \"auto\": {}}', '{}', "
+            "\"window_batches\": 2, \"communication_cost\": 0.0, \"time_limit_s\": 1.0, \"auto\": {\"enabled\": true, "
+            "\"cooldown_batches\": 7}}', '{}', "
             "'{\"ids\": [\"k0\", \"k1\"], \"operators\": [\"\", \"\"], \"state_bytes\": [0, 0]}', "
             "'[{\"id\": \"a\", \"capacity\": 1.0, \"removing\": false}, {\"id\": \"b\", \"capacity\": 1.0, "
             "\"removing\": false}]', '[\"a\", \"b\"]', 3, NULL, 0, 0)")
@@ -177,7 +180,11 @@ def test_a_database_of_the_previous_version_gets_the_new_columns_and_loads(tmp_p
     repo.create_schema(engine)
     (job,) = repo.load_all(engine)
     assert job.generation == "" and job.epoch == 3
-    assert job.assignment_doc() == {"k0": "b", "k1": "a"}  # the latest snapshot in the history wins
+    assert job.node_ids == ["a", "b"] and job.assignment.tolist() == [1, 0]  # the latest snapshot in the history wins
+    assert job.config.auto is True and job.config.policy.cooldown_batches == 7
+    assert job.config.policy.load_distance_threshold is None and job.config.time_limit_s == 1.0
+    with engine.connect() as c:
+        assert "decision" in [r[1] for r in c.exec_driver_sql("PRAGMA table_info(proposals)")]
 
 
 def test_a_group_commit_where_one_batch_evicts_another_of_the_group_keeps_disk_equal_to_memory(tmp_path):

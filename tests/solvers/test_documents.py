@@ -1,12 +1,20 @@
-"""solvers.documents: the one reader/writer of the problem, plan and evaluation documents (issue 11 §2, 12.4, 12.5)."""
+"""solvers.documents: the typed documents of the contract <-> the numeric model (problem, plan, evaluation), and
+the readers of decoded JSON the library and the CLI use."""
 
 import ast
 import copy
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
+from clients.python import contract as c
+from clients.python.wire import dump
+from controller.edge import Invalid, parse
 from solvers import documents, registry
 from solvers.errors import InvalidInput
 from solvers.model import MAX_MAGNITUDE, Problem
@@ -35,6 +43,22 @@ def with_(fn):
 def error(doc) -> InvalidInput:
     with pytest.raises(InvalidInput) as info:
         documents.problem_from_dict(doc)
+    return info.value
+
+
+def edge_read(doc) -> Problem:
+    """``doc`` as the server reads it: the contract at the edge (types, ranges, lengths, unknown fields), then
+    :func:`documents.problem_of`; the first error as an InvalidInput."""
+    try:
+        typed = parse(c.Problem, json.dumps(doc))
+    except Invalid as exc:
+        raise InvalidInput(exc.items[0].field, exc.items[0].reason) from None
+    return documents.problem_of(typed)
+
+
+def edge_error(doc) -> InvalidInput:
+    with pytest.raises(InvalidInput) as info:
+        edge_read(doc)
     return info.value
 
 
@@ -75,19 +99,39 @@ def test_from_arrays_builds_what_the_document_builds():
     (lambda d: d["nodes"][1].update(id="w" * 257), "nodes[1].id"),
     (lambda d: d["key_groups"][1].update(operator="o" * 257), "key_groups[1].operator"),
     (lambda d: d.update(budget=[]), "budget"),
+    (lambda d: d["key_groups"][1].update(laod=3), "key_groups[1].laod"),  # a typo is not ignored
 ])
 def test_strict_types_and_lengths(mutation, field):
+    assert edge_error(with_(mutation)).field == field
+
+
+@pytest.mark.parametrize("mutation, field", [
+    (lambda d: d["nodes"][0].update(capacity=True), "nodes[0].capacity"),
+    (lambda d: d["key_groups"][0].update(state_bytes=False), "key_groups[0].state_bytes"),
+    (lambda d: d["budget"].update(max_migrations=True), "budget.max_migrations"),
+    (lambda d: d["key_groups"][0].update(load="3"), "key_groups[0].load"),
+    (lambda d: d["nodes"][0].update(limits={"memory": -1}), "nodes[0].limits.memory"),
+    (lambda d: d.update(budget=[]), "budget"),
+])
+def test_the_dict_reader_refuses_wrong_types_and_ranges(mutation, field):
+    """:func:`documents.problem_from_dict` (decoded JSON, the library's reader) checks the types; the model's
+    check the ranges."""
     assert error(with_(mutation)).field == field
+
+
+def test_the_dict_reader_refuses_an_int_beyond_a_float():
+    assert error(with_(lambda d: d["key_groups"][1].update(load=10**400))).field == "key_groups[1].load"
 
 
 def test_ids_of_the_maximum_length_are_fine():
     doc = with_(lambda d: d["nodes"][1].update(id="w" * documents.MAX_ID_LENGTH))
     doc["key_groups"][2]["node"] = "w" * documents.MAX_ID_LENGTH
     assert documents.problem_from_dict(doc).node_ids[1] == "w" * 256
+    assert edge_read(doc).node_ids[1] == "w" * 256
 
 
 def test_huge_finite_loads_are_refused_with_the_field_not_turned_into_nan():
-    # issue 12.4: two key groups at 1.7e308 sum to inf; every metric and solver then produced NaN
+    # two key groups at 1.7e308 sum to inf: every metric and solver would produce NaN
     doc = {"nodes": [{"id": "w0"}, {"id": "w1"}],
            "key_groups": [{"id": "x", "node": "w0", "load": 1.7e308}, {"id": "y", "node": "w1", "load": 1.7e308}]}
     err = error(doc)
@@ -123,7 +167,7 @@ def test_large_loads_below_the_bound_give_finite_metrics_with_every_planner():
 def test_evaluation_document():
     p = documents.problem_from_dict(BASE)
     plan = documents.plan_from_dict(p, {"assignment": {"a": "w1", "b": "w0", "c": "w1"}})
-    ev = documents.evaluation(p, plan)
+    ev = dump(documents.evaluation(p, plan))
     assert list(ev) == ["before", "after", "migrations", "migration_bytes", "moves", "within_budget"]
     assert ev["moves"] == [{"key_group": "a", "from": "w0", "to": "w1", "state_bytes": 100}]
     assert ev["migrations"] == 1 and ev["within_budget"] is True
@@ -150,14 +194,10 @@ def test_imports_go_one_way_documents_metrics_model():
     assert "from solvers import metrics" not in model_src  # the old lazy import that closed the circle
 
 
-# ---------------------------------------------------------------------- the fast path equals the slow one
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
-from solvers.documents import _edges, _fast_edges, _fast_key_groups, _key_groups  # noqa: E402
 
-NODE_INDEX = {"w0": 0, "w1": 1}
-value = st.one_of(st.integers(-3, 10**6), st.integers(10**308, 10**309), st.floats(width=64), st.booleans(),
+# ---------------------------------------------------------------------- the one path, on any document
+value = st.one_of(st.integers(-3, 10**6), st.floats(width=64, allow_nan=False, allow_infinity=False), st.booleans(),
                   st.none(), st.text(max_size=3), st.just("x" * 257))
 name = st.one_of(st.sampled_from(["a", "b", "c", "w0", "w1", "", "x" * 257]), st.integers(0, 2), st.none())
 kg = st.one_of(
@@ -168,32 +208,51 @@ kg = st.one_of(
     st.integers(), st.lists(st.integers(), max_size=1))
 edge = st.one_of(st.fixed_dictionaries({"src": name, "dst": name, "rate": value}),
                  st.dictionaries(st.sampled_from(["src", "dst", "rate", "via"]), name, max_size=4))
-
-
-def _same(fast, slow) -> None:
-    for x, y in zip(fast, slow, strict=True):
-        if isinstance(x, np.ndarray):
-            np.testing.assert_array_equal(x, y)
-        else:
-            assert x == y
+node = st.one_of(st.fixed_dictionaries({"id": name}, optional={"capacity": value, "removing": value}), name)
+amount = st.one_of(st.integers(0, 10**6), st.floats(0, 1e12), st.floats(0, 1e300))
+ids = st.sampled_from(["a", "b", "c", "w0", "w1"])
+# documents that are mostly right: a wrong value here and there
+good_node = st.fixed_dictionaries({"id": st.sampled_from(["w0", "w1", "w2"])},
+                                  optional={"capacity": st.one_of(*[st.floats(1e-3, 1e6)] * 4, value),
+                                            "removing": st.booleans()})
+good_kg = st.fixed_dictionaries({"id": ids, "node": st.sampled_from(["w0", "w0", "w1", "x"]), "load": amount},
+                                optional={"operator": st.one_of(ids, st.none()), "state_bytes": amount,
+                                          "resources": st.dictionaries(ids, amount, max_size=2)})
+good_edge = st.fixed_dictionaries({"src": ids, "dst": ids, "rate": amount})
+good_document = st.fixed_dictionaries(
+    {"nodes": st.lists(good_node, min_size=2, max_size=3, unique_by=lambda n: n["id"]),
+     "key_groups": st.lists(good_kg, max_size=5, unique_by=lambda k: k["id"])},
+    optional={"communication": st.lists(good_edge, max_size=3), "communication_cost": amount,
+              "budget": st.fixed_dictionaries({}, optional={"max_migrations": st.integers(0, 5),
+                                                            "max_migration_bytes": amount})})
+document = st.one_of(
+    st.fixed_dictionaries({"nodes": st.lists(node, max_size=3), "key_groups": st.lists(kg, max_size=4),
+                           "communication": st.lists(edge, max_size=3), "communication_cost": value}),
+    good_document, good_document)
 
 
 @settings(max_examples=300, deadline=None)
-@given(kgs=st.lists(kg, max_size=4), edges=st.lists(edge, max_size=3))
-def test_fast_paths_agree_with_the_field_by_field_paths(kgs, edges):
-    for fast_path, slow_path, items, index in ((_fast_key_groups, _key_groups, kgs, NODE_INDEX),
-                                               (_fast_edges, _edges, edges, {"a": 0, "b": 1})):
-        try:
-            slow = slow_path(items, index)
-        except InvalidInput:
-            slow = None
-        fast = fast_path(items, index)
-        if fast is not None:
-            assert slow is not None, f"{fast_path.__name__} accepted what {slow_path.__name__} refuses"
-            _same(fast, slow)
-
-
-def test_a_regular_document_takes_the_fast_paths():
-    kgs = [{"id": f"k{k}", "operator": "op", "node": "w0", "load": 1.5, "state_bytes": 7} for k in range(100)]
-    assert _fast_key_groups(kgs, NODE_INDEX) is not None
-    assert _fast_edges([{"src": "k0", "dst": "k1", "rate": 2}], {"k0": 0, "k1": 1}) is not None
+@given(doc=document)
+def test_any_document_is_refused_with_a_field_or_read_and_written_back_unchanged(doc):
+    """Whatever JSON arrives, the server's path answers an InvalidInput naming a field (a 422), never another
+    exception; a document it accepts is written back (:func:`documents.problem_document`) as one it reads to
+    the same problem."""
+    try:
+        p = edge_read(doc)
+    except InvalidInput as exc:
+        assert exc.field and exc.reason
+        event("refused")
+        return
+    event("accepted")
+    again = edge_read(dump(documents.problem_document(p)))
+    assert again.kg_ids == p.kg_ids and again.node_ids == p.node_ids and again.operator == p.operator
+    for a, b in ((again.load, p.load), (again.state_bytes, p.state_bytes), (again.current, p.current),
+                 (again.capacity, p.capacity), (again.removing, p.removing)):
+        np.testing.assert_array_equal(a, b)
+    # a key group's edge to itself is never cut (it costs nothing): the document leaves it out
+    off = [m - sp.diags(m.diagonal()) for m in (again.comm, p.comm)]
+    assert (off[0] != off[1]).nnz == 0 and again.communication_cost == p.communication_cost
+    assert (again.max_migrations, again.max_migration_bytes) == (p.max_migrations, p.max_migration_bytes)
+    assert again.resource_names == p.resource_names
+    if p.resource_load is not None:
+        np.testing.assert_array_equal(again.resource_load, p.resource_load)

@@ -1,11 +1,18 @@
-"""Contract validation of the problem document: one test per bad-input class (DESIGN.md, issue 2)."""
+"""Validation of the problem document, one test per bad-input class (``docs/design.md``): on the one path a
+document takes into the server — the contract's reader at the edge (shape, types, ranges, unknown fields), then
+:func:`solvers.documents.problem_of` (references, uniqueness, the numbers together) — and, for the checks of the
+model itself, through :meth:`Problem.from_dict` (decoded JSON, as the library reads it)."""
 
 import copy
+import json
 import math
 
 import numpy as np
 import pytest
 
+from clients.python import contract as c
+from controller.edge import Invalid, parse
+from solvers import documents
 from solvers.errors import InvalidInput
 from solvers.model import Plan, Problem, plan_from_dict, plan_to_dict
 
@@ -28,9 +35,19 @@ def mutate(fn):
     return doc
 
 
-def expect_error(doc, field_part, reason_part):
+def read(doc) -> Problem:
+    """``doc`` as the server reads a problem document: the edge, then the cross-field checks."""
+    try:
+        typed = parse(c.Problem, json.dumps(doc))
+    except Invalid as exc:
+        first = exc.items[0]
+        raise InvalidInput(first.field, first.reason) from None
+    return documents.problem_of(typed)
+
+
+def expect_error(doc, field_part, reason_part, reader=read):
     with pytest.raises(InvalidInput) as info:
-        Problem.from_dict(doc)
+        reader(doc)
     assert field_part in info.value.field, info.value
     assert reason_part in info.value.reason, info.value
     return info.value
@@ -72,8 +89,7 @@ def test_key_group_on_unknown_node():
 @pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, "12", None, True])
 def test_bad_load(bad):
     doc = mutate(lambda d: d["key_groups"][2].update(load=bad))
-    err = expect_error(doc, "key_groups[2].load", "")
-    assert "agg/2" in err.reason  # the message names the offending id
+    expect_error(doc, "key_groups[2].load", "")
 
 
 @pytest.mark.parametrize("bad", [-0.5, math.nan, math.inf])
@@ -85,8 +101,19 @@ def test_bad_rate(bad):
 @pytest.mark.parametrize("bad", [0, -1.0, math.inf])
 def test_bad_capacity(bad):
     doc = mutate(lambda d: d["nodes"][1].update(capacity=bad))
-    err = expect_error(doc, "nodes[1].capacity", "")
-    assert "w1" in err.reason
+    expect_error(doc, "nodes[1].capacity", "")
+
+
+@pytest.mark.parametrize("where, fix, field, who", [
+    ("key_groups", lambda d: d["key_groups"][2].update(load=-1.0), "key_groups[2].load", "agg/2"),
+    ("nodes", lambda d: d["nodes"][1].update(capacity=0), "nodes[1].capacity", "w1"),
+    ("rate", lambda d: d["communication"][0].update(rate=-0.5), "communication", "agg/0"),
+])
+def test_the_models_own_check_names_the_offending_id(where, fix, field, who):
+    """Decoded JSON read by the library (no edge in front): :meth:`Problem.check` refuses the same ranges and
+    names the id."""
+    err = expect_error(mutate(fix), field, "", reader=Problem.from_dict)
+    assert who in err.reason, err
 
 
 def test_no_node_left_that_is_not_removing():
@@ -110,8 +137,13 @@ def test_edge_naming_unknown_key_group(end):
 
 
 def test_negative_state_bytes_and_comm_cost():
-    expect_error(mutate(lambda d: d["key_groups"][0].update(state_bytes=-1)), "key_groups[0].state_bytes", "≥ 0")
-    expect_error(mutate(lambda d: d.update(communication_cost=-1)), "communication_cost", "≥ 0")
+    expect_error(mutate(lambda d: d["key_groups"][0].update(state_bytes=-1)), "key_groups[0].state_bytes",
+                 "greater than or equal to 0")
+    expect_error(mutate(lambda d: d.update(communication_cost=-1)), "communication_cost", "greater than or equal to 0")
+    expect_error(mutate(lambda d: d["key_groups"][0].update(state_bytes=-1)), "key_groups[0].state_bytes", "≥ 0",
+                 reader=Problem.from_dict)
+    expect_error(mutate(lambda d: d.update(communication_cost=-1)), "communication_cost", "≥ 0",
+                 reader=Problem.from_dict)
 
 
 def test_unknown_fields_are_rejected():
@@ -127,9 +159,10 @@ def test_empty_key_group_list_gives_a_plan_without_moves():
 
 
 def test_not_an_object():
+    expect_error([1, 2], "body", "object")
     with pytest.raises(InvalidInput):
         Problem.from_dict([1, 2])
-    expect_error({"nodes": []}, "nodes", "non-empty")
+    expect_error({"nodes": []}, "nodes", "at least 1")
 
 
 def test_plan_from_dict_rejects_foreign_plans():
