@@ -8,15 +8,17 @@ leader serves, the standbys answer every request but the probes, metrics and doc
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from api import docs, errors
 from api.deps import documented_auth
@@ -33,7 +35,7 @@ from api.middleware import (
 from api.routes import jobs, ops, planning
 from api.tenants import grants
 from controller import edge
-from controller.leadership import Fenced, Leadership, request_term
+from controller.leadership import Fenced, Leadership, ReplicaLeadership, request_term
 from controller.lease import ServerLease, lease_for
 from controller.service import Controller
 from controller.settings import Settings
@@ -78,6 +80,18 @@ def not_leader(leader_url: str | None, detail: str) -> Response:
     return error(503, f"{detail}; no leader is known yet", headers)
 
 
+async def admitted(lead: Leadership) -> int | None:
+    """The term to serve a request under, None when this replica must not: a leader whose lease was not renewed in
+    time by its own clock waits (at most a lease's length) for the renewal under way rather than refuse at once."""
+    term = lead.serving_term()
+    if term is not None or not isinstance(lead, ReplicaLeadership):
+        return term
+    deadline = time.monotonic() + lead.ttl
+    while lead.lapsed() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return lead.serving_term()
+
+
 class StandbyGuard:
     """Pure ASGI: only the leader serves the API (the probes, metrics and documentation are served by every
     replica); each admitted request carries the lease term it was admitted under (writes of an older term fail)."""
@@ -90,9 +104,9 @@ class StandbyGuard:
         if scope["type"] != "http" or path in OPEN_PATHS or path == "/metrics" or path.startswith(OPEN_PREFIXES):
             await self.app(scope, receive, send)
             return
-        term = self.leadership.serving_term()
+        term = await admitted(self.leadership)
         if term is None:
-            await not_leader(self.leadership.leader_url, "this replica is a standby")(scope, receive, send)
+            await not_leader(self.leadership.leader_hint(), "this replica is not the leader now")(scope, receive, send)
             return
         token = request_term.set(term)
         try:
@@ -114,9 +128,11 @@ def install_failover(app: FastAPI, leadership: Leadership) -> None:
 
     @app.exception_handler(DBAPIError)
     async def _database(req: Request, exc: DBAPIError) -> Response:
-        if not exc.connection_invalidated:
+        if not (exc.connection_invalidated or isinstance(exc, OperationalError)):
             return errors.server_error(req, exc, "internal server error")
-        return error(503, "the database connection was lost; retry the request", {"Retry-After": "1"})
+        log.warning("database unavailable on %s %s: %s", req.method, req.url.path, str(exc.orig).splitlines()[0])
+        return error(503, "the database is unavailable (the leader may be changing); retry the request",
+                     {"Retry-After": "1"})
 
 
 def create_app(settings: Settings | None = None, warm: bool = True, lease: ServerLease | None = None) -> FastAPI:

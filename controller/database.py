@@ -100,6 +100,7 @@ leader_lease = Table(
     Column("url", Text, nullable=True),                 # the leader's advertised URL (REBALANCER_ADVERTISED_URL)
     Column("expires_at", Float, nullable=False),        # seconds since 1970 on the database's clock
     Column("renewed_at", Float, nullable=False),
+    Column("holder_pid", Integer, nullable=True),       # the backend of the leader's lease session
 )
 
 def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:

@@ -15,9 +15,10 @@ epoch. Clocks of the replicas never matter: only the database's is compared.
 * **Frozen inside a transaction.** ``idle_in_transaction_session_timeout`` (= the lease's length) is set in every
   transaction of the writer and of the lease, so a replica frozen inside one loses its session, and its row locks,
   instead of blocking the new leader.
-* **A dead leader is noticed at once.** The leader also holds a session advisory lock. The database drops it when
-  the leader's session ends (``kill -9``, a cut connection); a standby that gets the lock takes the lease over
-  without waiting for the expiry. A frozen leader keeps its session, and the lock, until the expiry decides.
+* **A dead leader is noticed at once.** The row names the backend of the leader's lease session (``holder_pid``,
+  refreshed at each renewal). The database ends that session when the leader dies (``kill -9``) or its connection
+  is cut; a standby that finds it gone from ``pg_stat_activity`` takes the lease over without waiting for the
+  expiry. A frozen leader keeps its session until the expiry decides.
 * **Serving.** A leader serves while its lease is valid by its own clock too (``lease_ttl_s`` after the start of the
   last successful renewal) and once it has loaded the jobs of its term; a standby answers with the leader's URL.
 """
@@ -41,9 +42,7 @@ from sqlalchemy.pool import NullPool
 log = logging.getLogger("rebalancer.leadership")
 
 LEASE = "controller"
-#: the advisory locks' two 32-bit keys: "rebalancer" + "leader" (held by the leader's lease session) and
-#: "rebalancer" + "migrate" (held while a replica migrates the schema)
-LEADER_KEYS = (0x7265_6261, 0x6C65_6164)
+#: the advisory lock held while a replica migrates the schema: "rebalancer" + "migrate"
 MIGRATE_KEYS = (0x7265_6261, 0x6D69_6772)
 NOW = "EXTRACT(EPOCH FROM clock_timestamp())::float8"
 
@@ -64,7 +63,10 @@ class Leadership:
 
     replicated = False
     term: int | None = 0
-    leader_url: str | None = None
+
+    def leader_hint(self) -> str | None:
+        """The URL of the leader to send clients to (None: unknown, or this replica itself)."""
+        return None
 
     def serving_term(self) -> int | None:
         """The term requests are admitted under now; None when this replica must not serve."""
@@ -83,9 +85,9 @@ class Leadership:
 class ReplicaLeadership(Leadership):
     """Leader election among the replicas on one PostgreSQL database (see the module's docstring).
 
-    :meth:`step` makes one attempt (take over or renew); :meth:`start` runs it every ``lease_renew_s`` on a thread
-    and calls ``changed()`` (from that thread) whenever the term changes. The controller loads the jobs of a new
-    term and then calls :meth:`loaded`.
+    :meth:`step` makes one attempt (take over or renew); :meth:`start` runs it on a thread every ``lease_renew_s``
+    (a leader) or half that (a standby) and calls ``changed()`` (from that thread) whenever the term changes. The
+    controller loads the jobs of a new term and then calls :meth:`loaded`.
     """
 
     replicated = True
@@ -103,16 +105,27 @@ class ReplicaLeadership(Leadership):
             "keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1, "keepalives_count": 3,
             "tcp_user_timeout": int(self.ttl * 2000)})
         self._conn: Connection | None = None
-        self._locked = False  # the leader advisory lock is held by self._conn's session
         self.term: int | None = None
         self._loaded: int | None = None
         self._valid_until = 0.0  # monotonic: the lease is surely valid before
-        self.leader_url = None
+        self._unreachable = False  # the last attempt failed (the database did not answer)
+        self.leader_url: str | None = None  # as the lease row says (this replica's own while it leads)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._mutex = threading.Lock()  # one step at a time (the thread, or the controller at start)
 
     # ------------------------------------------------------------------ what the server asks
+    def lapsed(self) -> bool:
+        """This replica leads and has loaded its term, but its lease has not been renewed in time by its own
+        clock (a starved thread, a slow database; not one that failed to answer): the next renewal decides."""
+        term = self.term
+        return (term is not None and self._loaded == term and not self._unreachable
+                and time.monotonic() >= self._valid_until)
+
+    def leader_hint(self) -> str | None:
+        url = self.leader_url
+        return None if url == self.advertised and self.serving_term() is None else url
+
     def serving_term(self) -> int | None:
         term = self.term
         if term is None or self._loaded != term or time.monotonic() >= self._valid_until:
@@ -121,7 +134,7 @@ class ReplicaLeadership(Leadership):
 
     def describe(self) -> dict[str, Any]:
         term = self.serving_term()
-        out: dict[str, Any] = {"role": "leader" if term is not None else "standby", "leader": self.leader_url}
+        out: dict[str, Any] = {"role": "leader" if term is not None else "standby", "leader": self.leader_hint()}
         if term is not None:
             out["epoch"] = term
         elif self.term is not None:
@@ -158,8 +171,8 @@ class ReplicaLeadership(Leadership):
         return self.term if t is None else t
 
     def fenced(self, why: str) -> Fenced:
-        return Fenced(f"this replica is not the leader ({why}); the leader is at {self.leader_url or 'an unknown URL'}",
-                      self.leader_url)
+        hint = self.leader_hint()
+        return Fenced(f"this replica is not the leader ({why}); the leader is at {hint or 'an unknown URL'}", hint)
 
     def begin(self, conn: Connection, term: int | None) -> None:
         """First statement of a writer transaction (one round trip): refuse early when the lease has moved on, and
@@ -188,11 +201,10 @@ class ReplicaLeadership(Leadership):
     def _connection(self) -> Connection:
         if self._conn is None:
             self._conn = self._engine.connect()
-            self._locked = False
         return self._conn
 
     def _drop_connection(self) -> None:
-        conn, self._conn, self._locked = self._conn, None, False
+        conn, self._conn = self._conn, None
         if conn is not None:
             try:
                 conn.invalidate()
@@ -205,59 +217,48 @@ class ReplicaLeadership(Leadership):
                              f"SET LOCAL lock_timeout = {self._idle_ms}; "
                              f"SET LOCAL synchronous_commit = {'on' if durable else 'off'}")
 
-    def _try_lock(self, conn: Connection) -> bool:
-        if not self._locked:
-            self._locked = bool(conn.execute(text("SELECT pg_try_advisory_lock(:a, :b)"),
-                                             {"a": LEADER_KEYS[0], "b": LEADER_KEYS[1]}).scalar())
-            conn.commit()
-        return self._locked
-
-    def _unlock(self, conn: Connection) -> None:
-        if self._locked:
-            conn.execute(text("SELECT pg_advisory_unlock(:a, :b)"), {"a": LEADER_KEYS[0], "b": LEADER_KEYS[1]})
-            conn.commit()
-            self._locked = False
+    def _note_leader(self, conn: Connection) -> None:
+        """Remember the leader's URL to send clients to — none while its lease has gone unrenewed for three
+        renewal periods (it is likely frozen or dead: clients had better wait for its successor)."""
+        row = conn.execute(text(f"SELECT url, {NOW} - renewed_at FROM leader_lease WHERE name = :name"),
+                           {"name": LEASE}).first()
+        self.leader_url = row[0] if row is not None and row[1] < 3 * self.every else None
 
     def _take_over(self, conn: Connection, t0: float) -> None:
-        """Take the lease when it has expired, or at once when its holder's session is gone (the advisory lock)."""
-        unconditional = self._try_lock(conn)
-        cond = "" if unconditional else " WHERE leader_lease.expires_at < EXCLUDED.renewed_at"
+        """Take the lease when it has expired or its holder's lease session is gone."""
         with conn.begin():
             self._transaction_settings(conn)
-            epoch = conn.execute(text(
-                f"INSERT INTO leader_lease (name, epoch, holder, url, expires_at, renewed_at) "
-                f"VALUES (:name, 1, :holder, :url, {NOW} + :ttl, {NOW}) ON CONFLICT (name) DO UPDATE SET "
-                f"epoch = leader_lease.epoch + 1, holder = EXCLUDED.holder, url = EXCLUDED.url, "
-                f"expires_at = EXCLUDED.expires_at, renewed_at = EXCLUDED.renewed_at{cond} RETURNING epoch"),
-                {"name": LEASE, "holder": self.holder, "url": self.advertised, "ttl": self.ttl}).scalar()
-            if epoch is None:
-                self.leader_url = conn.execute(text("SELECT url FROM leader_lease WHERE name = :name"),
-                                               {"name": LEASE}).scalar()
-        if epoch is None:
-            self._unlock(conn)
+            row = conn.execute(text(
+                f"INSERT INTO leader_lease (name, epoch, holder, url, expires_at, renewed_at, holder_pid) "
+                f"VALUES (:name, 1, :holder, :url, {NOW} + :ttl, {NOW}, pg_backend_pid()) ON CONFLICT (name) DO UPDATE "
+                f"SET epoch = leader_lease.epoch + 1, holder = EXCLUDED.holder, url = EXCLUDED.url, "
+                f"expires_at = EXCLUDED.expires_at, renewed_at = EXCLUDED.renewed_at, holder_pid = EXCLUDED.holder_pid "
+                f"WHERE leader_lease.expires_at < EXCLUDED.renewed_at OR NOT EXISTS "
+                f"(SELECT 1 FROM pg_stat_activity a WHERE a.pid = leader_lease.holder_pid) "
+                f"RETURNING epoch"),
+                {"name": LEASE, "holder": self.holder, "url": self.advertised, "ttl": self.ttl}).first()
+            if row is None:
+                self._note_leader(conn)
+        if row is None:
             return
         self._valid_until = t0 + self.ttl
-        self.term, self.leader_url = int(epoch), self.advertised
-        log.warning("this replica leads now (lease epoch %d%s)", epoch,
-                    "" if unconditional else ", the previous leader's lease expired")
+        self.term, self.leader_url = int(row[0]), self.advertised
+        log.warning("this replica leads now (lease epoch %d)", row[0])
 
     def _renew(self, conn: Connection, t0: float) -> None:
-        self._try_lock(conn)
         with conn.begin():
             self._transaction_settings(conn, durable=False)  # a lost renewal only shortens the lease
             row = conn.execute(text(
-                f"UPDATE leader_lease SET expires_at = {NOW} + :ttl, renewed_at = {NOW} "
+                f"UPDATE leader_lease SET expires_at = {NOW} + :ttl, renewed_at = {NOW}, holder_pid = pg_backend_pid() "
                 f"WHERE name = :name AND epoch = :epoch RETURNING epoch"),
                 {"name": LEASE, "epoch": self.term, "ttl": self.ttl}).first()
             if row is None:
-                self.leader_url = conn.execute(text("SELECT url FROM leader_lease WHERE name = :name"),
-                                               {"name": LEASE}).scalar()
+                self._note_leader(conn)
         if row is not None:
             self._valid_until = t0 + self.ttl
             return
         log.warning("this replica lost the lease (epoch %s): another replica leads; standing by", self.term)
         self.term = None
-        self._unlock(conn)
 
     def step(self) -> int | None:
         """One attempt: renew the lease (leader) or take it over when it is free (standby); the term after it."""
@@ -269,17 +270,19 @@ class ReplicaLeadership(Leadership):
                     self._take_over(conn, t0)
                 else:
                     self._renew(conn, t0)
+                self._unreachable = False
             except Exception as exc:  # noqa: BLE001 - the database is unreachable: try again at the next step
                 log.warning("lease %s failed: %s", "renewal" if self.term is not None else "check",
                             str(exc).splitlines()[0][:200])
+                self._valid_until, self._unreachable = 0.0, True  # a leader cut from the database stops serving
                 self._drop_connection()
             return self.term
 
     def start(self, changed: Callable[[], None]) -> None:
         """Renew or watch the lease every ``lease_renew_s`` on a thread; ``changed()`` after a change of term."""
 
-        def run() -> None:
-            while not self._stop.wait(self.every):
+        def run() -> None:  # a standby looks twice as often as a leader renews
+            while not self._stop.wait(self.every if self.term is not None else self.every / 2):
                 before = self.term
                 if self.step() != before:
                     changed()

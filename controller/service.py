@@ -71,13 +71,13 @@ class Controller:
     async def start(self, warm: bool = True) -> None:
         lead = self.ctx.leadership
         if isinstance(lead, ReplicaLeadership):
-            await self._start_replica(lead)
+            await self._start_replica(lead, warm)
         else:
             await asyncio.to_thread(self._load)
             self.ctx.open()
-        if warm:
-            self.ctx.spawn(self.ctx.pool.warm())
-            self.ctx.spawn(asyncio.to_thread(self._warm_imports))
+            if warm:
+                self.ctx.spawn(self.ctx.pool.warm())
+                self.ctx.spawn(asyncio.to_thread(self._warm_imports))
         _tune_gc()
 
     def _warm_imports(self) -> None:
@@ -106,12 +106,18 @@ class Controller:
         log.info("loaded %d jobs from %s", len(ctx.jobs), repo.database_kind(ctx.url))
 
     # ------------------------------------------------------------------ replicas (PostgreSQL)
-    async def _start_replica(self, lead: ReplicaLeadership) -> None:
-        """Migrate (one replica at a time), open the writer and the pool, make a first attempt at the lease (a
-        lone replica serves as soon as it has started), then watch the lease on its thread."""
+    async def _start_replica(self, lead: ReplicaLeadership, warm: bool) -> None:
+        """Migrate (one replica at a time), open the writer and the pool, import the planners, make a first attempt
+        at the lease (a lone replica serves as soon as it has started), then watch the lease on its thread.
+
+        The imports come before the lease: they hold the interpreter lock for seconds at a time, which would keep
+        a leader's thread from renewing its lease."""
         revision = await asyncio.to_thread(lead.migrate, lambda: repo.create_schema(self.ctx.engine))
         log.info("database schema at revision %s (controller/migrations)", revision)
         self.ctx.open()
+        if warm:
+            self.ctx.spawn(self.ctx.pool.warm())
+            await asyncio.to_thread(self._warm_imports)
         await asyncio.to_thread(lead.step)
         await self._follow_lease()
         loop = asyncio.get_running_loop()

@@ -50,7 +50,8 @@ async def readyz(ctl: Controller = Depends(get_controller)) -> JSONResponse:
     lead = ctl.ctx.leadership
     out: dict[str, Any] = lead.describe()
     ok = out["role"] == "leader"
-    headers = {"Rebalancer-Leader": lead.leader_url} if lead.replicated and lead.leader_url else None
+    hint = lead.leader_hint()
+    headers = {"Rebalancer-Leader": hint} if hint else None
     try:
         await asyncio.wait_for(asyncio.to_thread(_ping, ctl.ctx.engine), READY_TIMEOUT_S)
         out["database"] = "ok"

@@ -30,6 +30,8 @@ RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: a replica that is not the leader answers with ``Rebalancer-Role: standby`` (nothing was done) and names the leader
 ROLE_HEADER = "Rebalancer-Role"
 LEADER_HEADER = "Rebalancer-Leader"
+#: a URL that did not answer (connection refused, timeout) is passed over for this long when there are others
+DOWN_FOR_S = 1.0
 ERROR_BODY_BYTES = 1 << 20  # error bodies are read up to 1 MiB (a detail, not a document)
 T = TypeVar("T")
 S = TypeVar("S", bound="HTTPSession")
@@ -96,6 +98,7 @@ class HTTPSession:
         #: the controller's replicas; requests go to ``base_urls[_current]`` (the last one that served)
         self.base_urls = [u.rstrip("/") for u in urls]
         self._current = 0
+        self._down_until: dict[int, float] = {}  # URL index -> monotonic time until which it is passed over
         self.timeout = float(timeout)
         self.connect_timeout = float(connect_timeout)
         self.retries = int(retries)
@@ -186,16 +189,23 @@ class HTTPSession:
         except httpx.HTTPError as exc:
             return None, exc, False
 
-    def _fail_over(self, at: int, hint: str | None, down: set[int], tried: set[int]) -> bool:
-        """Move from URL ``at`` to the leader a standby named (``hint``, only when it is one of the configured URLs
-        and answered in this call) or else to the next URL not found down in this call; True when the new URL was
-        not tried yet in this call (no need to wait before trying it)."""
+    def _fail_over(self, at: int, hint: str | None, failed: bool, tried: set[int]) -> bool:
+        """Move on from URL ``at`` (``failed``: it did not answer, so it is passed over for ``DOWN_FOR_S``): to the
+        leader a standby named (``hint``, only when it is one of the configured URLs and not passed over), else to
+        the next URL neither passed over nor tried in this call, else stay (a standby that names no leader learns
+        of the new one within a moment). True when the new URL was not tried yet in this call (no need to wait)."""
+        now = time.monotonic()
+        if failed:
+            self._down_until[at] = now + DOWN_FOR_S
         n = len(self.base_urls)
+        down = {i for i, until in self._down_until.items() if until > now}
         named = self.base_urls.index(hint.rstrip("/")) if hint and hint.rstrip("/") in self.base_urls else None
         if named is not None and named not in down:
             nxt = named
         else:
-            nxt = next((j % n for j in range(at + 1, at + n + 1) if j % n not in down), (at + 1) % n)
+            fresh = [j % n for j in range(at + 1, at + n + 1) if j % n not in down and j % n not in tried]
+            up = [j % n for j in range(at, at + n) if j % n not in down]
+            nxt = fresh[0] if fresh else up[0] if up else min(range(n), key=lambda i: self._down_until.get(i, 0.0))
         self._current = nxt
         return nxt not in tried
 
@@ -232,7 +242,6 @@ class HTTPSession:
         call_end = time.monotonic() + (self.deadline if deadline is None else deadline)
         per_attempt = self.timeout if timeout is None else timeout
         attempt, maybe_sent = 0, False
-        down: set[int] = set()
         tried: set[int] = set()
         while True:
             at = self._current
@@ -249,10 +258,8 @@ class HTTPSession:
             standby = response is not None and response.headers.get(ROLE_HEADER) == "standby"
             fresh = False
             if standby or response is None:  # this URL cannot serve the request: on to the leader, or the next
-                if response is None:
-                    down.add(at)
                 fresh = self._fail_over(at, response.headers.get(LEADER_HEADER) if response is not None else None,
-                                        down, tried)
+                                        response is None, tried)
             retryable = never_sent or standby or (idempotent and (response is None
                                                                   or response.status_code in RETRY_STATUSES))
             delay = 0.0 if fresh else self._sleep_for(attempt, None if standby else response)

@@ -1,10 +1,10 @@
 """An httpx transport whose every socket operation respects one absolute deadline per call.
 
 httpx timeouts bound each *single* socket operation: a server that drips one byte a second never trips a 2 s read
-timeout, so a call could block for as long as the server likes (issue 12, item 12). This transport wraps httpcore's
-synchronous network backend: before every connect, read and write the remaining time until the deadline of the
-calling thread replaces the operation's timeout (the smaller of the two wins), and once the deadline has passed the
-operation fails at once with httpcore's own timeout exception, which httpx maps to ``httpx.TimeoutException``.
+timeout, so a call could block for as long as the server likes. This transport wraps httpcore's synchronous
+network backend: before every connect, read and write the remaining time until the deadline of the calling thread
+replaces the operation's timeout (the smaller of the two wins), and once the deadline has passed the operation
+fails at once with httpcore's own timeout exception, which httpx maps to ``httpx.TimeoutException``.
 The deadline is per thread (``threading.local``), so one client may be shared by threads.
 """
 

@@ -27,7 +27,7 @@ from tests.helpers.server import ServerProcess, free_port  # noqa: E402
 pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals")]
 
 #: a long lease: no test waits for an expiry it does not provoke, however loaded the machine
-LEASE = {"lease_ttl_s": 5.0, "lease_renew_s": 0.5}
+LEASE = {"lease_ttl_s": 3.0, "lease_renew_s": 0.3}
 JOB = {"nodes": ["n0", "n1"], "operators": [{"id": "op", "key_groups": 4}], "algorithm": "flux",
        "window_batches": 50}
 
@@ -64,6 +64,22 @@ def leads(srv: ServerProcess) -> bool:
     except httpx.HTTPError:
         return False
     return bool(r.json().get("role") == "leader")
+
+
+def freeze(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every thread of it has stopped."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except OSError:
+                continue
+        return all(st in ("T", "t") for st in states)
+
+    wait_for(f"{pid} stops", stopped)
 
 
 def stats(batch: int, epoch: int = 0) -> dict[str, Any]:
@@ -164,7 +180,7 @@ def test_an_old_leader_can_neither_write_after_a_takeover_nor_block_the_new_lead
             lock.execute("LOCK TABLE stats_batches IN EXCLUSIVE MODE")  # reads go on, inserts wait
             thread, answer = _post_in_background(a.url, stats(2))
             wait_for("a's insert waits on the lock", lambda: _blocked_insert(db_url))
-            os.kill(a.pid, signal.SIGSTOP)
+            freeze(a.pid)
             try:
                 wait_for("b takes over", lambda: leads(b))
             finally:
@@ -183,7 +199,7 @@ def test_an_old_leader_can_neither_write_after_a_takeover_nor_block_the_new_lead
             lock.execute("LOCK TABLE stats_batches IN EXCLUSIVE MODE")
             thread, answer = _post_in_background(b.url, stats(4))
             wait_for("b's insert waits on the lock", lambda: _blocked_insert(db_url))
-            os.kill(b.pid, signal.SIGSTOP)
+            freeze(b.pid)
         try:  # the lock is released: b's insert is done, its transaction idles, frozen
             wait_for("a takes over", lambda: leads(a))
             r = httpx.post(a.url + "/v1/jobs/j/stats", json=stats(4), timeout=60)

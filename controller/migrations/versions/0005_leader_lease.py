@@ -25,6 +25,7 @@ def upgrade() -> None:
         sa.Column("url", sa.Text, nullable=True),
         sa.Column("expires_at", sa.Float, nullable=False),
         sa.Column("renewed_at", sa.Float, nullable=False),
+        sa.Column("holder_pid", sa.Integer, nullable=True),
     )
 
 
