@@ -12,6 +12,7 @@ database (one server per database, :mod:`controller.lease`); each failure is one
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 from typing import Any
 
@@ -61,11 +62,49 @@ def run(args: argparse.Namespace) -> int:
     lease = acquire_lease(settings)
     try:
         uvicorn.run(create_app(settings, lease=lease), host=args.host, port=port, log_level=args.log_level,
-                    access_log=args.access_log, http="auto", loop="auto",  # httptools/uvloop when installed
-                    timeout_keep_alive=30)
+                    access_log=args.access_log, http=header_timeout_protocol(settings.header_timeout_s),
+                    loop="auto", timeout_keep_alive=30)
     finally:
         lease.release()
     return 0
+
+
+def header_timeout_protocol(seconds: float) -> type[Any]:
+    """uvicorn's h11 protocol with a header timeout: a request's headers must be complete within ``seconds`` of the
+    connection (or of the first byte after the previous answer), else the connection is closed. uvicorn alone
+    waits for ever: its keep-alive timer runs only between requests and is stopped by every byte."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self.header_timer = self.loop.call_later(seconds, self.header_timeout)
+
+        def data_received(self, data: bytes) -> None:
+            if self.header_timer is None and self.between_requests():
+                self.header_timer = self.loop.call_later(seconds, self.header_timeout)
+            super().data_received(data)
+            if self.header_timer is not None and not self.between_requests():
+                self.header_timer.cancel()
+                self.header_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.header_timer is not None:
+                self.header_timer.cancel()
+                self.header_timer = None
+            super().connection_lost(exc)
+
+        def between_requests(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def header_timeout(self) -> None:
+            self.header_timer = None
+            if self.between_requests() and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeoutProtocol
 
 
 def port_from_env() -> int:

@@ -84,6 +84,16 @@ class Settings(BaseSettings):
 
     #: request size caps (413 beyond them).
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    #: request bodies held in memory (from their first byte, or their Content-Length, to their answer): by all
+    #: requests together (503 beyond) and by one client, its bearer token or else its address (429 beyond).
+    max_upload_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    max_client_upload_bytes: int = Field(default=128 * 1024 * 1024, ge=1024)
+    #: a request's headers must arrive within ``header_timeout_s`` of its first byte (or of the connection); its
+    #: body within ``body_timeout_s``, with no pause longer than ``body_idle_timeout_s`` (the connection is
+    #: closed; a body answers 408).
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=120.0, gt=0)
+    body_idle_timeout_s: float = Field(default=10.0, gt=0)
     max_key_groups: int = Field(default=200_000, ge=1)
     max_edges: int = Field(default=1_000_000, ge=0)
     max_nodes: int = Field(default=10_000, ge=1)
@@ -147,6 +157,10 @@ class Settings(BaseSettings):
         if self.lease_renew_s * 2 > self.lease_ttl_s:
             raise ValueError(f"lease_renew_s ({self.lease_renew_s:g}) must be at most half of lease_ttl_s "
                              f"({self.lease_ttl_s:g}): a leader renews its lease several times before it expires")
+        if not self.max_body_bytes <= self.max_client_upload_bytes <= self.max_upload_bytes:
+            raise ValueError(f"max_body_bytes ({self.max_body_bytes}) ≤ max_client_upload_bytes "
+                             f"({self.max_client_upload_bytes}) ≤ max_upload_bytes ({self.max_upload_bytes}) must "
+                             "hold: a body the server accepts must fit in what one client and all may hold")
         if self.max_candidates > self.max_concurrent_solves - self.reserved_auto_solves:
             raise ValueError(f"max_candidates ({self.max_candidates}) must fit in the ad-hoc solve slots "
                              f"(max_concurrent_solves - reserved_auto_solves = "
