@@ -10,16 +10,16 @@ PORT ?= 8000
 # image's install, resolved under the same pins). `make lock` regenerates both.
 CONSTRAINTS := constraints.txt
 
-$(VENV)/.installed-base: pyproject.toml $(CONSTRAINTS)
+$(VENV)/.installed-base: pyproject.toml clients/python/pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
-	$(PY) -m pip install --quiet -e '.[server]' -c $(CONSTRAINTS)
+	$(PY) -m pip install --quiet -e clients/python -e . -c $(CONSTRAINTS)
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS)
+$(VENV)/.installed-dev: pyproject.toml clients/python/pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
-	$(PY) -m pip install --quiet -e '.[dev]' -c $(CONSTRAINTS)
+	$(PY) -m pip install --quiet -e 'clients/python[spark]' -e '.[dev]' -c $(CONSTRAINTS)
 	touch $@ $(VENV)/.installed-base
 
 run: $(VENV)/.installed-base

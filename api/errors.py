@@ -18,10 +18,10 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.io import UnsupportedMediaType, respond
-from clients.python.contract import Error, ErrorItem
 from controller.edge import Invalid, error_items
 from controller.errors import Busy, Conflict, NotFound, TooLarge
 from controller.pool_errors import SolverUnavailable
+from rebalancer_client.contract import Error, ErrorItem
 from solvers.errors import InvalidInput
 
 log = logging.getLogger("rebalancer.api")

@@ -212,7 +212,7 @@ class Driver(threading.Thread):
 
     def __init__(self, urls: list[str], job: str, epoch: int):
         super().__init__(daemon=True)
-        from clients.python import RebalancerClient
+        from rebalancer_client import RebalancerClient
 
         self.client = RebalancerClient(urls, timeout=1.0, connect_timeout=0.5, retries=40, backoff=0.05,
                                        max_backoff=0.25, deadline=30.0)

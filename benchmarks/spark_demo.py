@@ -5,8 +5,8 @@
 1. starts the controller (``python -m cli.main serve`` on a free port, a temporary SQLite database);
 2. writes ``--batches`` Parquet files of Zipf(z = 1.1) keys and streams them (file source, one file per
    micro-batch, ``trigger(availableNow=True)``);
-3. a :class:`clients.spark.driver.RebalancingDriver` keeps a keyed count/sum per key in ``foreachBatch``, routed
-   by the controller's routing table (8 partitions, 120 key groups); the controller plans with ``--algorithm``
+3. a :class:`rebalancer_client.spark.driver.RebalancingDriver` keeps a keyed count/sum per key in ``foreachBatch``,
+   routed by the controller's routing table (8 partitions, 120 key groups); the controller plans with ``--algorithm``
    under the budget, the driver applies each plan at the next batch boundary;
 4. per batch it prints max/mean records per partition for Spark's hash partitioning (the same batch,
    ``repartition(8, key)``) and for the routing, the migrations and the state bytes moved — every figure measured
@@ -159,8 +159,8 @@ def run_driver(args: argparse.Namespace, spark: Any, client: Any, budget: dict[s
     whether its state equals the input (sum of counts = records, one row per key)."""
     from pyspark.sql import functions as F
 
-    from clients.spark.config import ControllerConfig
-    from clients.spark.driver import RebalancingDriver
+    from rebalancer_client.spark.config import ControllerConfig
+    from rebalancer_client.spark.driver import RebalancingDriver
 
     header = (f"{'batch':>5} {'epoch':>5} {'records':>8} {'hash max/mean':>14} {'rebalanced':>11} "
               f"{'migrations':>10} {'moved bytes':>12} {'controller':>10} {'seconds':>8}")
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     from benchmarks.bench_spark_routing import measure_overhead, spark_session
-    from clients.python import RebalancerClient
+    from rebalancer_client import RebalancerClient
 
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -106,7 +106,7 @@ def _time_limit(option: float | None, param: str | None) -> float:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from clients.python.wire import dump
+    from rebalancer_client.wire import dump
     from solvers import documents
 
     problem = documents.problem_from_dict(read_json(args.input, "problem"))

@@ -21,11 +21,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from cli.common import CLIError, write_json
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("spark-stats", help="event log (Parquet/CSV) -> problem document, with Spark",
                        description=plain(__doc__.split("\n\n")[0]))
     p.add_argument("--input", required=True, help="Parquet file or directory, or a CSV file with a header")
@@ -71,7 +72,7 @@ def _check(args: argparse.Namespace) -> None:
         raise CLIError(f"input not found: {args.input}")
 
 
-def _read(spark, args: argparse.Namespace):
+def _read(spark: Any, args: argparse.Namespace) -> Any:
     fmt = args.format
     if fmt == "auto":
         path = Path(args.input)
@@ -85,18 +86,18 @@ def _read(spark, args: argparse.Namespace):
         raise CLIError(f"cannot read {args.input} as {fmt}: {first[:300]}") from None
 
 
-def build_problem(df, *, key: list[str], operator: str, key_groups: int, nodes: int, load: str = "records",
-                  budget: dict | None = None, dst_key: list[str] | None = None, dst_operator: str | None = None,
-                  dst_key_groups: int | None = None) -> dict:
+def build_problem(df: Any, *, key: list[str], operator: str, key_groups: int, nodes: int, load: str = "records",
+                  budget: dict[str, Any] | None = None, dst_key: list[str] | None = None,
+                  dst_operator: str | None = None, dst_key_groups: int | None = None) -> dict[str, Any]:
     """The problem document of an event DataFrame (see the module docstring). Three Spark aggregations."""
     from pyspark.sql import functions as F
 
-    from clients.spark.routing import RoutingTable, key_group_column
-    from clients.spark.stats import communication_stats, row_bytes_column
+    from rebalancer_client.spark.routing import RoutingTable, key_group_column
+    from rebalancer_client.spark.stats import communication_stats, row_bytes_column
 
     node_ids = [f"p{i}" for i in range(nodes)]
 
-    def groups(keycols: list[str], op: str, G: int) -> list[dict]:
+    def groups(keycols: list[str], op: str, G: int) -> list[dict[str, Any]]:
         kb = F.lit(0)
         for c in keycols:
             kb = kb + F.coalesce(F.octet_length(F.col(f"`{c}`").cast("string")), F.lit(0))
@@ -116,9 +117,10 @@ def build_problem(df, *, key: list[str], operator: str, key_groups: int, nodes: 
                         "load": value, "state_bytes": 0 if r is None else int(r["state"] or 0)})
         return out
 
-    doc: dict = {"nodes": [{"id": n, "capacity": 1.0, "removing": False} for n in node_ids],
+    doc: dict[str, Any] = {"nodes": [{"id": n, "capacity": 1.0, "removing": False} for n in node_ids],
                  "key_groups": groups(key, operator, key_groups)}
     if dst_key:
+        assert dst_operator is not None and dst_key_groups is not None, "checked with the options"
         doc["key_groups"] += groups(dst_key, dst_operator, dst_key_groups)
         doc["communication"] = communication_stats(df, key, dst_key, src_operator=operator,
                                                    dst_operator=dst_operator, src_key_groups=key_groups,

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from clients.python import contract as c
 from controller import policy
 from controller import repository as repo
 from controller.context import Context
@@ -27,6 +26,7 @@ from controller.model import Job, ProposalRecord, new_id
 from controller.planning import Planning
 from controller.pool_admission import Ticket
 from controller.rounds import Rounds, balance_of
+from rebalancer_client import contract as c
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from clients.python.contract import Plan
 from controller.lifeline import bind_worker
+from rebalancer_client.contract import Plan
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 

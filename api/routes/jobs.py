@@ -9,9 +9,9 @@ from fastapi.responses import Response
 
 from api.deps import get_controller
 from api.io import read_body, request_body, respond
-from clients.python import contract as c
 from controller.edge import parse
 from controller.service import Controller
+from rebalancer_client import contract as c
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

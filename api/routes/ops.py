@@ -10,9 +10,9 @@ from fastapi.responses import JSONResponse, Response
 from sqlalchemy import text
 
 from api.deps import get_controller
-from clients.python.contract import Health
 from controller.service import Controller
 from controller.telemetry import CONTENT_TYPE
+from rebalancer_client.contract import Health
 
 router = APIRouter(tags=["operations"])
 

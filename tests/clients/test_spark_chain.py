@@ -15,10 +15,10 @@ import pytest
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
 
-from clients.python import RebalancerClient  # noqa: E402
-from clients.spark.chain import OperatorChain  # noqa: E402
-from clients.spark.config import ControllerConfig, DurabilityConfig  # noqa: E402
-from clients.spark.routing import KG_COL, key_group_column  # noqa: E402
+from rebalancer_client import RebalancerClient  # noqa: E402
+from rebalancer_client.spark.chain import OperatorChain  # noqa: E402
+from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig  # noqa: E402
+from rebalancer_client.spark.routing import KG_COL, key_group_column  # noqa: E402
 
 USERS = {"operator": "users", "key": "user", "key_groups": 12,
          "aggregations": {"region": ("max", "region"), "clicks": ("count", None)}}

@@ -12,11 +12,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from clients.python import RebalancerClient  # noqa: E402
-from clients.spark.config import ControllerConfig  # noqa: E402
-from clients.spark.control import ConfigurationError  # noqa: E402
-from clients.spark.driver import RebalancingDriver  # noqa: E402
-from clients.spark.routing import contiguous  # noqa: E402
+from rebalancer_client import RebalancerClient  # noqa: E402
+from rebalancer_client.spark.config import ControllerConfig  # noqa: E402
+from rebalancer_client.spark.control import ConfigurationError  # noqa: E402
+from rebalancer_client.spark.driver import RebalancingDriver  # noqa: E402
+from rebalancer_client.spark.routing import contiguous  # noqa: E402
 
 #: every full window is worth a round (the tests here look at the link, not at the policy)
 EAGER = {"noise_sigmas": None, "min_gain": 0.0, "cooldown_batches": 0}
@@ -180,7 +180,7 @@ def test_the_example_does_nothing_on_import(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    code = "import sys, clients.spark.example as e; assert callable(e.main); print('pyspark' in sys.modules)"
+    code = "import sys, rebalancer_client.spark.example as e; assert callable(e.main); print('pyspark' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60,
                          env=dict(os.environ, PYTHONPATH=str(root), TMPDIR=str(tmp_path)))
     assert out.returncode == 0, out.stderr[-2000:]

@@ -13,10 +13,10 @@ import pytest
 pytestmark = pytest.mark.spark  # starts a local Spark session (make test-fast skips it)
 pytest.importorskip("pyspark")
 
-from clients.python import ConflictError, RebalancerClient  # noqa: E402
-from clients.spark.config import ControllerConfig  # noqa: E402
-from clients.spark.driver import RebalancingDriver  # noqa: E402
-from clients.spark.stats import communication_stats  # noqa: E402
+from rebalancer_client import ConflictError, RebalancerClient  # noqa: E402
+from rebalancer_client.spark.config import ControllerConfig  # noqa: E402
+from rebalancer_client.spark.driver import RebalancingDriver  # noqa: E402
+from rebalancer_client.spark.stats import communication_stats  # noqa: E402
 
 
 def _batch(rng, rows=800, keys=200, z=1.2):

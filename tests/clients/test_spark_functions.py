@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from clients.spark.config import DurabilityConfig  # noqa: E402
-from clients.spark.driver import RebalancingDriver  # noqa: E402
-from clients.spark.functions import KeyedFunction  # noqa: E402
-from clients.spark.recipes import sessions, top_n  # noqa: E402
-from clients.spark.sink import BatchIdSink  # noqa: E402
+from rebalancer_client.spark.config import DurabilityConfig  # noqa: E402
+from rebalancer_client.spark.driver import RebalancingDriver  # noqa: E402
+from rebalancer_client.spark.functions import KeyedFunction  # noqa: E402
+from rebalancer_client.spark.recipes import sessions, top_n  # noqa: E402
+from rebalancer_client.spark.sink import BatchIdSink  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -153,7 +153,7 @@ def test_processing_time_timeout_and_a_routing_change_keep_every_key(spark, tmp_
     # (3 partitions here while spark.sql.shuffle.partitions is 4)
     from pyspark.sql import functions as F
 
-    from clients.spark.routing import KG_COL
+    from rebalancer_client.spark.routing import KG_COL
 
     placed = d.state.df.select(KG_COL, F.spark_partition_id().alias("p")).collect()
     assert placed and all(d.routing.partition_of[r[KG_COL]] == r["p"] for r in placed)
@@ -168,7 +168,7 @@ def test_processing_time_timeout_and_a_routing_change_keep_every_key(spark, tmp_
 def test_stored_output_rows_of_both_formats_are_read(spark, tmp_path):
     """A version's output is one JSON array per key (this format) or one JSON object per output row (stores written
     by the first release of the function API): a replay reads both, row for row."""
-    from clients.spark.functions import DATA_COL, KIND_COL, OUTPUT
+    from rebalancer_client.spark.functions import DATA_COL, KIND_COL, OUTPUT
 
     driver = RebalancingDriver(spark, key="user", function=top_n("user", "v", 2), key_groups=12, partitions=3)
     rows = [("a", OUTPUT, '[{"user":"a","rank":1,"value":9.5},{"user":"a","rank":2,"value":3.0}]'),
@@ -185,8 +185,8 @@ def test_a_key_group_with_state_and_no_rows_in_the_batch_passes_its_state_on_wit
     a concatenation printed a FutureWarning in every batch)."""
     import warnings
 
-    from clients.spark.functions import ACT_COL, DATA_COL, KIND_COL, STATE, _make_apply
-    from clients.spark.routing import B_COL, KG_COL, ROUTE_COL, TOUCHED_COL
+    from rebalancer_client.spark.functions import ACT_COL, DATA_COL, KIND_COL, STATE, _make_apply
+    from rebalancer_client.spark.routing import B_COL, KG_COL, ROUTE_COL, TOUCHED_COL
 
     f = KeyedFunction(lambda k, rows, st: (None, st), output_schema="user string, n long", state_schema="n long",
                       timeout_s=3600)

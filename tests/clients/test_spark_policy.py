@@ -23,10 +23,10 @@ import pytest
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
 
-from clients.python import RebalancerClient  # noqa: E402
-from clients.spark.config import ControllerConfig  # noqa: E402
-from clients.spark.driver import RebalancingDriver  # noqa: E402
-from clients.spark.routing import key_group_column  # noqa: E402
+from rebalancer_client import RebalancerClient  # noqa: E402
+from rebalancer_client.spark.config import ControllerConfig  # noqa: E402
+from rebalancer_client.spark.driver import RebalancingDriver  # noqa: E402
+from rebalancer_client.spark.routing import key_group_column  # noqa: E402
 
 G, N, RATE, WINDOW = 120, 8, 208.0, 3
 SHIFT = 6

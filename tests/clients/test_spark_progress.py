@@ -13,10 +13,10 @@ import pytest
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
 
-from clients.python import RebalancerClient  # noqa: E402
-from clients.spark.config import ControllerConfig, DurabilityConfig  # noqa: E402
-from clients.spark.driver import RebalancingDriver  # noqa: E402
-from clients.spark.progress import RebalancerProgressListener  # noqa: E402
+from rebalancer_client import RebalancerClient  # noqa: E402
+from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig  # noqa: E402
+from rebalancer_client.spark.driver import RebalancingDriver  # noqa: E402
+from rebalancer_client.spark.progress import RebalancerProgressListener  # noqa: E402
 
 
 def test_every_progress_event_carries_the_report_of_its_own_batch(spark, controller, tmp_path):

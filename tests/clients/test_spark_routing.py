@@ -12,7 +12,7 @@ pytestmark = pytest.mark.spark  # starts a local Spark session (make test-fast s
 pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 
-from clients.spark.routing import (  # noqa: E402
+from rebalancer_client.spark.routing import (  # noqa: E402
     KG_COL,
     ROUTE_COL,
     RoutingTable,
@@ -21,8 +21,8 @@ from clients.spark.routing import (  # noqa: E402
     partition_ids,
     spark_hash_int,
 )
-from clients.spark.state import KeyedState  # noqa: E402
-from clients.spark.stats import communication_stats, key_group_stats, partition_record_counts  # noqa: E402
+from rebalancer_client.spark.state import KeyedState  # noqa: E402
+from rebalancer_client.spark.stats import communication_stats, key_group_stats, partition_record_counts  # noqa: E402
 
 
 def _zipf_frame(spark, rng, rows, keys=400, z=1.3):

@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from clients.spark.config import DurabilityConfig  # noqa: E402
-from clients.spark.driver import RebalancingDriver, StateMismatchError  # noqa: E402
-from clients.spark.placement import release_checkpoint  # noqa: E402
-from clients.spark.sink import BatchIdSink  # noqa: E402
-from clients.spark.store import StateStore  # noqa: E402
+from rebalancer_client.spark.config import DurabilityConfig  # noqa: E402
+from rebalancer_client.spark.driver import RebalancingDriver, StateMismatchError  # noqa: E402
+from rebalancer_client.spark.placement import release_checkpoint  # noqa: E402
+from rebalancer_client.spark.sink import BatchIdSink  # noqa: E402
+from rebalancer_client.spark.store import StateStore  # noqa: E402
 
 pytestmark = pytest.mark.spark
 

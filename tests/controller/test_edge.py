@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from clients.python import contract as c
-from clients.python.wire import RESPONSE, dump, read
 from controller.edge import Invalid, encode, error_items, field_path, parse
+from rebalancer_client import contract as c
+from rebalancer_client.wire import RESPONSE, dump, read
 
 REQUESTS = [c.PlanRequest, c.EvaluateRequest, c.WhatIfRequest, c.JobSpec, c.Stats, c.ProposalRequest,
             c.ExecuteRequest, c.NodesRequest, c.ScaleRequest, c.WhatIfQuestion]

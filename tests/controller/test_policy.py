@@ -12,11 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from clients.python import RebalancerClient
-from clients.python import contract as c
 from controller import policy
 from controller.windows import Batch, Window
 from evaluation.rebalancing import run, stream
+from rebalancer_client import RebalancerClient
+from rebalancer_client import contract as c
 from solvers import documents
 from solvers.model import Plan, Problem
 from tests.helpers.server import InProcessServer
@@ -191,7 +191,7 @@ def test_execute_refuses_a_plan_not_worth_it_unless_forced(server: InProcessServ
         prop = rc.create_proposal("refuse", algorithm="flux")
         assert prop.decision is not None and not prop.decision.worth
         if prop.plan is not None and prop.plan.moves:
-            from clients.python import ConflictError
+            from rebalancer_client import ConflictError
 
             with pytest.raises(ConflictError, match="not worth"):
                 rc.execute_proposal("refuse", prop.id)

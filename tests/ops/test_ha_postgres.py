@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "api"))
 from test_api_postgres import pg_url  # noqa: E402,F401  (the throwaway cluster fixture)
 
-from clients.python import RebalancerClient  # noqa: E402
+from rebalancer_client import RebalancerClient  # noqa: E402
 from tests.helpers.server import ServerProcess, free_port  # noqa: E402
 
 pytestmark = [pytest.mark.postgres, pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals")]

@@ -54,10 +54,10 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from clients.python import RebalancerClient
-    from clients.spark.config import ControllerConfig, DurabilityConfig
-    from clients.spark.driver import RebalancingDriver
-    from clients.spark.sink import BatchIdSink
+    from rebalancer_client import RebalancerClient
+    from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig
+    from rebalancer_client.spark.driver import RebalancingDriver
+    from rebalancer_client.spark.sink import BatchIdSink
 
     spark = (SparkSession.builder.master(args.master).appName("recovery-job").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
