@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from cli.common import CLIError, parse_params, positive_float, read_json, write_json
+from cli.common import CLIError, parse_params, positive_float, read_document, write_json
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -72,11 +72,12 @@ def _generator_options(p: argparse.ArgumentParser, max_migrations: int | None) -
 
 def planner_input(args: argparse.Namespace) -> tuple[Any, dict[str, str], float]:
     """The problem of ``--input``, the planner's ``--param``s (checked) and the time limit (``plan``, ``what-if``)."""
+    from rebalancer_client import contract as c
     from solvers import documents, registry
 
     params = parse_params(args.param)
     time_limit = _time_limit(args.time_limit, params.pop("time_limit", None))
-    problem = documents.problem_from_dict(read_json(args.input, "problem"))
+    problem = documents.problem_of(read_document(args.input, c.Problem, "problem"))
     registry.get(args.algorithm).validate(params)  # unknown algorithm or parameter -> clear error before any work
     return problem, params, time_limit
 
@@ -106,11 +107,12 @@ def _time_limit(option: float | None, param: str | None) -> float:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
+    from rebalancer_client import contract as c
     from rebalancer_client.wire import dump
     from solvers import documents
 
-    problem = documents.problem_from_dict(read_json(args.input, "problem"))
-    plan = documents.plan_from_dict(problem, read_json(args.plan, "plan"))
+    problem = documents.problem_of(read_document(args.input, c.Problem, "problem"))
+    plan = documents.plan_of(problem, read_document(args.plan, c.PlanInput, "plan"))
     write_json(dump(documents.evaluation(problem, plan)))
     return 0
 

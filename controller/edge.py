@@ -24,6 +24,35 @@ T = TypeVar("T")
 #: pydantic error types whose message is replaced by ours
 _MESSAGES = {"missing": "is required", "missing_keyword_only_argument": "is required",
              "extra_forbidden": "unknown field", "unexpected_keyword_argument": "unknown field"}
+#: ... and those that say the bound and the value
+_BOUNDS = {"greater_than_equal": ("≥", "ge"), "greater_than": (">", "gt"), "less_than_equal": ("≤", "le"),
+           "less_than": ("<", "lt")}
+_TYPES = {"float_type": "a number", "int_type": "an integer", "int_from_float": "an integer",
+          "string_type": "a string", "bool_type": "true or false", "list_type": "a list",
+          "dict_type": "an object", "dataclass_type": "an object", "finite_number": "a finite number"}
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
+def _reason(e: Mapping[str, Any]) -> str:
+    kind, ctx = str(e.get("type")), e.get("ctx") or {}
+    if kind in _MESSAGES:
+        return _MESSAGES[kind]
+    if kind in _BOUNDS:
+        sign, key = _BOUNDS[kind]
+        bound = ctx.get(key)
+        return f"must be {sign} {bound:g}, got {_shown(e.get('input'))}" if isinstance(bound, (int, float)) else \
+            f"must be {sign} {bound}, got {_shown(e.get('input'))}"
+    if kind in _TYPES:
+        return f"must be {_TYPES[kind]}, got {_shown(e.get('input'))}"
+    if kind == "string_too_long":
+        return f"must be at most {ctx.get('max_length')} characters"
+    if kind in ("string_too_short", "too_short"):
+        return "must not be empty" if ctx.get("min_length") == 1 else str(e.get("msg", "too short"))
+    return str(e.get("msg", "invalid"))
 
 
 class Invalid(Exception):
@@ -135,8 +164,7 @@ def error_items(errors: Iterable[Mapping[str, Any]]) -> list[ErrorItem]:
         if e.get("type") == "json_invalid":
             item = ErrorItem(field="body", reason=f"invalid JSON: {e.get('msg')}")
         else:
-            reason = _MESSAGES.get(str(e.get("type")), str(e.get("msg", "invalid")))
-            item = ErrorItem(field=field_path(loc) or "body", reason=reason)
+            item = ErrorItem(field=field_path(loc) or "body", reason=_reason(e))
         key = (item.field, item.reason)
         if key not in seen:
             seen.add(key)
