@@ -21,8 +21,10 @@ CANDIDATES: list[Any] = [2, 3, 6, {"add": ["x"], "remove": ["w3"]}]
 
 
 def without_timings(doc: Any) -> Any:
+    """The document without solve times, and without the fields that are null (a typed contract may write an
+    absent lower bound as null where the planner's document leaves it out)."""
     if isinstance(doc, dict):
-        return {k: without_timings(v) for k, v in doc.items() if k != "seconds"}
+        return {k: without_timings(v) for k, v in doc.items() if k != "seconds" and v is not None}
     if isinstance(doc, list):
         return [without_timings(v) for v in doc]
     return doc
