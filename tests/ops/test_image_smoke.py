@@ -299,6 +299,14 @@ def test_the_image_installs_migrates_serves_stops_and_keeps_its_data(image: Stag
     container = Container(image, port, image.root / "server.log")
     version = container.run(["rebalancer", "--version"])
     assert version.returncode == 0 and re.fullmatch(r"rebalancer \d+\.\d+\.\d+\S*\n", version.stdout), version
+    usage = container.run(["rebalancer", "--help"])
+    assert usage.returncode == 0 and "serve" in usage.stdout and "plan" in usage.stdout, usage
+    problem = image.path("/data/problem.json")
+    problem.write_text('{"nodes": [{"id": "a"}, {"id": "b"}], "key_groups": [{"id": "k1", "node": "a", "load": 3},'
+                       ' {"id": "k2", "node": "a", "load": 1}]}')
+    planned = container.run(["rebalancer", "plan", "--algorithm", "albic-milp", "--input", "problem.json"])
+    assert planned.returncode == 0 and '"optimal"' in planned.stdout, planned
+    problem.unlink()
     upgrade = container.run(["rebalancer", "db", "upgrade"])
     assert upgrade.returncode == 0 and upgrade.stdout.strip().endswith("(head)"), upgrade
     database = image.path("/data/rebalancer.db")
