@@ -125,7 +125,7 @@ def spark_session(partitions: int = 8):
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers run in this interpreter's env
     spark = (SparkSession.builder.master("local[2]").appName("rebalancer-spark")
-             .config("spark.ui.enabled", "false")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", str(partitions))
              .config("spark.driver.memory", "2g")
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")

@@ -59,7 +59,7 @@ def test_stale_epoch_is_refused_and_the_driver_recovers(spark, controller):
     r0 = run(0)
     assert r0.controller == "ok"
     r1 = run(1)  # window full: the driver proposes and executes; applied at the next boundary
-    assert r1.controller == "ok" and r1.plan_received and driver.link.pending[0] == 1
+    assert r1.controller == "ok" and r1.plan_received and driver.link.pending.epoch == 1
     r2 = run(2)
     assert r2.epoch == 1 and r2.migrations >= 1 and r2.migrations <= 3
     assert rc.get_job(jid).epoch >= 1
@@ -71,14 +71,15 @@ def test_stale_epoch_is_refused_and_the_driver_recovers(spark, controller):
     with pytest.raises(ConflictError):
         rc.execute_proposal(jid, mine.id, force=True)
     assert driver.link.apply_proposal(mine) == "conflict"  # refused; the driver adopts the job's epoch instead
-    assert driver.link.pending is not None and driver.link.pending[0] == executed.epoch
+    assert driver.link.pending is not None and driver.link.pending.epoch == executed.epoch
 
     r3 = run(3)  # the boundary: the controller's placement of the new epoch is in force
     assert r3.epoch == executed.epoch
     ack = rc.post_stats(jid, batch_id=3, epoch=r3.epoch, key_groups=[])
     assert ack.duplicate  # the batch under the new epoch had been accepted
     job = rc.get_job(jid)  # the driver may have executed its next round already (applied at the next boundary)
-    epoch, layout = driver.link.pending if driver.link.pending else (driver.epoch, driver.layout())
+    pending = driver.link.pending
+    epoch, layout = (pending.epoch, pending.layout) if pending else (driver.epoch, driver.layout())
     own = [int(p) for k, p in zip(job.key_groups, job.placement, strict=True) if k.startswith("agg/")]
     assert (epoch, layout["agg"].tolist()) == (job.epoch, own)
     _check_state(driver, frames)

@@ -144,7 +144,7 @@ def test_processing_time_timeout_and_a_routing_change_keep_every_key(spark, tmp_
     d.process(spark.createDataFrame(frames[0]), 0)
     moved = d.routing.partition_of.copy()
     moved[:4] = (moved[:4] + 1) % 3
-    d.pending = (1, moved)  # a placement applied at the next boundary
+    d.place(moved, epoch=1)  # a placement applied at the next boundary
     d.process(spark.createDataFrame(frames[1]), 1)
     every = pd.concat(frames)
     got = d.state_frame().toPandas().set_index("user")["n"].sort_index()

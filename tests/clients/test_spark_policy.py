@@ -13,7 +13,6 @@ solve), then the next batch's answer carries the placement.
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import numpy as np
@@ -46,18 +45,7 @@ def _batch(rng: np.random.Generator, keys: list[np.ndarray], rates: np.ndarray) 
     return pd.DataFrame({"key": np.concatenate(picked)})
 
 
-def _settled(rc: RebalancerClient, job_id: str, timeout: float = 120.0) -> None:
-    """Wait until no automatic round of the job is being solved."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        d = rc.get_job(job_id).decision
-        if d is None or d.reason != "started":
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"the automatic round of {job_id} did not finish within {timeout} s")
-
-
-def _run(spark, controller, keys, mode: str, batches: int, shift: int | None, seed: int):
+def _run(spark, controller, settle, keys, mode: str, batches: int, shift: int | None, seed: int):
     rc = RebalancerClient(controller.url, timeout=30, retries=1)
     jid = f"policy-{mode}-" + uuid.uuid4().hex[:6]
     driver = RebalancingDriver(spark, key="key", key_groups=G, partitions=N, controller=ControllerConfig(
@@ -71,14 +59,14 @@ def _run(spark, controller, keys, mode: str, batches: int, shift: int | None, se
     for b in range(batches):
         rates = hot if shift is not None and b >= shift else base
         driver.process(spark.createDataFrame(_batch(rng, keys, rates)), b)
-        _settled(rc, jid)
+        settle(rc, jid)
     driver.close()
     return driver, rc.history(jid)
 
 
 @pytest.mark.parametrize("mode", ["auto", "proposal"])
-def test_a_steady_stream_moves_nothing(spark, controller, keys_by_group, mode):
-    driver, history = _run(spark, controller, keys_by_group, mode, batches=30, shift=None, seed=1)
+def test_a_steady_stream_moves_nothing(spark, controller, settle, keys_by_group, mode):
+    driver, history = _run(spark, controller, settle, keys_by_group, mode, batches=30, shift=None, seed=1)
     assert sum(r.migrations for r in driver.reports) == 0
     assert history.epoch == 0 and driver.epoch == 0
     assert {r.controller for r in driver.reports} == {"ok"}
@@ -87,8 +75,10 @@ def test_a_steady_stream_moves_nothing(spark, controller, keys_by_group, mode):
 
 
 @pytest.mark.parametrize("mode", ["auto", "proposal"])
-def test_hot_keys_that_shift_are_rebalanced_in_the_first_full_window(spark, controller, keys_by_group, mode):
-    driver, history = _run(spark, controller, keys_by_group, mode, batches=SHIFT + WINDOW + 3, shift=SHIFT, seed=2)
+def test_hot_keys_that_shift_are_rebalanced_in_the_first_full_window(spark, controller, settle, keys_by_group,
+                                                                     mode):
+    driver, history = _run(spark, controller, settle, keys_by_group, mode, batches=SHIFT + WINDOW + 3, shift=SHIFT,
+                           seed=2)
     reports = driver.reports
     assert sum(r.migrations for r in reports[:SHIFT]) == 0            # steady before the shift
     rounds = [e for e in history.epochs if e.epoch > 0]

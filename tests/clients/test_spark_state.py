@@ -159,7 +159,7 @@ def test_state_bytes_tracked_from_the_batches_equal_a_measurement_of_the_whole_s
     # a routing change at the next boundary: bytes move with their key groups, the count per key group stays
     moved = d.routing.partition_of.copy()
     moved[:4] = (moved[:4] + 1) % 3
-    d.pending = (1, moved)
+    d.place(moved, epoch=1)
     r = d.process(spark.createDataFrame(frames[3]), 3)
     assert r.migrations == 4
     tracked = d._state_b[1].copy()

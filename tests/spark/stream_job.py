@@ -7,7 +7,8 @@ File source (one Parquet file per micro-batch, ``availableNow``), a :class:`Reba
 state under ``<chk>/rebalancer-state`` and a :class:`BatchIdSink` output. ``--kill`` names where the whole process
 group (this Python and its JVM) gets SIGKILL: ``between`` (entering batch B, B-1 fully done), ``during-commit``
 (batch B's Parquet renamed, its commit record not written), ``after-commit`` (B committed, Spark's own commit
-not yet), ``migration`` (the first routing switch at or after batch B, done in memory, nothing committed).
+not yet), ``migration`` (every key group moved to the next partition at batch B's boundary: the switch done in
+memory, nothing committed).
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ def main() -> int:
     def foreach(df, batch_id):
         if point == "between" and batch_id == at:
             _die(marker, f"between:{batch_id}")
+        if point == "migration" and batch_id == at:  # a routing change at this boundary, whatever the controller says
+            driver.place((driver.routing.partition_of + 1) % driver.partitions)
         driver.foreach_batch(df, batch_id)
         if batch_id == args.kill_executor_after and not killed_executors:
             killed_executors.append(_kill_one_executor())

@@ -34,7 +34,7 @@ from typing import Any
 from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig
 from rebalancer_client.spark.control import ControllerLink, LinkOwner
 from rebalancer_client.spark.driver import Output, RebalancingDriver
-from rebalancer_client.spark.layout import Layout
+from rebalancer_client.spark.layout import Layout, Target
 from rebalancer_client.spark.reports import BatchReport
 from rebalancer_client.spark.stats import communication_stats
 
@@ -121,6 +121,10 @@ class OperatorChain(LinkOwner):
     def epoch(self) -> int:
         return self._epoch
 
+    @property
+    def partitions(self) -> int:
+        return self.n
+
     def layout(self) -> Layout:
         return {st.operator: st.routing.partition_of for st in self.stages}
 
@@ -130,10 +134,10 @@ class OperatorChain(LinkOwner):
     def may_switch_now(self) -> bool:
         return all(st.may_switch_now() for st in self.stages)
 
-    def switch(self, epoch: int, layout: Layout) -> None:
+    def switch(self, target: Target) -> None:
         for st in self.stages:
-            st.switch(epoch, layout)
-        self._epoch = int(epoch)
+            st.switch(target)
+        self._epoch, self.n = target.epoch, target.partitions
 
     def relabel(self, epoch: int) -> None:
         self._epoch = int(epoch)
@@ -141,11 +145,17 @@ class OperatorChain(LinkOwner):
             st.relabel(epoch)
 
     def start(self) -> bool:
-        """Load every stage's last committed state, then register the job with every stage as an operator."""
+        """Read every stage's last commit record, register the job with every stage as an operator (another
+        partition count: the controller places the key groups), then load every stage's committed state."""
+        for st in self.stages:
+            st._prepare()
+        self._epoch = max(st.epoch for st in self.stages)
+        if self.link is not None:
+            self.link.nodes = self.stages[0].nodes
+        registered = self.link.start() if self.link is not None else False
         for st in self.stages:
             st._recover()
-        self._epoch = max(st.epoch for st in self.stages)
-        return self.link.start() if self.link is not None else False
+        return registered
 
     # ------------------------------------------------------------------ per batch
     def foreach_batch(self, df: Any, batch_id: int) -> None:
@@ -159,10 +169,9 @@ class OperatorChain(LinkOwner):
         batch_id = int(batch_id)
         taken = self.link.take() if self.link is not None else None
         if taken is not None:  # the batch boundary: every stage takes its part of the placement
-            epoch, layout = taken
             for st in self.stages:
-                st.pending = (epoch, layout[st.operator])
-            self._epoch = int(epoch)
+                st.pending = taken
+            self._epoch, self.n = taken.epoch, taken.partitions
         reports: list[BatchReport] = []
         load: Layout = {}
         state_bytes: Layout = {}

@@ -38,6 +38,9 @@ class ControllerConfig:
         policy: when moving state is worth it (``Policy``: noise guard, minimum gain, cooldown, threshold, bytes
             per gain), judged by the controller for every round; default: the controller's defaults. ``budget``
             and ``policy`` may be documents or mappings of their fields; the controller validates them.
+        scale_budget: the migration budget of a change of the partition count (a restart with another
+            ``partitions``, :meth:`RebalancingDriver.scale <rebalancer_client.spark.driver.RebalancingDriver.scale>`);
+            ``None``: a full rebalance (the key groups of partitions that go always move).
         load: what a key group's load is: ``"records"`` (default) or ``"bytes"`` of its records in the batch.
         communication: optional ``f(batch_df) -> [{"src", "dst", "rate"}]`` posted with the statistics
             (:func:`rebalancer_client.spark.stats.communication_stats`); the other operator must be in
@@ -60,6 +63,7 @@ class ControllerConfig:
     time_limit_s: float | None = 1.0
     auto: bool = True
     policy: Policy | Mapping[str, Any] | None = None
+    scale_budget: Budget | Mapping[str, Any] | None = None
     load: Literal["records", "bytes"] = "records"
     communication: Communication | None = None
     extra_operators: Sequence[Mapping[str, Any]] = ()

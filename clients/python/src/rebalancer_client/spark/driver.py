@@ -5,23 +5,26 @@ its durable versions (:class:`rebalancer_client.spark.store.StateStore`) and, th
 :class:`rebalancer_client.spark.control.ControllerLink`, the conversation with the controller. Per micro-batch
 ``batch_id``:
 
-1. **recovery** (first batch after a start): the last committed state version is loaded and placed under the
-   routing it was committed with; a batch whose version is already committed (Spark replays the batch it had
-   not committed when the driver died) is *not* applied again — its output is rewritten from the stored delta;
-2. **batch boundary** — a plan that arrived earlier switches the routing now (only moved key groups' state
-   changes partition); from this batch on the driver runs under the plan's epoch;
+1. **recovery** (first batch after a start, :mod:`rebalancer_client.spark.recovery`): the last committed state version
+   is loaded and placed under the routing in force — the committed one, or the controller's placement for another
+   partition count; a batch whose version is already committed (Spark replays the batch it had not committed when
+   the driver died) is *not* applied again — its output is rewritten from the stored delta;
+2. **batch boundary** — a placement that arrived earlier switches the routing now (only moved key groups' state
+   changes partition; a new partition count re-places the whole state in one shuffle); from this batch on the
+   driver runs under the placement's epoch;
 3. route, place and aggregate the batch into the keyed state (JVM only, one shuffle of the batch);
 4. **commit** the state version ``batch_id``: the rows the batch changed (Parquet), a snapshot every
-   ``snapshot_every`` versions, and the routing epoch + assignment; then the optional ``output`` sink gets the
-   changed rows (update mode, read back from the version's delta; :class:`rebalancer_client.spark.sink.BatchIdSink`
-   makes it exactly once). Steps 3 and 4 are **one Spark job** (aggregations and the function API alike): the new state
-   is checkpointed lazily and filled by the job that writes the delta, which also measures the batch's records and
-   bytes per key group (and, for the aggregations, the change of each key group's state bytes) with a Spark
-   ``Observation``; with the output sink that is two jobs per batch in steady state (plus the moves of a
-   migration; the function API measures its state size in a job of its own every ``state_stats_every`` batches);
-5. statistics (the load and the state bytes of every key group, as arrays in the job's order) go to the
-   controller with the batch id and the epoch (:class:`rebalancer_client.spark.control.ControllerLink`); a new placement
-   comes back with the answer (automatic mode) or from a proposal the controller judged worth it, for the next boundary.
+   ``snapshot_every`` versions, and the routing (epoch, partitions, placement); then the optional ``output`` sink
+   gets the changed rows (update mode, read back from the version's delta;
+   :class:`rebalancer_client.spark.sink.BatchIdSink` makes it exactly once). Steps 3 and 4 are **one Spark job**
+   (aggregations and the function API alike): the new state is checkpointed lazily and filled by the job that writes the
+   delta, which also measures the batch's records and bytes per key group (and, for the aggregations, the change of each
+   key group's state bytes) with a Spark ``Observation``; with the output sink that is two jobs per batch in steady
+   state (plus the moves of a migration; the function API measures its state size in a job of its own every
+``state_stats_every`` batches); 5. statistics (the load and the state bytes of every key group, as arrays in the job's
+   order) go to the controller with the batch id and the epoch
+   (:class:`rebalancer_client.spark.control.ControllerLink`); a new placement comes back with the answer (automatic
+   mode) or from a proposal the controller judged worth it, for the next boundary.
 
 An executor lost mid-stream takes the cached state blocks with it; the driver then rebuilds the state from the
 last committed version and runs the batch again. Without ``state_dir``/``checkpoint_location`` the state lives
@@ -31,19 +34,20 @@ on the executors only: a driver restart loses it.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rebalancer_client import contract as c
 from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig
 from rebalancer_client.spark.control import ConfigurationError, ControllerLink, LinkOwner
 from rebalancer_client.spark.functions import FunctionState, KeyedFunction
-from rebalancer_client.spark.layout import Layout
+from rebalancer_client.spark.layout import Layout, Target, node_list, rescaled
+from rebalancer_client.spark.recovery import Durable
 from rebalancer_client.spark.reports import BatchReport, StateMismatchError
-from rebalancer_client.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable
+from rebalancer_client.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable, partition_ids
 from rebalancer_client.spark.state import KeyedState, MigrationReport
 from rebalancer_client.spark.stats import max_over_mean, partition_record_counts
 from rebalancer_client.spark.store import Commit, StateStore
@@ -62,7 +66,7 @@ _LOST_BLOCKS = ("Checkpoint block", "ExecutorLostFailure", "FetchFailed", "Block
 Output = Callable[[Any, int], None]
 
 
-class RebalancingDriver(LinkOwner):
+class RebalancingDriver(Durable, LinkOwner):
     """Keyed state in ``foreachBatch``, durable and rebalanced by the controller.
 
     Args:
@@ -122,18 +126,22 @@ class RebalancingDriver(LinkOwner):
                                                           on_event=dur.on_event)
         if self.store is None:
             log.info("no durability configured: the keyed state is not durable (lost on a driver restart)")
-        self.pending: tuple[int, np.ndarray] | None = None   # (epoch, partition per key group) for the next boundary
+        self.pending: Target | None = None       # a routing for the next batch boundary
         self.committed: int | None = None        # the last committed state version
-        self._recovered = False
+        self._local_nodes = partition_ids(self.n)  # the query's partitions as nodes (the link's when there is one)
         self.reports: list[BatchReport] = []
         self.last_stats: tuple[np.ndarray, np.ndarray | None] | None = None  # the latest batch's load, state bytes
         self._batch_id = -1
 
     # ------------------------------------------------------------------ what the controller link sees (Routed)
     @property
-    def epoch(self) -> int:
-        """The epoch of the routing in force (the epoch batches run and are posted with)."""
-        return int(self.routing.epoch)
+    def partitions(self) -> int:
+        return self.n
+
+    @property
+    def nodes(self) -> list[str]:
+        """The query's partitions as the job's nodes, in order (partition ``j`` is node ``j``)."""
+        return list(self.link.nodes) if self.link is not None else list(self._local_nodes)
 
     def layout(self) -> Layout:
         return {self.operator: self.routing.partition_of}
@@ -146,8 +154,8 @@ class RebalancingDriver(LinkOwner):
         """Nothing has run yet: a placement can be taken at once instead of at a batch boundary."""
         return self.state.df is None and not self.reports
 
-    def switch(self, epoch: int, layout: Layout) -> None:
-        self._switch(epoch, layout[self.operator])
+    def switch(self, target: Target) -> None:
+        self._switch(target)
 
     def relabel(self, epoch: int) -> None:
         self.routing.epoch = int(epoch)
@@ -161,74 +169,64 @@ class RebalancingDriver(LinkOwner):
         return out
 
     def start(self) -> bool:
-        """Load the last committed state (durable mode), then register with the controller (see
-        :meth:`ControllerLink.start`): a controller that is down is not an error, a refused configuration
+        """Read the last commit record, register with the controller (see :meth:`ControllerLink.start`; a query
+        restarted with another partition count has the controller place its key groups on them), then load the
+        committed state under that routing. A controller that is down is not an error, a refused configuration
         raises :class:`ConfigurationError`. Returns True when registered."""
+        self._prepare()
+        registered = self.link.start() if self.link is not None else False
         self._recover()
-        return self.link.start() if self.link is not None else False
+        return registered
 
-    def _switch(self, epoch: int, partition_of: np.ndarray) -> MigrationReport:
-        new = RoutingTable(self.operator, np.asarray(partition_of, dtype=np.int64), self.n, int(epoch))
+    def _switch(self, target: Target) -> MigrationReport:
+        new = RoutingTable(self.operator, np.asarray(target.layout[self.operator], dtype=np.int64),
+                           target.partitions, int(target.epoch))
         report = self.state.apply_routing(new)
-        self.routing = new
+        self.routing, self.n = new, new.n_partitions
+        if self.link is None:
+            self._local_nodes = list(target.nodes)
         return report
 
-    def _boundary(self) -> tuple[int, np.ndarray] | None:
+    def _boundary(self) -> Target | None:
         """The routing to switch to at this batch boundary: one the controller link received, or one given."""
         if self.link is not None:
             taken = self.link.take()
             if taken is not None:
-                self.pending = (taken[0], taken[1][self.operator])
+                self.pending = taken
         pending, self.pending = self.pending, None
         return pending
 
-    # ------------------------------------------------------------------ durability
-    def _recover(self, force: bool = False) -> None:
-        """Load the last committed version and place it under the routing it was committed with (once)."""
-        if self.store is None or (self._recovered and not force):
-            return
-        self._recovered = True
-        t0 = time.perf_counter()
-        if force:
-            self.store._latest_read = False
-        df, rec = self.store.load(dedup=False)
-        if rec is None or df is None:
-            if force:
-                self.state.unpersist()
-            return
-        if len(rec.partition_of) != self.G or max(rec.partition_of) >= self.n or rec.keys != self.keys:
-            raise StateMismatchError(
-                f"the state in {self.store.root} was written with keys {rec.keys}, {len(rec.partition_of)} key "
-                f"groups and {max(rec.partition_of) + 1}+ partitions; this driver has keys {self.keys}, "
-                f"key_groups={self.G}, partitions={self.n}")
-        routing = RoutingTable(self.operator, np.asarray(rec.partition_of), self.n, int(rec.epoch))
-        self.state.restore_extra(rec.extra)
-        self.state.restore(df, routing, dedup=True)
-        self.routing, self.committed = routing, int(rec.version)
-        log.info("state version %d (epoch %d) loaded from %s in %.2f s", rec.version, rec.epoch, self.store.root,
-                 time.perf_counter() - t0)
+    # ------------------------------------------------------------------ changing the layout between batches
+    def place(self, partition_of: np.ndarray, *, partitions: int | None = None, epoch: int | None = None) -> None:
+        """Run the key groups on ``partition_of`` (over ``partitions``, default the current count) from the next
+        batch boundary, without the controller (a local layout keeps the current epoch unless one is given)."""
+        n = self.n if partitions is None else int(partitions)
+        self.pending = Target(self.epoch if epoch is None else int(epoch), node_list(self.nodes, n),
+                              {self.operator: np.asarray(partition_of, dtype=np.int64)})
 
-    def _check_version(self, batch_id: int) -> None:
-        expected = 0 if self.committed is None else self.committed + 1
-        if self.store is not None and batch_id > expected:
-            raise StateMismatchError(
-                f"batch {batch_id} arrived but the state in {self.store.root} is committed up to "
-                f"{'no version' if self.committed is None else f'version {self.committed}'}: the state of "
-                f"batches {expected}..{batch_id - 1} is missing (was the state directory changed or removed "
-                f"while the query's checkpoint was kept?)")
+    def scale(self, partitions: int, *, budget: c.Budget | Mapping[str, Any] | None = None) -> c.Scaled | None:
+        """Change the query's partition count from the next batch boundary: the controller places the key groups
+        on the new partitions by load (within ``budget``; default ``ControllerConfig.scale_budget``, None: a full
+        rebalance) and the state of the key groups that change place moves. Without a controller (or with one
+        that is down) the key groups are placed by the latest batch's loads
+        (:func:`~rebalancer_client.spark.layout.rescaled`) and None is returned; the controller is asked again when it
+        is back."""
+        if self.link is not None and self.link.registered and self.link.available():
+            try:
+                return self.link.scale(int(partitions), budget=budget)
+            except Exception as exc:  # noqa: BLE001 - a scale the controller cannot plan falls back to the local one
+                log.warning("the controller did not scale job %r (%s); placing the key groups locally",
+                            self.link.job_id, exc)
+        load = self.last_stats[0] if self.last_stats is not None else np.ones(self.G)
+        self.place(rescaled(self.routing.partition_of, int(partitions), load + 1e-9), partitions=int(partitions))
+        return None
 
-    def _replay(self, batch_id: int, t0: float) -> BatchReport:
-        log.warning("batch %d is a replay: state version %d is committed, not applied again", batch_id,
-                    self.committed)
-        if self.output is not None and self.store is not None:
-            self.output(self.state.output_frame(self.store.read_delta(batch_id)), batch_id)
-        report = BatchReport(batch_id=batch_id, epoch=self.epoch, records=0, partition_records=[],
-                             rebalanced_max_over_mean=math.nan, controller="replayed", state_version=self.committed,
-                             replayed=True, seconds=time.perf_counter() - t0)
-        self.reports.append(report)
-        if self.on_batch is not None:
-            self.on_batch(report)
-        return report
+    def what_if(self, candidates: Sequence[int | Mapping[str, Any]], **kw: Any) -> c.WhatIfReport:
+        """What the job's own window says of other partition counts (``candidates``: e.g. ``[6, 12]``), answered
+        by the controller (:meth:`ControllerLink.what_if`); apply one with :meth:`scale`."""
+        if self.link is None:
+            raise RuntimeError("what-if needs a controller (ControllerConfig.client)")
+        return self.link.what_if(candidates, **kw)
 
     # ------------------------------------------------------------------ per batch
     def foreach_batch(self, df: DataFrame, batch_id: int) -> None:
@@ -261,12 +259,10 @@ class RebalancingDriver(LinkOwner):
 
     def _run(self, df: DataFrame, batch_id: int, t0: float) -> BatchReport:
         boundary = self._boundary()
-        mig = self._switch(*boundary) if boundary is not None else None
+        mig = self._switch(boundary) if boundary is not None else None
 
-        had_state = self.state.df is not None
-        part, kg_n, kg_b, kg_d, rec = self._update(df, batch_id)
-        state_b = (self._tracked_state_bytes(batch_id, kg_d, had_state) if kg_d is not None else
-                   self._state_bytes(batch_id, mig is not None))
+        part, load, state_b, rec = self._update(df, batch_id, had_state=self.state.df is not None,
+                                                migrated=mig is not None)
         edges = None
         if self.config.communication is not None:
             try:
@@ -293,8 +289,7 @@ class RebalancingDriver(LinkOwner):
             state_bytes=int(state_b.sum()), state_version=None if rec is None else rec.version,
             written_bytes=0 if rec is None else rec.written_bytes, commit_seconds=0.0 if rec is None else rec.seconds,
         )
-        self.last_stats = (kg_n if self.config.load == "records" else kg_b,
-                           state_b if self.config.state_stats else None)
+        self.last_stats = (load, state_b if self.config.state_stats else None)
         sizes = None if self.last_stats[1] is None else {self.operator: self.last_stats[1]}
         report.controller, report.plan_received, report.controller_seconds = self._talk(
             batch_id, {self.operator: self.last_stats[0]}, sizes, edges)
@@ -304,37 +299,53 @@ class RebalancingDriver(LinkOwner):
             self.on_batch(report)
         return report
 
-    def _update(self, df: DataFrame, batch_id: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, Commit | None]:
-        """Apply the batch to the state and commit its version; returns (records per partition, records, bytes and
-        state bytes change per key group (None when the state does not track it), commit record or None).
+    def _update(self, df: DataFrame, batch_id: int, *, had_state: bool, migrated: bool
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Commit | None]:
+        """Apply the batch to the state and commit its version; returns (records per partition, load and state
+        bytes per key group, commit record or None).
 
         With a durable store this is one Spark job: the new state is checkpointed lazily and filled by the job that
-        writes the version's delta, which also measures the batch statistics (``KeyedState.batch_observation``).
-        Without one, the state is materialised and measured (two jobs). Records per partition follow from the
-        records per key group and the routing: placement is exact (``KeyedState.merge`` checks the physical
-        partitioning; the function API co-groups by the route)."""
+        writes the version's delta, which also measures the batch statistics (``KeyedState.batch_observation``);
+        the commit record keeps the loads and state bytes per key group (a restart measures nothing). Without one,
+        the state is materialised and measured (two jobs). Records per partition follow from the records per key
+        group and the routing: placement is exact (``KeyedState.merge`` checks the physical partitioning; the
+        function API co-groups by the route)."""
         rec = None
         if self.store is None:
             self.state.step(df, batch_id, lazy=False)
             observed = self.state.observe()
             self.state.absorb(observed)
+            kg_n, load, state_b = self._statistics(observed, batch_id, had_state, migrated)
         else:
             self.state.step(df, batch_id, lazy=True)
             assert self.state.df is not None
+            measured: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+            def extra(observed: dict[str, Any]) -> dict[str, Any]:
+                measured.append(self._statistics(observed, batch_id, had_state, migrated))
+                return {**self.state.absorb(observed), "load": measured[0][1].tolist(),
+                        "state_bytes": measured[0][2].tolist()}
+
             try:
                 rec = self.store.commit(batch_id, self.state.df, changed=self.state.changed_rows(), keys=self.keys,
                                         columns=self.state.stored_columns(),
                                         epoch=self.epoch, partition_of=self.routing.partition_of.tolist(),
-                                        extra=self.state.absorb, observe=self.state.batch_observation(),
-                                        keep=self.state.stored_rows(), files=self._write_tasks())
+                                        extra=extra, observe=self.state.batch_observation(),
+                                        keep=self.state.stored_rows(), files=self._write_tasks(), nodes=self.nodes)
             finally:
                 self.state.release_previous()
-            observed = rec.observed
             self.committed = batch_id
-        kg_n, kg_b, kg_d = self.state.statistics(observed)
+            kg_n, load, state_b = measured[0]
         part = np.bincount(self.routing.partition_of, weights=kg_n, minlength=self.n).astype(np.int64)
-        return part, kg_n, kg_b, kg_d, rec
+        return part, load, state_b, rec
+
+    def _statistics(self, observed: Mapping[str, Any], batch_id: int, had_state: bool, migrated: bool
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(records, load, state bytes) per key group of the batch from its observation."""
+        kg_n, kg_b, kg_d = self.state.statistics(observed)
+        state_b = (self._tracked_state_bytes(batch_id, kg_d, had_state) if kg_d is not None else
+                   self._state_bytes(batch_id, migrated))
+        return kg_n, kg_n if self.config.load == "records" else kg_b, state_b
 
     def _write_tasks(self) -> int:
         """Tasks (and files) of a commit's writes: no more than the cores Spark has (``defaultParallelism``)."""

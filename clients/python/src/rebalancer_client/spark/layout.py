@@ -1,22 +1,38 @@
 """The layout of a job's key groups as the Spark side holds it: numbers, not ids.
 
-A :data:`Layout` maps each operator to the partition of each of its key groups. :class:`JobOrder` relates the
-job's key-group order on the controller (``JobState.key_groups``) to the operators the driver routes, once per
-registration, so that statistics go out and placements come back as arrays; :func:`node_partitions` maps the job's
-nodes to Spark partitions (``p<i>`` is partition ``i``).
+A Spark job's nodes are its partitions, **by position**: node ``j`` of the job's node list (``JobState.nodes``,
+``Placement.nodes``) is Spark partition ``j``, so a placement's node indices are partition numbers as they are and
+any node the controller plans onto is one the driver can run — a placement with more or fewer nodes changes the
+query's partition count at the next batch boundary. A :data:`Layout` maps each operator to the partition of each
+of its key groups. :class:`JobOrder` relates the job's key-group order on the controller (``JobState.key_groups``)
+to the operators the driver routes, once per registration, so that statistics go out and placements come back as
+arrays.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from rebalancer_client.spark.routing import partition_ids
-
 #: operator id -> the partition of each of its key groups
 Layout = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A placement to run at the next batch boundary: its epoch, the job's nodes (= the query's partitions, in
+    order) and the partition of every key group of this side's operators."""
+
+    epoch: int
+    nodes: list[str]
+    layout: Layout
+
+    @property
+    def partitions(self) -> int:
+        return len(self.nodes)
 
 
 class Routed(Protocol):
@@ -25,13 +41,16 @@ class Routed(Protocol):
     @property
     def epoch(self) -> int: ...
 
+    @property
+    def partitions(self) -> int: ...
+
     def layout(self) -> Layout: ...
 
     def has_layout(self) -> bool: ...
 
     def may_switch_now(self) -> bool: ...
 
-    def switch(self, epoch: int, layout: Layout) -> None: ...
+    def switch(self, target: Target) -> None: ...
 
     def relabel(self, epoch: int) -> None: ...
 
@@ -77,14 +96,40 @@ class JobOrder:
                 sizes[idx] = state_bytes[op]
         return out.tolist(), None if sizes is None else [None if x != x else x for x in sizes.tolist()]
 
-    def layout(self, placement: Sequence[int], node_partition: np.ndarray) -> Layout:
-        """Partition of every key group of this side's operators (``-1``: a node that is no partition)."""
+    def layout(self, placement: Sequence[int]) -> Layout:
+        """The partition (= node index) of every key group of this side's operators."""
         assert self.index is not None
-        parts = node_partition[np.asarray(placement, dtype=np.int64)]
+        parts = np.asarray(placement, dtype=np.int64)
         return {op: parts[idx] for op, idx in self.index.items()}
 
 
-def node_partitions(nodes: Sequence[str], n: int) -> np.ndarray:
-    """The Spark partition of each node (``p<i>`` → i for i < n), -1 for any other node."""
-    own = {nid: i for i, nid in enumerate(partition_ids(n))}
-    return np.array([own.get(nid, -1) for nid in nodes], dtype=np.int64)
+def node_list(nodes: Sequence[str], n: int) -> list[str]:
+    """``n`` nodes for a query of ``n`` partitions that keeps ``nodes`` where it can: the first ``n`` of them, or
+    all of them and new ids ``p<i>`` (the smallest ``i`` not in use)."""
+    out = list(nodes[:n])
+    used = set(out)
+    i = 0
+    while len(out) < n:
+        if f"p{i}" not in used:
+            out.append(f"p{i}")
+            used.add(f"p{i}")
+        i += 1
+    return out
+
+
+def rescaled(parts: np.ndarray, n: int, weights: np.ndarray, slack: float = 0.05) -> np.ndarray:
+    """A layout of ``parts``'s key groups on ``n`` partitions without a controller (a sticky greedy by
+    ``weights``, e.g. the latest batch's loads): heaviest first, a key group stays on its partition while that
+    stays within ``1 + slack`` of the balanced load, else goes to the least loaded partition."""
+    old = np.asarray(parts, dtype=np.int64)
+    w = np.asarray(weights, dtype=np.float64)
+    cap = (1.0 + slack) * float(w.sum()) / n
+    out = np.empty_like(old)
+    load = np.zeros(n, dtype=np.float64)
+    for k in np.argsort(-w, kind="stable").tolist():
+        j = int(old[k])
+        if not (j < n and load[j] + w[k] <= cap):
+            j = int(np.argmin(load))
+        out[k] = j
+        load[j] += w[k]
+    return out

@@ -249,19 +249,28 @@ class StateBase:
         return {int(r[KG_COL]): (int(r["lo"]), int(r["hi"]), int(r["n"]), int(r["b"] or 0)) for r in rows}
 
     def apply_routing(self, new_routing: RoutingTable) -> MigrationReport:
-        """Switch to ``new_routing`` (call between micro-batches); only moved key groups change partition."""
+        """Switch to ``new_routing`` (call between micro-batches); only moved key groups change partition. With
+        another partition count the whole state is placed anew in one shuffle (a hash-partitioned DataFrame cannot
+        gain or lose a partition otherwise); the key groups that keep their partition number are not counted as
+        moved."""
         from pyspark.sql import functions as F
 
-        if new_routing.n_partitions != self.n_partitions or new_routing.key_groups != self.routing.key_groups:
-            raise ValueError("a routing change must keep the number of partitions and key groups")
+        if new_routing.key_groups != self.routing.key_groups:
+            raise ValueError("a routing change must keep the number of key groups")
         t0 = time.perf_counter()
         moved = self.routing.moved(new_routing)
         old_routing = self.routing
         self.routing = new_routing
-        if self.df is None or len(moved) == 0:
+        rescale = new_routing.n_partitions != old_routing.n_partitions
+        if self.df is None or (len(moved) == 0 and not rescale):
             return MigrationReport([int(k) for k in moved], [], 0, 0, time.perf_counter() - t0)
         moved_list = [int(k) for k in moved]
         cols = self._state_columns()
+        if rescale:
+            with no_adaptive(self.session):
+                self._replace(self.df.withColumn(ROUTE_COL, new_routing.route_column(KG_COL)).select(*cols)
+                              .repartition(self.n_partitions, ROUTE_COL))
+            return self._measured(old_routing, moved_list, t0)
         with no_adaptive(self.session):
             kept = self.df.filter(~F.col(KG_COL).isin(moved_list))
             movers = (self.df.filter(F.col(KG_COL).isin(moved_list))
@@ -273,6 +282,10 @@ class StateBase:
                 new_df = (self.df.withColumn(ROUTE_COL, new_routing.route_column(KG_COL)).select(*cols)
                           .repartition(self.n_partitions, ROUTE_COL))
             self._replace(new_df)
+        return self._measured(old_routing, moved_list, t0)
+
+    def _measured(self, old_routing: RoutingTable, moved_list: list[int], t0: float) -> MigrationReport:
+        """What a routing change moved, measured on the new state."""
         # placement before the change is exact (every merge and restore keeps it: :mod:`rebalancer_client.spark.state`),
         # so the old routing says where each key group was; where it is now is measured on the new state
         after = self._kg_partitions()

@@ -6,7 +6,7 @@ a snapshot every ``spark.sql.streaming.stateStore.minDeltasForSnapshot`` = 10 de
 
     <root>/v00000000000000000007/delta/*.parquet      the rows that changed in batch 7 (their new values)
     <root>/v00000000000000000010/snapshot/*.parquet   the whole state after batch 10 (every ``snapshot_every``)
-    <root>/_commits/00000000000000000007.json          the commit: version, routing epoch and assignment, counts
+    <root>/_commits/00000000000000000007.json          the commit: version, routing epoch, partitions, counts
     <root>/_tmp/...                                    commit records being written (removed on open)
 
 **Commit protocol.** A version's Parquet files are written into ``v<version>`` (by Spark's file committer, without
@@ -66,6 +66,8 @@ class Commit:
     seconds: float = 0.0
     committed_at: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    partitions: int | None = None              # the query's partitions (None in records of earlier releases)
+    nodes: list[str] | None = None             # the job's nodes, partition j being node j
     observed: dict[str, Any] = field(default_factory=dict, compare=False)  # commit(observe=...); not stored
 
     def to_json(self) -> str:
@@ -178,7 +180,8 @@ class StateStore:
     def commit(self, version: int, state_df: DataFrame, *, changed: Column, keys: Sequence[str], columns: Sequence[str],
                epoch: int, partition_of: Sequence[int], delta_rows: int | None = None,
                extra: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-               observe: Sequence[Any] = (), keep: Any = None, files: int | None = None) -> Commit:
+               observe: Sequence[Any] = (), keep: Any = None, files: int | None = None,
+               nodes: Sequence[str] | None = None) -> Commit:
         """Write version ``version``: the rows of ``state_df`` that the version changed (the predicate Column
         ``changed``; it must not name the version, see the module docstring) and the whole state when a snapshot is
         due, then the commit record. ``state_df`` must have ``columns``.
@@ -187,7 +190,8 @@ class StateStore:
         ``Observation``; no job of their own); their values are in the returned commit's ``observed`` (not stored),
         and ``delta_rows`` defaults to an observed ``keys`` column. ``keep``: a predicate of the rows to store (the
         observation sees all rows of the version). ``extra``: stored in the commit record; a callable gets the
-        observed values (the record is written after the data). ``files``: write the delta and the snapshot as at
+        observed values (the record is written after the data). ``nodes``: the query's partitions as the job's nodes,
+        in order (stored with their number). ``files``: write the delta and the snapshot as at
         most this many files (``coalesce``: fewer, larger tasks and files — on ``local[2]`` writing 8 small Parquet
         files cost twice as much as writing 2)."""
 
@@ -225,7 +229,8 @@ class StateStore:
                      epoch=int(epoch), partition_of=[int(p) for p in partition_of], keys=list(keys),
                      columns=cols, delta_rows=-1 if delta_rows is None else int(delta_rows),
                      written_bytes=self._size(final), seconds=0.0, committed_at=time.time(),
-                     extra=dict(extra or {}))
+                     extra=dict(extra or {}), partitions=None if nodes is None else len(nodes),
+                     nodes=None if nodes is None else list(nodes))
         rec.seconds = round(time.perf_counter() - t0, 4)
         self._write_text(self._record(version), rec.to_json())
         rec.observed = observed
