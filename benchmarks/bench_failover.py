@@ -171,13 +171,29 @@ class Cluster:
                              settings={**self.lease, "advertised_url": self.urls[i], "solver_workers": 1})
 
     def start(self) -> None:
-        for s in self.servers:
+        for i, s in enumerate(self.servers):
             s.start()
+            self.wait_warm(i)
 
     def restart(self, i: int) -> None:
         self.servers[i].kill9()
         self.servers[i] = self._server(i)
         self.servers[i].start()
+        self.wait_warm(i)
+
+    def wait_warm(self, i: int, timeout: float = 180.0) -> None:
+        """Until replica ``i`` has a solver worker ready (its warm-up would otherwise compete for the CPU with
+        the next trial)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                pool = httpx.get(self.urls[i] + "/readyz", timeout=5.0).json().get("solver_pool") or {}
+                if pool.get("ready_workers", 0) >= 1:
+                    return
+            except (httpx.HTTPError, ValueError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"replica {i} did not warm up within {timeout} s")
 
     def leader(self, skip: int | None = None) -> int | None:
         for i, u in enumerate(self.urls):
@@ -206,40 +222,69 @@ class Cluster:
 
 
 # ---------------------------------------------------------------------- the driver
-class Driver(threading.Thread):
-    """Posts statistics batches 1, 2, … to one job through a client given every URL, until stopped; records each
-    call's end time, outcome and the URL that answered."""
+def drive(urls: list[str], job: str, epoch: int, out: str) -> None:
+    """The driver's process: posts statistics batches 1, 2, … to ``job`` through a client given every URL until a
+    line arrives on stdin; then writes each acknowledged batch (its end time, the URL that answered) and the
+    client-visible errors to ``out`` (JSON)."""
+    import json
+    import sys
 
-    def __init__(self, urls: list[str], job: str, epoch: int):
-        super().__init__(daemon=True)
-        from rebalancer_client import RebalancerClient
+    from rebalancer_client import RebalancerClient
 
-        self.client = RebalancerClient(urls, timeout=1.0, connect_timeout=0.5, retries=40, backoff=0.05,
-                                       max_backoff=0.25, deadline=30.0)
-        self.job, self.epoch = job, epoch
-        self.acked: list[tuple[int, float, str]] = []  # batch, acknowledged at (monotonic), by URL
+    halt = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), halt.set()), daemon=True).start()
+    acked: list[tuple[int, float, str]] = []
+    errors: list[str] = []
+    rng = np.random.default_rng(0)
+    batch = 0
+    with RebalancerClient(urls, timeout=1.0, connect_timeout=0.5, retries=40, backoff=0.05, max_backoff=0.25,
+                          deadline=30.0) as client:
+        while not halt.is_set():
+            batch += 1
+            load = rng.uniform(1.0, 3.0, KEY_GROUPS).tolist()
+            try:
+                client.post_stats(job, batch_id=batch, epoch=epoch, load=load)
+                acked.append((batch, time.monotonic(), client.base_url))
+                if len(acked) == 1:
+                    print("posting", flush=True)
+            except Exception as exc:  # noqa: BLE001 - a client-visible error, counted
+                errors.append(f"batch {batch}: {type(exc).__name__}: {str(exc)[:200]}")
+            time.sleep(0.01)
+    Path(out).write_text(json.dumps({"acked": acked, "errors": errors}))
+
+
+class Driver:
+    """:func:`drive` in a process of its own (the benchmark's own work — killing, polling — does not slow it)."""
+
+    def __init__(self, urls: list[str], job: str, epoch: int, tmp: Path):
+        import sys
+
+        self.out = tmp / f"driver-{job}.json"
+        code = f"from benchmarks.bench_failover import drive; drive({urls!r}, {job!r}, {epoch}, {str(self.out)!r})"
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, cwd=Path(__file__).resolve().parents[1])
+        self.acked: list[tuple[int, float, str]] = []
         self.errors: list[str] = []
-        self.halt = threading.Event()
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "posting":  # the first batch is acknowledged
+            raise RuntimeError("the driver did not start posting")
 
-    def run(self) -> None:
-        rng = np.random.default_rng(0)
-        batch = 0
-        with self.client:
-            while not self.halt.is_set():
-                batch += 1
-                load = rng.uniform(1.0, 3.0, KEY_GROUPS).tolist()
-                try:
-                    self.client.post_stats(self.job, batch_id=batch, epoch=self.epoch, load=load)
-                    self.acked.append((batch, time.monotonic(), self.client.base_url))
-                except Exception as exc:  # noqa: BLE001 - a client-visible error, counted
-                    self.errors.append(f"batch {batch}: {type(exc).__name__}: {str(exc)[:200]}")
-                time.sleep(0.01)
+    def stop(self) -> None:
+        import json
+
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("stop\n")
+        self.proc.stdin.close()
+        self.proc.wait(120)
+        doc = json.loads(self.out.read_text())
+        self.acked = [(int(b), float(t), str(u)) for b, t, u in doc["acked"]]
+        self.errors = doc["errors"]
 
 
 def fault(cluster: Cluster, scenario: str, i: int) -> None:
     srv = cluster.servers[i]
-    if scenario == "kill9":
-        srv.kill9()
+    if scenario == "kill9":  # its process group; reaped when it is started again
+        os.killpg(srv.pid, signal.SIGKILL)
     elif scenario == "sigstop":
         os.kill(srv.pid, signal.SIGSTOP)
     else:
@@ -281,9 +326,8 @@ def trial(cluster: Cluster, scenario: str, k: int, rng: random.Random, log: Any)
     old = cluster.wait_leader()
     r = httpx.put(f"{cluster.urls[old]}/v1/jobs/{job}", json=JOB, timeout=30)
     r.raise_for_status()
-    driver = Driver(cluster.urls, job, r.json()["epoch"])
-    driver.start()
-    time.sleep(rng.uniform(0.5, 2.0))  # a random point of the writes
+    driver = Driver(cluster.urls, job, r.json()["epoch"], cluster.tmp)
+    time.sleep(rng.uniform(0.2, 1.5))  # a random point of the writes
     t_fault, wall = time.monotonic(), time.time()
     fault(cluster, scenario, old)
     new = cluster.wait_leader(other_than=old)
@@ -292,8 +336,7 @@ def trial(cluster: Cluster, scenario: str, k: int, rng: random.Random, log: Any)
     recover(cluster, scenario, old)
     accepted = probe(cluster.urls[old], job) if scenario != "kill9" else 0
     time.sleep(1.0)  # writes go on with the new leader
-    driver.halt.set()
-    driver.join(60)
+    driver.stop()
     after = [t for _b, t, url in driver.acked if t > t_fault and url != cluster.urls[old]]
     failover = (min(after) - t_fault) if after else None
     window = set(httpx.get(f"{cluster.urls[new]}/v1/jobs/{job}", timeout=30).json()["window"]["batches"])

@@ -217,15 +217,26 @@ class ReplicaLeadership(Leadership):
                              f"SET LOCAL lock_timeout = {self._idle_ms}; "
                              f"SET LOCAL synchronous_commit = {'on' if durable else 'off'}")
 
-    def _note_leader(self, conn: Connection) -> None:
-        """Remember the leader's URL to send clients to — none while its lease has gone unrenewed for three
-        renewal periods (it is likely frozen or dead: clients had better wait for its successor)."""
-        row = conn.execute(text(f"SELECT url, {NOW} - renewed_at FROM leader_lease WHERE name = :name"),
-                           {"name": LEASE}).first()
-        self.leader_url = row[0] if row is not None and row[1] < 3 * self.every else None
+    #: the lease may be taken over: it has expired, or its holder's lease session is gone
+    FREE = (f"leader_lease.expires_at < {NOW} OR NOT EXISTS "
+            f"(SELECT 1 FROM pg_stat_activity a WHERE a.pid = leader_lease.holder_pid)")
+
+    def _look(self, conn: Connection) -> bool:
+        """Read the lease (no lock, nothing written: a standby's look costs the database no WAL flush); remember
+        the leader's URL to send clients to — none once the lease may be taken over or has gone unrenewed for three
+        renewal periods (the leader is likely frozen or dead: clients had better wait for its successor). True when
+        it may be taken."""
+        row = conn.execute(text(f"SELECT url, {NOW} - renewed_at, {self.FREE} FROM leader_lease "
+                                f"WHERE name = :name"), {"name": LEASE}).first()
+        conn.commit()
+        free = row is None or bool(row[2])
+        self.leader_url = row[0] if row is not None and row[1] < 3 * self.every and not free else None
+        return free
 
     def _take_over(self, conn: Connection, t0: float) -> None:
         """Take the lease when it has expired or its holder's lease session is gone."""
+        if not self._look(conn):
+            return
         with conn.begin():
             self._transaction_settings(conn)
             row = conn.execute(text(
@@ -233,13 +244,10 @@ class ReplicaLeadership(Leadership):
                 f"VALUES (:name, 1, :holder, :url, {NOW} + :ttl, {NOW}, pg_backend_pid()) ON CONFLICT (name) DO UPDATE "
                 f"SET epoch = leader_lease.epoch + 1, holder = EXCLUDED.holder, url = EXCLUDED.url, "
                 f"expires_at = EXCLUDED.expires_at, renewed_at = EXCLUDED.renewed_at, holder_pid = EXCLUDED.holder_pid "
-                f"WHERE leader_lease.expires_at < EXCLUDED.renewed_at OR NOT EXISTS "
-                f"(SELECT 1 FROM pg_stat_activity a WHERE a.pid = leader_lease.holder_pid) "
-                f"RETURNING epoch"),
+                f"WHERE {self.FREE} RETURNING epoch"),
                 {"name": LEASE, "holder": self.holder, "url": self.advertised, "ttl": self.ttl}).first()
-            if row is None:
-                self._note_leader(conn)
-        if row is None:
+        if row is None:  # another standby was quicker
+            self._look(conn)
             return
         self._valid_until = t0 + self.ttl
         self.term, self.leader_url = int(row[0]), self.advertised
@@ -252,11 +260,10 @@ class ReplicaLeadership(Leadership):
                 f"UPDATE leader_lease SET expires_at = {NOW} + :ttl, renewed_at = {NOW}, holder_pid = pg_backend_pid() "
                 f"WHERE name = :name AND epoch = :epoch RETURNING epoch"),
                 {"name": LEASE, "epoch": self.term, "ttl": self.ttl}).first()
-            if row is None:
-                self._note_leader(conn)
         if row is not None:
             self._valid_until = t0 + self.ttl
             return
+        self._look(conn)
         log.warning("this replica lost the lease (epoch %s): another replica leads; standing by", self.term)
         self.term = None
 

@@ -23,6 +23,7 @@ statistics batch. A replica that loses the lease forgets its jobs and stands by.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import importlib
 import logging
@@ -30,6 +31,7 @@ import logging
 from sqlalchemy import update
 from sqlalchemy.engine import Connection
 
+from controller import edge
 from controller import repository as repo
 from controller.context import Context
 from controller.jobs import Jobs
@@ -39,6 +41,7 @@ from controller.proposals import Proposals
 from controller.rounds import Rounds
 from controller.scaling import Scaling
 from controller.settings import Settings
+from rebalancer_client import contract
 
 log = logging.getLogger("rebalancer.controller")
 
@@ -111,13 +114,15 @@ class Controller:
         at the lease (a lone replica serves as soon as it has started), then watch the lease on its thread.
 
         The imports come before the lease: they hold the interpreter lock for seconds at a time, which would keep
-        a leader's thread from renewing its lease."""
+        a leader's thread from renewing its lease; so do the validators of the contract's documents, which a new
+        leader would otherwise build on its first requests (about a second)."""
         revision = await asyncio.to_thread(lead.migrate, lambda: repo.create_schema(self.ctx.engine))
         log.info("database schema at revision %s (controller/migrations)", revision)
         self.ctx.open()
         if warm:
             self.ctx.spawn(self.ctx.pool.warm())
             await asyncio.to_thread(self._warm_imports)
+            await asyncio.to_thread(_warm_documents)
         await asyncio.to_thread(lead.step)
         await self._follow_lease()
         loop = asyncio.get_running_loop()
@@ -167,6 +172,14 @@ class Controller:
         await asyncio.to_thread(lead.halt)
         await self.ctx.close()
         await asyncio.to_thread(lead.stop)
+
+
+def _warm_documents() -> None:
+    """Build the validators and serialisers of every contract document (built on first use otherwise)."""
+    for name in dir(contract):
+        doc = getattr(contract, name)
+        if isinstance(doc, type) and dataclasses.is_dataclass(doc) and doc.__module__.startswith(contract.__name__):
+            edge.adapter(doc)
 
 
 def _fail_interrupted(conn: Connection) -> int:
