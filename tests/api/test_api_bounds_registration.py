@@ -1,7 +1,8 @@
 """Registered jobs hold memory in proportion to their key groups and window cells: all jobs together are capped
 (REBALANCER_MAX_TOTAL_KEY_GROUPS, REBALANCER_MAX_TOTAL_WINDOW_CELLS; 429 naming the setting, 413 for a job that could
 never fit), on the small path and on the one that builds big registrations in a solver worker; explicit key
-groups are kept as a digest and PUT stays idempotent on them."""
+groups are kept as a digest and PUT stays idempotent on them. Statistics bodies of ``offload_min_bytes`` or more,
+read in a worker, count exactly as small ones and refuse the same way."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from tests.helpers.server import ServerProcess
 
-CAPS = {"max_total_key_groups": 20_000, "max_total_window_cells": 60_000}
+CAPS = {"max_total_key_groups": 20_000, "max_total_window_cells": 60_000, "offload_min_bytes": 2048}
 
 
 @pytest.fixture(scope="module")
@@ -59,4 +60,29 @@ def test_explicit_key_groups_are_idempotent_and_another_topology_conflicts(srv):
         assert c.put("/v1/jobs/y", json=small).status_code == 201
         assert c.put("/v1/jobs/y", json=small).status_code == 200
         for j in ("x", "y"):
+            assert c.delete(f"/v1/jobs/{j}").status_code == 204
+
+
+def test_statistics_read_in_a_worker_count_as_those_read_inline(srv):
+    n, loads = 60, [float(1 + (k * 7) % 13) for k in range(60)]
+    by_id = [{"id": f"op/{k}", "load": loads[k], "state_bytes": 1000 + k} for k in range(n)]
+    with srv.client(timeout=120) as c:
+        for j in ("inline", "worker"):
+            assert c.put(f"/v1/jobs/{j}", json=ops(n, window=3)).status_code == 201
+        dense = {"load": loads, "state_bytes": [1000 + k for k in range(n)]}  # ~700 bytes: read inline
+        assert c.post("/v1/jobs/inline/stats", json={"batch_id": 1, "epoch": 0, **dense}).status_code == 202
+        assert c.post("/v1/jobs/inline/stats", json={"batch_id": 2, "epoch": 0, **dense}).status_code == 202
+        for b, kgs in ((1, by_id), (2, by_id[::-1])):  # ~3.5 KB: in the job's order (arrays), then reversed
+            r = c.post("/v1/jobs/worker/stats", json={"batch_id": b, "epoch": 0, "key_groups": kgs})
+            assert r.status_code == 202 and r.json()["counted"], r.text[:300]
+        inline, worker = (c.get(f"/v1/jobs/{j}").json() for j in ("inline", "worker"))
+        assert worker["window"] == inline["window"] and worker["metrics"] == inline["metrics"]
+        bad = [dict(k) for k in by_id]
+        bad[7]["id"] = "nope"
+        r = c.post("/v1/jobs/worker/stats", json={"batch_id": 3, "epoch": 0, "key_groups": bad})
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "key_groups[7].id", r.text[:300]
+        bad[7] = {"id": "op/7", "load": "x"}
+        r = c.post("/v1/jobs/worker/stats", json={"batch_id": 3, "epoch": 0, "key_groups": bad})
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "key_groups[7].load", r.text[:300]
+        for j in ("inline", "worker"):
             assert c.delete(f"/v1/jobs/{j}").status_code == 204
