@@ -176,10 +176,11 @@ PART = 80
 
 
 def field_path(loc: Iterable[Any]) -> str:
-    """``("key_groups", 3, "load")`` -> ``key_groups[3].load`` (each name cut at :data:`PART` characters)."""
+    """``("key_groups", 3, "load")`` -> ``key_groups[3].load``, ``("path", "job_id")`` -> ``job_id`` (each name cut at
+    :data:`PART` characters)."""
     out = ""
     for part in loc:
-        if part == "body" and not out:
+        if part in ("body", "path", "query") and not out:  # where it came from: the name alone is the field
             continue
         if isinstance(part, int):
             out += f"[{part}]"
