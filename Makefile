@@ -5,21 +5,21 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-fast lint bench demo clean lock
+.PHONY: run test test-fast lint bench demo clean lock docs
 # Every install pins its versions: constraints.txt (the dev install: make, CI) and requirements-image.txt (the
 # image's install, resolved under the same pins). `make lock` regenerates both.
 CONSTRAINTS := constraints.txt
 
-$(VENV)/.installed-base: pyproject.toml $(CONSTRAINTS)
+$(VENV)/.installed-base: pyproject.toml clients/python/pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
-	$(PY) -m pip install --quiet -e '.[server]' -c $(CONSTRAINTS)
+	$(PY) -m pip install --quiet -e clients/python -e . -c $(CONSTRAINTS)
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml $(CONSTRAINTS)
+$(VENV)/.installed-dev: pyproject.toml clients/python/pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip -c $(CONSTRAINTS)
-	$(PY) -m pip install --quiet -e '.[dev]' -c $(CONSTRAINTS)
+	$(PY) -m pip install --quiet -e 'clients/python[spark]' -e '.[dev]' -c $(CONSTRAINTS)
 	touch $@ $(VENV)/.installed-base
 
 run: $(VENV)/.installed-base
@@ -48,9 +48,11 @@ bench: $(VENV)/.installed-dev
 	echo "== bench spark_routing" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m benchmarks.bench_spark_routing $(BENCH_ARGS) --output bench-results/spark_routing.json
 	echo "== bench spark_state" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m benchmarks.bench_spark_state $(BENCH_ARGS) --output bench-results/spark_state.json
 
+# `make demo DEMO_PORT=9000` starts the demo's controller on that port (default: a free one).
+DEMO_PORT ?=
 demo: $(VENV)/.installed-dev
 	mkdir -p bench-results
-	$(PY) -m benchmarks.spark_demo
+	$(PY) -m benchmarks.spark_demo $(if $(DEMO_PORT),--port $(DEMO_PORT))
 
 # The lock, from a fresh virtualenv with the newest versions pyproject.toml allows (a few minutes; needs the package
 # index). Run it after changing a dependency in pyproject.toml or to take updates, then run `make test` and commit
@@ -72,3 +74,7 @@ lock:
 
 clean:
 	rm -rf $(VENV) bench-results data .pytest_cache
+
+# The documentation site (mkdocs-material): `make docs` builds it into build/site/ and fails on a broken link.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict

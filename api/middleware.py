@@ -34,6 +34,14 @@ async def _send_json(send: Callable[..., Any], status: int, body: Any,
 
 
 class MetricsMiddleware:
+    """Counts every request by method, route template and status, and times it by route.
+
+    ``route`` is the matched route's path template; a request served by a mounted app (the API documentation's
+    static files) counts under the mount, ``/docs-assets/{path}``; only a path no route or mount matches is
+    ``unmatched``. ``status`` is the status sent; a request whose client went away before the answer started (an
+    aborted upload: the truncated body may even have been answered 422 or failed) counts as ``499`` (as nginx names
+    it), not as a client or server error."""
+
     def __init__(self, app: Any, telemetry: Telemetry):
         self.app, self.telemetry = app, telemetry
 
@@ -42,21 +50,41 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         t0 = time.perf_counter()
-        status = [500]
+        status: list[int | None] = [None]
+        disconnected = [False]
+        root_path = scope.get("root_path", "")
 
         async def send_wrapper(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
-                status[0] = message["status"]
+                status[0] = 499 if disconnected[0] else message["status"]  # an answer nobody will read
             await send(message)
 
+        async def receive_wrapper() -> dict[str, Any]:
+            message: dict[str, Any] = await receive()
+            if message["type"] == "http.disconnect":
+                disconnected[0] = True
+            return message
+
         try:
-            await self.app(scope, receive, send_wrapper)
+            await self.app(scope, receive_wrapper, send_wrapper)
         finally:
-            route = scope.get("route")
-            name = getattr(route, "path", None) or "unmatched"
+            name = _route_name(scope, root_path)
+            code = status[0] if status[0] is not None else (499 if disconnected[0] else 500)
             method = scope["method"] if scope["method"] in _METHODS else "OTHER"  # bounded label values
-            self.telemetry.requests.inc(method, name, str(status[0]))
+            self.telemetry.requests.inc(method, name, str(code))
             self.telemetry.latency.observe(time.perf_counter() - t0, name)
+
+
+def _route_name(scope: dict[str, Any], root_path: str) -> str:
+    """The matched route's template; under a mount (Starlette extends ``root_path`` by the mount's prefix as it
+    routes into it), the mount's prefix + ``/{path}``; else ``unmatched``."""
+    path = getattr(scope.get("route"), "path", None)
+    if path:
+        return str(path)
+    mounted = str(scope.get("root_path", ""))
+    if mounted != root_path and mounted.startswith(root_path):
+        return mounted[len(root_path):] + "/{path}"
+    return "unmatched"
 
 
 class JobIdSlashMiddleware:

@@ -5,7 +5,9 @@ fresh SQLite database and measures, in one run, with a small keep-alive HTTP/1.1
 load generator costs little CPU on a 2-core machine):
 
 1. ``GET /healthz`` — the baseline: 50 concurrent clients, closed loop;
-2. ``POST /v1/jobs/{id}/stats`` with 1,000 key groups per post, 50 concurrent clients (one job each):
+2. ``POST /v1/jobs/{id}/stats`` with 1,000 key groups per post, 50 concurrent clients (one job each), as arrays in
+   the job's key-group order (what the Python client and the Spark driver send; ``--stats-form ids``: by key group
+   id):
    a. saturation (closed loop): the throughput the server sustains, with its latencies;
    b. at the target rate (open loop, 200 posts/s spread over the 50 clients): p50/p99 latency measured from the
       scheduled send time (no coordinated omission);
@@ -27,13 +29,20 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from benchmarks.harness import Bench
 from tests.helpers.server import HOST, ServerProcess
+
+#: one request of a load loop: method, path, body, the statuses that count as success
+Request = tuple[str, str, bytes | None, tuple[int, ...]]
+#: ``make_request(client index, request number of that client)``
+MakeRequest = Callable[[int, int], Request]
+R = TypeVar("R")
 
 TARGET_STATS_RPS = 200.0
 TARGET_P99_MS = 100.0
@@ -56,6 +65,7 @@ class Conn:
     async def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
         if self.writer is None:
             await self.open()
+        assert self.reader is not None and self.writer is not None
         head = f"{method} {path} HTTP/1.1\r\nHost: {HOST}\r\n".encode() + self.auth
         if body is not None:
             head += b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n"
@@ -86,11 +96,13 @@ def summarise(lat: list[float], errors: int, seconds: float) -> dict[str, Any]:
             "p99_ms": round(float(np.percentile(a, 99)), 2), "max_ms": round(float(a.max()), 2)}
 
 
-async def closed_loop(port: int, n_clients: int, seconds: float, make_request, max_requests: int,
+async def closed_loop(port: int, n_clients: int, seconds: float, make_request: MakeRequest, max_requests: int,
                       token: str | None = None) -> dict[str, Any]:
     """``n_clients`` connections each sending its next request as soon as the previous answered."""
     lat: list[float] = []
-    errors, count, stop_at = [0], [0], time.perf_counter() + seconds
+    errors = [0]
+    stop_at = time.perf_counter() + seconds
+    count = [0]
 
     async def client(i: int) -> None:
         c = Conn(port, token)
@@ -118,8 +130,9 @@ async def closed_loop(port: int, n_clients: int, seconds: float, make_request, m
     return summarise(lat, errors[0], time.perf_counter() - t0)
 
 
-async def open_loop(port: int, n_clients: int, rate: float, seconds: float, make_request,
-                    token: str | None = None, on_tick=None, stop: asyncio.Event | None = None,
+async def open_loop(port: int, n_clients: int, rate: float, seconds: float, make_request: MakeRequest,
+                    token: str | None = None, on_tick: Callable[[float], None] | None = None,
+                    stop: asyncio.Event | None = None,
                     times: list[float] | None = None) -> tuple[dict[str, Any], list[float]]:
     """Requests scheduled at ``rate``/s in total, round-robin over ``n_clients`` connections; latency is measured
     from the scheduled time (a late send counts as latency). ``stop`` (set) ends the schedule early: no request is
@@ -182,10 +195,12 @@ async def open_loop(port: int, n_clients: int, rate: float, seconds: float, make
 
 # ---------------------------------------------------------------------- server process
 def rss_bytes(pid: int) -> int:
-    with contextlib.suppress(OSError):
+    try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return 0
 
 
@@ -198,11 +213,11 @@ def cpu_seconds(pid: int) -> float:
         return float("nan")
 
 
-def with_cpu(pid: int, fn):  # noqa: ANN001
+def with_cpu(pid: int, fn: Callable[[], R]) -> R:
     """Run ``fn()`` and add the server's CPU milliseconds per request to its summary."""
     c0 = cpu_seconds(pid)
     res = fn()
-    summary = res[0] if isinstance(res, tuple) else res
+    summary: dict[str, Any] = res[0] if isinstance(res, tuple) else res  # type: ignore[assignment]
     used = cpu_seconds(pid) - c0
     if summary["requests"]:
         summary["server_cpu_ms_per_request"] = round(1000 * used / summary["requests"], 3)
@@ -216,6 +231,19 @@ def group_rss(pgid: int) -> int:
         with contextlib.suppress(OSError):
             total += rss_bytes(int(p.name)) if p.name.isdigit() and os.getpgid(int(p.name)) == pgid else 0
     return total
+
+
+def wait_workers(server: ServerProcess, workers: int, timeout: float = 120.0) -> None:
+    """Until ``/readyz`` reports ``workers`` solver workers ready (their imports done), so that no phase measures
+    a worker's start."""
+    deadline = time.monotonic() + timeout
+    with server.client(timeout=10) as c:
+        while time.monotonic() < deadline:
+            r = c.get("/readyz")
+            if r.status_code == 200 and r.json()["solver_pool"]["ready_workers"] >= workers:
+                return
+            time.sleep(0.1)
+    raise RuntimeError(f"{workers} solver workers were not ready after {timeout:.0f} s: {r.text[:300]}")
 
 
 # ---------------------------------------------------------------------- workloads
@@ -236,14 +264,19 @@ def make_jobs(port: int, n_jobs: int, key_groups: int, nodes: int) -> list[str]:
     return asyncio.run(go())
 
 
-def stats_bodies(key_groups: int, variants: int, seed: int = 0) -> list[bytes]:
-    """Pre-encoded key group arrays (the client must not be the bottleneck); the batch id is spliced in."""
+def stats_bodies(key_groups: int, variants: int, seed: int = 0, form: str = "dense") -> list[bytes]:
+    """Pre-encoded statistics after ``"batch_id":<b>,"epoch":0,`` (the client must not be the bottleneck; the batch
+    id is spliced in): ``dense``, the arrays in the job's key-group order; ``ids``, by key group id."""
     rng, out = np.random.default_rng(seed), []
     for _ in range(variants):
         loads = rng.gamma(2.0, 50.0, size=key_groups)
-        kgs = ",".join(f'{{"id":"agg/{k}","load":{loads[k]:.4f},"state_bytes":{int(1 << 20)}}}'
-                       for k in range(key_groups))
-        out.append(kgs.encode())
+        if form == "dense":
+            body = ('"load":[' + ",".join(f"{x:.4f}" for x in loads) + '],"state_bytes":['
+                    + ",".join([str(1 << 20)] * key_groups) + "]")
+        else:
+            body = '"key_groups":[' + ",".join(f'{{"id":"agg/{k}","load":{loads[k]:.4f},"state_bytes":{1 << 20}}}'
+                                               for k in range(key_groups)) + "]"
+        out.append(body.encode())
     return out
 
 
@@ -251,11 +284,11 @@ class StatsWorkload:
     def __init__(self, jobs: list[str], bodies: list[bytes], first_batch: int):
         self.jobs, self.bodies, self.next_batch = jobs, bodies, [first_batch] * len(jobs)
 
-    def __call__(self, i: int, k: int):
+    def __call__(self, i: int, k: int) -> Request:
         j = i % len(self.jobs)
         b = self.next_batch[j]
         self.next_batch[j] += 1
-        body = b'{"batch_id":%d,"epoch":0,"key_groups":[' % b + self.bodies[b % len(self.bodies)] + b"]}"
+        body = b'{"batch_id":%d,"epoch":0,' % b + self.bodies[b % len(self.bodies)] + b"}"
         return "POST", f"/v1/jobs/{self.jobs[j]}/stats", body, (202,)
 
 
@@ -270,18 +303,21 @@ def big_plan_body(key_groups: int, edges: int, nodes: int = 100, seed: int = 0) 
                                    "communication": comm}, "algorithm": "flux", "time_limit_s": 1}).encode()
 
 
-# ---------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     bench = Bench("api", __doc__)
     ap = bench.parser
     ap.add_argument("--seconds", type=float, default=None, help="duration of each throughput phase (default 15, "
                                                                 "quick 5)")
-    ap.add_argument("--soak-seconds", type=float, default=None, help="soak duration (default 60, quick 15; a full "
-                                                                     "soak: 600)")
+    ap.add_argument("--soak-seconds", type=float, default=None, help="soak duration (default 60, quick 15; the "
+                                                                     "full soak: 600)")
     ap.add_argument("--clients", type=int, default=50, help="concurrent keep-alive connections")
     ap.add_argument("--key-groups", type=int, default=1000, help="key groups per stats post")
+    ap.add_argument("--stats-form", choices=("dense", "ids"), default="dense",
+                    help="statistics as arrays in the job's order (dense, what the clients send) or by key group id")
     ap.add_argument("--rate", type=float, default=TARGET_STATS_RPS, help="open-loop stats rate (posts/s)")
     ap.add_argument("--soak-rate", type=float, default=50.0, help="stats posts/s during the soak")
+    ap.add_argument("--plan-seconds", type=float, default=None,
+                    help="duration of the plans phase (default: the phase duration, at least 8 s: a plan takes ~1 s)")
     ap.add_argument("--workers", type=int, default=2, help="solver worker processes of the server")
     ap.add_argument("--database", default=None, help="SQLAlchemy URL (default: a fresh SQLite file)")
     args = bench.parse(argv)
@@ -293,14 +329,15 @@ def main(argv: list[str] | None = None) -> int:
                            log_path=tmp / "server.log")
     bench.log(f"starting server on {server.url} ({database}); log {tmp}/server.log")
     server.start()
-    bench.result["config"] = {"clients": args.clients, "key_groups_per_post": args.key_groups, "phase_seconds": secs,
-                              "open_loop_rate": args.rate, "soak_seconds": soak, "soak_rate": args.soak_rate,
+    bench.result["config"] = {"clients": args.clients, "key_groups_per_post": args.key_groups,
+                              "stats_form": args.stats_form, "phase_seconds": secs, "open_loop_rate": args.rate,
+                              "soak_seconds": soak, "soak_rate": args.soak_rate,
                               "database": "sqlite" if database.startswith("sqlite") else database.split(":")[0],
                               "solver_workers": args.workers}
     try:
-        time.sleep(3.0)  # let the solver workers warm up
+        wait_workers(server, args.workers)
         wl = StatsWorkload(make_jobs(server.port, args.clients, args.key_groups, nodes=20),
-                           stats_bodies(args.key_groups, variants=8), first_batch=1)
+                           stats_bodies(args.key_groups, variants=8, form=args.stats_form), first_batch=1)
         throughput(bench, server, args, secs, wl)
         soak_phase(bench, server, args, soak, wl)
     finally:
@@ -330,9 +367,9 @@ def throughput(bench: Bench, server: ServerProcess, args: Any, secs: float, wl: 
     algo = "albic-milp" if "albic-milp" in registry.available_names() else "flux"
     problem = albic_synthetic(40, key_groups_per_node=20, seed=1, max_migrations=40).to_dict()
     plan_body = json.dumps({"problem": problem, "algorithm": algo, "time_limit_s": 1.0}).encode()
-    plan_clients = max(1, args.workers)
-    bench.log(f"plans: 40 nodes / 800 key groups, {algo}, {plan_clients} clients, closed loop, {secs:.0f} s")
-    pl = asyncio.run(closed_loop(port, plan_clients, max(secs, 8.0),
+    plan_clients, plan_secs = max(1, args.workers), args.plan_seconds or max(secs, 8.0)
+    bench.log(f"plans: 40 nodes / 800 key groups, {algo}, {plan_clients} clients, closed loop, {plan_secs:.0f} s")
+    pl = asyncio.run(closed_loop(port, plan_clients, plan_secs,
                                  lambda i, k: ("POST", "/v1/plans", plan_body, (200,)), max_requests=10_000))
     result["plans_40x800"] = {**pl, "algorithm": algo}
     bench.log(f"  {pl}")

@@ -31,13 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.plotting import pyplot
+from benchmarks.gedik_plots import ALGOS, plots
 from solvers.gedik.construct import Instance, construct
 from solvers.gedik.model import Config, balance_metrics, beta, select_tracked
 from solvers.gedik.ring import ConsistentHash, uniform_lookup
 from solvers.hashing import hash64_array
 
-ALGOS = ("uniform", "consistent", "scan", "redist", "readj")
 FN = {"C": "constant", "L": "linear", "Q": "quadratic"}
 REPLICAS = 1000
 
@@ -499,84 +498,6 @@ def table(res: dict) -> str:
                  f"{lk['cli_keys_per_cpu_second']:.3g} keys/CPU-s); {lk['in_process_keys_per_second']:.3g} keys/s "
                  f"in process")
     return "\n".join(lines)
-
-
-def plots(res: dict, out: Path) -> None:
-    plt = pyplot()
-    if plt is None:
-        return
-
-    colors = {"uniform": "tab:gray", "consistent": "tab:purple", "scan": "tab:blue", "redist": "tab:green",
-              "readj": "tab:red"}
-    def val(x: dict, k: str) -> float:
-        return np.nan if x[k] is None else x[k]
-
-
-    # Fig 3: bars per resource combination
-    f3 = res["fig3_resources"]
-    fig, axes = plt.subplots(1, 5, figsize=(18, 3.6))
-    for ax, key in zip(axes, ["m", "b", "b_s", "b_c", "b_n"], strict=True):
-        x = np.arange(len(f3))
-        for i, a in enumerate(ALGOS):
-            ax.bar(x + (i - 2) * 0.16, [val(f3[rc][a], key) for rc in f3], 0.16, label=a, color=colors[a])
-        ax.set_xticks(x, list(f3))
-        ax.set_title(key + (" (log)" if key == "m" else ""))
-        if key != "b_c":
-            ax.axhline(1, color="k", lw=0.6)
-        ax.set_yscale("log")
-    axes[0].legend(fontsize=7)
-    fig.suptitle("Fig. 3 analog: resource functions (N=10, z=1)")
-    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.86, wspace=0.3, hspace=0.45)
-    fig.savefig(out / "gedik_fig3_resources.png", dpi=110)
-    plt.close(fig)
-
-    def lines(fig_key, xkey, title, fname, logx=False, metrics=("m", "b", "seconds")):
-        data = res[fig_key]
-        groups = [(None, data)] if xkey in data else list(data.items())
-        fig, axes = plt.subplots(len(groups), len(metrics), figsize=(5 * len(metrics), 3.4 * len(groups)),
-                                 squeeze=False)
-        for row, (g, d) in enumerate(groups):
-            xs = d[xkey]
-            for col, mk in enumerate(metrics):
-                ax = axes[row][col]
-                for a in ALGOS:
-                    if mk == "seconds" and a in ("uniform", "consistent"):
-                        continue
-                    ax.plot(xs, [val(p, mk) for p in d[a]], marker="o", ms=3, label=a, color=colors[a])
-                ax.set_xlabel(xkey)
-                ax.set_title(f"{g or ''} {mk}")
-                if mk in ("m", "seconds"):
-                    ax.set_yscale("log")
-                if logx:
-                    ax.set_xscale("log")
-        axes[0][0].legend(fontsize=7)
-        fig.suptitle(title)
-        fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.86, wspace=0.3, hspace=0.45)
-        fig.savefig(out / fname, dpi=110)
-        plt.close(fig)
-
-    lines("fig4_skew", "z", "Fig. 4/14 analog: skew", "gedik_fig4_skew.png")
-    lines("fig5_sigma", "sigma", "Fig. 5/12 analog: sigma", "gedik_fig5_sigma.png", logx=True)
-    lines("fig6_channels", "N", "Fig. 6/13 analog: number of channels (LCL)", "gedik_fig6_channels.png")
-    lines("fig8_domain", "domain", "Fig. 8 analog: domain size", "gedik_fig8_domain.png", logx=True)
-
-    f7 = res["fig7_utility"]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 6.5))
-    utils = ["A", "APM", "APLM", "ATM", "ATLM"]
-    for r, a in enumerate(["readj", "redist"]):
-        for c, mk in enumerate(["m", "b"]):
-            ax = axes[r][c]
-            x = np.arange(len(f7))
-            for i, u in enumerate(utils):
-                ax.bar(x + (i - 2) * 0.16, [val(f7[rc][u][a], mk) for rc in f7], 0.16, label=f"U^{u}")
-            ax.set_xticks(x, list(f7))
-            ax.set_title(f"{a}: {mk}")
-            ax.set_yscale("log")
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle("Fig. 7 analog: utility functions")
-    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.86, wspace=0.3, hspace=0.45)
-    fig.savefig(out / "gedik_fig7_utility.png", dpi=110)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

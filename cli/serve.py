@@ -152,21 +152,47 @@ def check_port(host: str, port: int) -> None:
 
 
 def load_settings(database: str | None) -> Any:
-    """Settings from the environment (and ``--database``); a CLIError naming the bad variable otherwise."""
+    """Settings from the environment (and ``--database``); a CLIError naming the bad variable otherwise (one line,
+    never the value: tokens and passwords are settings too)."""
     import pydantic
+    import pydantic_settings
 
     from controller.settings import Settings
 
     try:
         settings = Settings(database_url=database) if database else Settings()
+    except pydantic_settings.SettingsError as exc:  # a value that is not even JSON, for a structured setting
+        raise CLIError(f"setting {_variable(str(exc))}: not valid JSON") from None
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
         msg = str(err["msg"]).removeprefix("Value error, ")
         if not err["loc"]:  # a check across settings, or an unknown variable: the message names it
             raise CLIError(f"settings: {msg}") from None
-        name = "REBALANCER_" + ".".join(str(p) for p in err["loc"]).upper()
-        raise CLIError(f"setting {name}: {msg}") from None
+        name = "REBALANCER_" + str(err["loc"][0]).upper()
+        inner = [str(p) for p in err["loc"][1:]]
+        if name == "REBALANCER_TOKEN_SCOPES" and inner:  # the key is a token: name its field, not the token
+            inner = ["a token's " + inner[-1]] if len(inner) > 1 else ["a token"]
+        where = f" ({'.'.join(inner)})" if inner else ""
+        raise CLIError(f"setting {name}{where}: {msg}") from None
     return settings.resolved()
+
+
+def _variable(message: str) -> str:
+    """``REBALANCER_<FIELD>`` from pydantic-settings' 'error parsing value for field "<field>" …'."""
+    import re
+
+    found = re.search(r'field "(\w+)"', message)
+    return "REBALANCER_" + found.group(1).upper() if found else "REBALANCER_*"
+
+
+def safe_url(url: str) -> str:
+    """A database URL as it may be printed: its password masked."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy can read: print none of it
+        return "<the database URL>"
 
 
 def check_database(settings: Any) -> None:
@@ -183,7 +209,7 @@ def check_database(settings: Any) -> None:
             conn.execute(text("SELECT 1"))
         engine.dispose()
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as exc:
-        raise CLIError(f"--database: not a usable database URL {settings.database_url!r}: {exc}") from None
+        raise CLIError(f"--database: not a usable database URL {safe_url(settings.database_url)!r}: {exc}") from None
     except (sqlalchemy.exc.SQLAlchemyError, OSError, ImportError) as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise CLIError(f"--database: cannot open {settings.database_url!r}: {reason}") from None
+        raise CLIError(f"--database: cannot open {safe_url(settings.database_url)!r}: {reason}") from None

@@ -1,6 +1,6 @@
 """The edge: raw JSON bytes in, contract documents out, and back — the one place a request is validated.
 
-Requests are validated once, here, against :mod:`clients.python.contract` (pydantic reads its ``Check`` markers;
+Requests are validated once, here, against :mod:`rebalancer_client.contract` (pydantic reads its ``Check`` markers;
 strict: a boolean is not a number, a string of digits is not a number, unknown fields are refused), straight from
 the bytes (no intermediate ``dict``). The API routes, the solver workers that handle big bodies and the CLI all
 call :func:`parse`; what is inside trusts what it gets. Errors carry the field path and the reason, the body of
@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from clients.python.contract import Edge, ErrorItem, KeyGroupStats, Stats
 from controller.errors import TooLarge
+from rebalancer_client.contract import Edge, ErrorItem, KeyGroupStats, Stats
 from solvers.errors import InvalidInput
 from solvers.model import MAX_MAGNITUDE
 

@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from clients.python import contract as c
-from clients.python.wire import dump, read
 from controller import history as hist
 from controller import repository as repo
 from controller.context import Context
@@ -31,6 +29,8 @@ from controller.planning import Planning, check_algorithm
 from controller.rounds import Rounds
 from controller.settings import Settings
 from controller.windows import Window
+from rebalancer_client import contract as c
+from rebalancer_client.wire import dump, read
 from solvers import documents
 from solvers.errors import InvalidInput
 from solvers.model import Problem

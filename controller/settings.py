@@ -67,6 +67,11 @@ class Settings(BaseSettings):
     #: each solver worker's memory (data segment) in MB: a solve needing more fails with a clear error instead of
     #: taking the machine's memory. 0 = automatic (physical memory / (solver_workers + 1)), -1 = no limit.
     solver_memory_limit_mb: int = Field(default=0, ge=-1)
+    #: a solver worker that fails to start is started again after a back-off from this many seconds, doubling up to
+    #: 30 s; after this many failed starts in a row with no worker ready the pool is broken: solves answer 503 and
+    #: ``/healthz`` 503 (liveness), so an orchestrator restarts the server.
+    solver_start_backoff_s: float = Field(default=0.25, gt=0)
+    solver_start_failures: int = Field(default=5, ge=1)
     #: solve slots: solves running or queued for a worker (a what-if holds one per candidate); beyond, 429.
     max_concurrent_solves: int = Field(default=40, ge=2)
     #: slots only automatic rounds of registered jobs may use (and they are dequeued first): ad-hoc plans,
@@ -124,6 +129,14 @@ class Settings(BaseSettings):
     #: commit at most this many queued writes in one transaction (group commit).
     commit_batch: int = Field(default=256, ge=1)
 
+    #: replicas on one PostgreSQL database (controller/leadership.py): the URL clients reach this replica at
+    #: (standbys name the leader's in their answers; empty: they cannot say where it is), the lease's length on
+    #: the database's clock (a leader that stops renewing is replaced after at most this long) and how often the
+    #: leader renews it and standbys look at it.
+    advertised_url: str = ""
+    lease_ttl_s: float = Field(default=1.5, gt=0)
+    lease_renew_s: float = Field(default=0.3, gt=0)
+
     @model_validator(mode="before")
     @classmethod
     def _no_unknown_variables(cls, data: Any) -> Any:
@@ -131,7 +144,7 @@ class Settings(BaseSettings):
         unknown = sorted(k for k in os.environ if k.upper().startswith(PREFIX) and k.upper() not in known)
         if unknown:
             close = difflib.get_close_matches(unknown[0].upper(), sorted(known - CLIENT_VARIABLES), n=1)
-            hint = f"did you mean {close[0]}?" if close else "see controller/settings.py for the settings"
+            hint = f"did you mean {close[0]}?" if close else "see the configuration page of the documentation"
             raise ValueError(f"unknown setting {unknown[0]} ({hint})")
         return data
 
@@ -145,6 +158,9 @@ class Settings(BaseSettings):
             raise ValueError("token_scopes: a token is also in api_tokens (admin); give it one role")
         if any(not t.strip() for t in self.token_scopes):
             raise ValueError("token_scopes: empty token")
+        if self.lease_renew_s * 2 > self.lease_ttl_s:
+            raise ValueError(f"lease_renew_s ({self.lease_renew_s:g}) must be at most half of lease_ttl_s "
+                             f"({self.lease_ttl_s:g}): a leader renews its lease several times before it expires")
         if not self.max_body_bytes <= self.max_client_upload_bytes <= self.max_upload_bytes:
             raise ValueError(f"max_body_bytes ({self.max_body_bytes}) ≤ max_client_upload_bytes "
                              f"({self.max_client_upload_bytes}) ≤ max_upload_bytes ({self.max_upload_bytes}) must "

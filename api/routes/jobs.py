@@ -10,9 +10,9 @@ from fastapi.responses import Response
 
 from api.deps import get_controller
 from api.io import answer, read_body, request_body, respond
-from clients.python import contract as c
 from controller.edge import StatsColumns, in_worker, parse, unwrap
 from controller.service import Controller
+from rebalancer_client import contract as c
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

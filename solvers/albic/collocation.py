@@ -38,7 +38,7 @@ and hands the MILP *units* — sets of key groups that must end on one node:
    quarter of ``time_limit`` is kept for the pure MILP: when the other levels use up their time, the loop jumps
    to maxPL = 0. The plan with the smallest load distance is returned when no level meets maxLD.
 
-Units (the paper's percentages, made explicit): ``max_ld`` is a percentage of the target utilisation t (DESIGN.md
+Units (the paper's percentages, made explicit): ``max_ld`` is a percentage of the target utilisation t (docs/design.md
 load distance, so on the synthetic instances with mean node load 100 it reads as load units); ``max_pl`` and
 ``step_pl`` are percentages of the average load of an active node (Σ node loads / |A|, communication cost
 included), measured on the current assignment at the start of the round.

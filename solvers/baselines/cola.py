@@ -12,7 +12,7 @@ Here, on key groups (``method="split"``, the default, follows that description):
    (pymetis; vertex weight = load, edge weight = out(gi, gj) + out(gj, gi), so the cut traffic is minimal).
 2. Once there are at least |A| partitions, pack them onto the active nodes after every split (LPT: heaviest
    partition first onto the node with the lowest utilisation after it) and stop at the first packing whose load
-   distance (DESIGN.md, communication cost of cut edges included) is at most ``max_ld`` percent of the target
+   distance (docs/design.md, communication cost of cut edges included) is at most ``max_ld`` percent of the target
    utilisation — "a sufficient load balance". The best packing seen is kept if none is.
 3. Nodes of equal capacity are relabelled by a maximum-weight matching (Hungarian algorithm, scipy) on the key
    groups (ties: state bytes) already on them, so as much as possible stays in place; balance is unchanged.
@@ -23,7 +23,8 @@ nodes the same way.
 
 The migration budget is ignored (``details["ignores_budget"] = True``); ``details["migrations"]`` reports the
 moves. The time limit holds: a METIS partitioning is started only when it is expected to end in time
-(:func:`solvers.albic.collocation_sets.metis_fits`), a bisection that cannot is made by load alone. Complexity: O(P) METIS bisections and packings for P final partitions (≈ |A| to a few |A|), matching O(|A|³).
+(:func:`solvers.albic.collocation_sets.metis_fits`), a bisection that cannot is made by load alone. Complexity:
+O(P) METIS bisections and packings for P final partitions (≈ |A| to a few |A|), matching O(|A|³).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def test_probes_and_docs_are_open(secured, path):
 
 def test_openapi_declares_the_bearer_scheme(secured):
     """/docs is usable with tokens: an Authorize button (securitySchemes), the probes marked open, and the
-    Swagger UI assets served by this server, not a CDN (issue 14 item 6)."""
+    Swagger UI assets served by this server, not a CDN."""
     doc = httpx.get(secured.url + "/openapi.json").json()
     assert doc["components"]["securitySchemes"]["bearer"] == {
         "type": "http", "scheme": "bearer", "description": "one of REBALANCER_API_TOKENS"}

@@ -104,7 +104,7 @@ def test_a_405_lists_every_method_the_path_allows(srv, method, path, allowed):
 
 
 def test_a_job_id_is_at_most_max_id_length_and_an_invalid_one_is_the_field_job_id(srv):
-    from clients.python.contract import MAX_ID_LENGTH
+    from rebalancer_client.contract import MAX_ID_LENGTH
 
     with srv.client(headers=AUTH) as c:
         assert c.get("/v1/jobs/" + "j" * MAX_ID_LENGTH).status_code == 404  # valid, not registered

@@ -1,4 +1,4 @@
-"""Server-side failures (issue 11 §4): a 500 with a request id, and the traceback logged under that id."""
+"""Server-side failures: a 500 with a request id, and the traceback logged under that id."""
 
 from __future__ import annotations
 

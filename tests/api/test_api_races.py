@@ -54,7 +54,7 @@ def test_a_proposal_of_a_deleted_job_is_unknown_after_the_id_is_registered_again
         r = await c.post("/v1/jobs/race/proposals", json={"wait_s": 30})
         assert r.status_code == 201 and r.json()["status"] == "ready", r.text
         pid = r.json()["id"]
-        # the attack's interleaving left the proposal behind: simulate it by keeping it in the cache
+        # an interleaving that leaves the proposal behind: kept in the cache as such a race would
         kept = ctl.ctx.proposals.get(pid)
         assert kept is not None and kept.decision is not None and kept.decision.worth
         assert (await c.delete("/v1/jobs/race")).status_code == 204

@@ -1,4 +1,4 @@
-"""Issue 12 items 2 and 3: what a window holds in memory and on disk is the same set, across resizes and restarts;
+"""What a window holds in memory and on disk is the same set, across resizes and restarts;
 batch ids are signed 64-bit integers and a far-future id cannot freeze the window."""
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def test_a_far_future_batch_id_does_not_freeze_the_window(tmp_path):
 
 def test_a_batch_id_beyond_64_bits_is_a_422_on_a_live_keep_alive_connection(tmp_path):
     """Over real HTTP (``rebalancer serve``): the 422 comes back and the same connection serves the next request
-    (the attack saw a 500 and a dropped keep-alive connection)."""
+    (not a 500 and a dropped keep-alive connection)."""
     from tests.helpers.server import ServerProcess
 
     with ServerProcess(f"sqlite:///{tmp_path}/r.db", log_path=tmp_path / "server.log").start() as srv:

@@ -1,16 +1,15 @@
-"""``rebalancer serve`` refuses bad settings with one line and exit 2 before it starts listening."""
+"""``rebalancer serve`` refuses bad settings with one line and exit 2 before it starts listening (in process:
+the command returns before it would listen)."""
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.helpers.cli import run_cli
+
 
 def serve(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "cli.main", "serve", *args], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[2], timeout=60, env={**os.environ, **(env or {})})
+    return run_cli("serve", *args, env={**os.environ, **(env or {})})
 
 
 @pytest.mark.parametrize("args,env,needle", [

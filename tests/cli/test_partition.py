@@ -1,21 +1,17 @@
-"""CLI tests of ``rebalancer partition build | route | track`` (real subprocesses of the console entry point)."""
+"""CLI tests of ``rebalancer partition build | route | track`` (in process, :func:`tests.helpers.cli.run_cli`:
+bytes in and out as through a pipe)."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from solvers.gedik import route_keys
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.cli import run_cli
 
 
 def cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "cli.main", "partition", *args], input=stdin,
-                          capture_output=True, cwd=ROOT)
+    return run_cli("partition", *args, stdin=stdin, text=False)
 
 
 def zipf_spec(n=8, keys=500, alg="readj"):

@@ -1,18 +1,15 @@
-"""``rebalancer simulate`` end to end in a subprocess: the JSON document, the options, clean errors."""
+"""``rebalancer simulate`` end to end (in process, :func:`tests.helpers.cli.run_cli`): the JSON document, the
+options, clean errors."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.cli import run_cli
 
 
 def rb(*args):
-    return subprocess.run([sys.executable, "-m", "cli.main", "simulate", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    return run_cli("simulate", *args)
 
 
 def error_line(r):

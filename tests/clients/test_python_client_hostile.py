@@ -1,4 +1,4 @@
-"""RebalancerClient against hostile or broken servers (issue 12, item 12): real sockets, real HTTP.
+"""RebalancerClient against hostile or broken servers: real sockets, real HTTP.
 
 A small scripted HTTP/1.1 server answers each request with raw bytes chosen by the test — dripped one byte at a time,
 malformed JSON documents, odd headers, huge bodies, dropped connections — and records the requests it got. The
@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
-from clients.python import (
+from rebalancer_client import (
     ControllerUnavailable,
     NotFoundError,
     RebalancerClient,
@@ -116,9 +116,11 @@ def drip(payload: bytes, every: float, server_stop: list[threading.Event]) -> Re
 
 
 JOB = {"job_id": "j", "epoch": 3, "nodes": [{"id": "p0", "capacity": 1.0, "removing": False, "key_groups": 1}],
-       "assignment": {"k": "p0"}, "window": {"size": 1, "batches": [], "covered_batches": 0, "coverage": 0.0,
-                                             "key_groups_covered": 0, "key_groups": 1, "ready": False},
-       "metrics": None}
+       "key_groups": ["k"], "placement": [0], "algorithm": "flux", "params": {}, "budget": {}, "window_batches": 1,
+       "communication_cost": 0.0, "time_limit_s": 1.0, "auto": False, "policy": {},
+       "window": {"size": 1, "batches": [], "covered_batches": 0, "coverage": 0.0, "key_groups_covered": 0,
+                  "key_groups": 1, "ready": False},
+       "metrics": None, "decision": None, "created_at": 0.0, "updated_at": 0.0}
 
 
 # ---------------------------------------------------------------- deadlines
@@ -169,7 +171,8 @@ MALFORMED = [b"[]", b'"x"', b"null", b"", b"<html>busy</html>", b"[" * 100_000, 
              b'{"id": null, "status": "pending", "base_epoch": 0}', b'{"id": "p1", "status": "pending"}',
              b'{"id": "../../healthz", "status": "pending", "base_epoch": 0}',
              json.dumps({**JOB, "epoch": "3"}).encode(), json.dumps({**JOB, "epoch": True}).encode(),
-             json.dumps({**JOB, "nodes": None}).encode(), json.dumps({**JOB, "assignment": {"k": None}}).encode(),
+             json.dumps({**JOB, "nodes": None}).encode(), json.dumps({**JOB, "placement": [None]}).encode(),
+             json.dumps({**JOB, "key_groups": [0]}).encode(), json.dumps({**JOB, "policy": {"min_gain": "x"}}).encode(),
              json.dumps({**JOB, "window": []}).encode(), b'{"epoch": NaN}', b'{"new_epoch": 4}']
 CALLS = {
     "get_job": lambda rc: rc.get_job("j"),

@@ -7,7 +7,6 @@ import math
 from dataclasses import replace
 
 import httpx
-import pytest
 
 from controller.service import Controller
 from tests.api.inproc import run, settle, stats

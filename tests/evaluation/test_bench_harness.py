@@ -1,4 +1,4 @@
-"""benchmarks.harness: the JSON every benchmark writes, the targets table, and the plot rules (issue 14 item 9):
+"""benchmarks.harness: the JSON every benchmark writes, the targets table, and the plot rules:
 every line labelled, ``--quick`` in the title, nothing clamped silently, the D-C/W-C memory lines drawn against the
 target only where the target checks them."""
 
@@ -139,10 +139,14 @@ def test_bench_api_quick_run_against_a_real_server(tmp_path):
     from benchmarks.bench_api import main
 
     argv = ["--quick", "--seconds", "1", "--soak-seconds", "2", "--clients", "4", "--key-groups", "50",
-            "--workers", "1", "--out", str(tmp_path)]
+            "--workers", "1", "--plan-seconds", "2", "--mixed-plan-key-groups", "2000", "--mixed-plan-edges", "4000",
+            "--whatif", "1", "--whatif-candidates", "4,5", "--out", str(tmp_path)]
     assert main(argv) == 0
     doc = json.loads((tmp_path / "api.json").read_text())
+    assert doc["config"]["stats_form"] == "dense"  # what the clients send
+    assert doc["plans_40x800"]["requests"] > 0 and doc["plans_40x800"]["errors"] == 0
     assert doc["healthz"]["requests"] > 0 and doc["healthz"]["errors"] == 0
-    assert doc["stats_saturation"]["errors"] == 0 and doc["soak"]["errors"] == 0
+    assert doc["stats_saturation"]["requests"] > 0 and doc["stats_saturation"]["errors"] == 0
+    assert doc["soak"]["errors"] == 0
     assert len(doc["targets"]) == 5 and (tmp_path / "api_soak.png").exists()
-    assert doc["mixed"]["stats"]["errors"] == 0 and doc["mixed"]["heavy"]  # issue 12's mixed-load phase ran
+    assert doc["mixed"]["stats"]["errors"] == 0 and doc["mixed"]["heavy"]  # the mixed-load phase ran

@@ -34,7 +34,7 @@ def test_breakdown_on_hand_made_routing():
 
 
 def test_wchoices_excess_over_pkg_is_mostly_the_balance_effect():
-    """Zipf 1.0, 10^4 keys, 50 workers (the issue's configuration, scaled to 2·10^5 messages): W-C's head (25 keys)
+    """Zipf 1.0, 10^4 keys, 50 workers (scaled to 2·10^5 messages): W-C's head (25 keys)
     accounts for its extra choices; most remaining extra pairs are tail keys on their second PKG choice."""
     rng = np.random.default_rng(3)
     keys = rng.choice(10_000, size=200_000, p=zipf_probabilities(1.0, 10_000))

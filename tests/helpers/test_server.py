@@ -22,9 +22,9 @@ def test_in_process_lifespan_persists_and_reloads(tmp_path: Path):
         r = c.post("/v1/jobs/j1/stats", json={"batch_id": 1, "epoch": 0,
                                               "key_groups": [{"id": "agg/0", "load": 5.0}]})
         assert r.status_code == 202, r.text
-        pool = srv.controller.pool
-        assert pool is not None  # started by the lifespan
-    assert srv.controller.pool is pool and srv._life is None  # stopped
+        assert srv.controller.ctx.started  # the lifespan opened the writer and the pool
+        pool = srv.controller.ctx.pool
+    assert srv.controller.ctx.pool is pool and srv._life is None  # stopped
     with InProcessServer(database_url=url, warm=False).start() as again, again.client() as c:
         job = c.get("/v1/jobs/j1").json()  # loaded from the file by the second lifespan
         assert job["epoch"] == 0 and job["window"]["batches"] == [1]
@@ -54,7 +54,7 @@ def test_app_client_runs_on_the_callers_loop(tmp_path: Path):
     async def main() -> None:
         async with app_client(Settings(database_url=f"sqlite:///{tmp_path}/db.sqlite", solver_workers=1)) as (c, ctl):
             assert (await c.put("/v1/jobs/j1", json=JOB)).status_code == 201
-            assert "j1" in ctl.jobs and ctl.pool is not None  # the lifespan ran on this loop
+            assert "j1" in ctl.ctx.jobs and ctl.ctx.started  # the lifespan ran on this loop
 
     asyncio.run(main())
 

@@ -1,4 +1,4 @@
-"""Schema migrations (issue 14.8): Alembic revisions in ``controller/migrations`` bring any database to head at
+"""Schema migrations: Alembic revisions in ``controller/migrations`` bring any database to head at
 start — a new one, one at an older revision, and one made before the migrations existed (no ``alembic_version``),
 keeping its rows; the model in ``controller/database.py`` and the migrations agree. SQLite and real PostgreSQL."""
 
@@ -80,8 +80,10 @@ def check_upgraded_and_served(url: str) -> None:
         r = c.get("/v1/jobs/j")
         assert r.status_code == 200, r.text
         job = r.json()
-        assert job["epoch"] == 3 and job["assignment"] == {"k0": "b", "k1": "a"}, job  # the latest epoch wins
-        assert c.get("/v1/jobs/j/proposals/p1").json()["status"] == "executed"
+        assert job["epoch"] == 3 and job["key_groups"] == ["k0", "k1"] and job["placement"] == [1, 0], job  # latest
+        assert job["auto"] is False and job["policy"]["cooldown_batches"] == 3  # the first release's config read
+        p1 = c.get("/v1/jobs/j/proposals/p1").json()
+        assert p1["status"] == "executed" and p1["decision"] is None  # made before proposals had a verdict
         # the server writes into the upgraded tables: a new batch id beyond 32 bits and a new epoch
         body = {"batch_id": 2**40, "epoch": 3, "key_groups": [{"id": "k0", "load": 5.0}, {"id": "k1", "load": 1.0}]}
         assert c.post("/v1/jobs/j/stats", json=body).status_code in (200, 202)
@@ -94,9 +96,9 @@ def check_upgraded_and_served(url: str) -> None:
 
 def test_a_new_sqlite_database_is_created_at_head_and_equals_the_model(tmp_path):
     engine = db.make_engine(f"sqlite:///{tmp_path}/new.db")
-    assert db.create_schema(engine) == db.head_revision() == "0003"
+    assert db.create_schema(engine) == db.head_revision() == "0004"
     assert schema_differences(engine) == []
-    assert db.create_schema(engine) == "0003"  # idempotent
+    assert db.create_schema(engine) == "0004"  # idempotent
 
 
 def test_the_comparison_sees_a_model_change(tmp_path):
@@ -119,22 +121,23 @@ def test_a_first_release_sqlite_database_is_stamped_upgraded_and_served(tmp_path
     check_upgraded_and_served(url)
 
 
-def test_a_database_at_an_older_revision_is_upgraded(tmp_path):
+@pytest.mark.parametrize("revision", ["0001", "0003"])
+def test_a_database_at_an_older_revision_is_upgraded(tmp_path, revision):
     from alembic import command
 
     url = f"sqlite:///{tmp_path}/r1.db"
     engine = db.make_engine(url)
     with engine.begin() as conn:
-        command.upgrade(db.alembic_config(conn), "0001")
+        command.upgrade(db.alembic_config(conn), revision)
     with engine.begin() as conn:
-        assert db.current_revision(conn) == "0001"
+        assert db.current_revision(conn) == revision
         conn.execute(sa.text(
             "INSERT INTO jobs (job_id, spec, registration, kgs, nodes, assignment, epoch, last_round_batch, "
             "created_at, updated_at) VALUES ('j', :spec, '{}', :kgs, :nodes, '[\"a\", \"b\"]', 3, NULL, 0, 0)"),
             {"spec": SPEC, "kgs": KGS, "nodes": NODES})
         conn.exec_driver_sql("INSERT INTO epochs VALUES ('j', 3, 'execute', NULL, '[]', '[\"b\", \"a\"]', NULL, 0)")
-        conn.exec_driver_sql("INSERT INTO proposals VALUES ('p1', 'j', 2, 'executed', 'flux', '{}', 1.0, NULL, "
-                             "NULL, NULL, 3, 0)")
+        conn.exec_driver_sql("INSERT INTO proposals (id, job_id, base_epoch, status, algorithm, params, time_limit_s, "
+                             "executed_epoch, created_at) VALUES ('p1', 'j', 2, 'executed', 'flux', '{}', 1.0, 3, 0)")
     engine.dispose()
     check_upgraded_and_served(url)
 
@@ -148,11 +151,11 @@ def test_db_cli_shows_and_upgrades_the_revision(tmp_path):
     r = run_cli("db", "current", "--database", url)
     assert r.returncode == 0 and "none" in r.stdout and "0001" in r.stdout, r  # no history yet; its columns say 0001
     r = run_cli("db", "upgrade", "--database", url)
-    assert r.returncode == 0 and "0003" in r.stdout, r
+    assert r.returncode == 0 and "0004" in r.stdout, r
     r = run_cli("db", "current", "--database", url)
-    assert r.returncode == 0 and "0003 (head)" in r.stdout, r
+    assert r.returncode == 0 and "0004 (head)" in r.stdout, r
     r = run_cli("db", "history")
-    assert r.returncode == 0 and all(f"{n:04d}" in r.stdout for n in (1, 2, 3)), r
+    assert r.returncode == 0 and all(f"{n:04d}" in r.stdout for n in (1, 2, 3, 4)), r
     r = run_cli("db", "current", "--database", "nosuch://x")
     assert r.returncode == 2 and "database" in r.stderr and "Traceback" not in r.stderr, r
 

@@ -1,4 +1,4 @@
-"""``rebalancer serve`` as an operator meets it (issue 14 items 4–7): the database path resolved and logged, one
+"""``rebalancer serve`` as an operator meets it: the database path resolved and logged, one
 server per database, unknown settings refused, a busy port refused before anything is loaded, the readiness probe,
 and Prometheus metrics from ``prometheus_client`` with per-job gauges."""
 

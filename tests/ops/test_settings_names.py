@@ -1,5 +1,5 @@
 """Every ``REBALANCER_*`` name the code or the README mentions is a setting (or a client variable): with unknown
-settings refused at startup (issue 14 item 6), a documented name that is not declared would stop the server."""
+settings refused at startup, a documented name that is not declared would stop the server."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``rebalancer serve`` leaves no process behind: SIGTERM (after and during warm-up) and kill -9 of the server pid
-alone end the forkserver, the resource tracker and every solver worker (issue 14 item 1, issue 12 item 11)."""
+alone end the forkserver, the resource tracker and every solver worker."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scoped tokens (issue 12 item 13): a tenant's token gets 404, not 403, on another tenant's jobs (job names do not
+"""Scoped tokens: a tenant's token gets 404, not 403, on another tenant's jobs (job names do not
 leak), lists only its own jobs, a read token cannot change anything, /metrics is admin only."""
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 
-from clients.python import contract as c
 from controller.edge import Invalid, parse
+from rebalancer_client import contract as c
 from solvers import documents
 from solvers.errors import InvalidInput
 from solvers.model import Plan, Problem, plan_from_dict, plan_to_dict

@@ -54,9 +54,10 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from clients.python import RebalancerClient
-    from clients.spark.driver import RebalancingDriver
-    from clients.spark.sink import BatchIdSink
+    from rebalancer_client import RebalancerClient
+    from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig
+    from rebalancer_client.spark.driver import RebalancingDriver
+    from rebalancer_client.spark.sink import BatchIdSink
 
     spark = (SparkSession.builder.master(args.master).appName("recovery-job").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
@@ -72,11 +73,14 @@ def main() -> int:
             _die(marker, f"{point}:{version}")
 
     client = RebalancerClient(args.controller, timeout=3, connect_timeout=1, retries=0) if args.controller else None
-    driver = RebalancingDriver(spark, key="key", aggregations={"count": ("count", None), "total": ("sum", "v")},
-                               client=client, job_id=args.job_id, key_groups=12, partitions=3, algorithm="flux",
-                               budget={"max_migrations": 3}, window_batches=1, min_gain=0.0,
-                               checkpoint_location=args.chk, snapshot_every=3, output=BatchIdSink(args.out),
-                               on_store_event=store_event, backoff_s=0.5, async_plans=False)
+    # every window is worth a round (no noise guard, no minimum gain, no cooldown): migrations in every run
+    policy = {"noise_sigmas": None, "min_gain": 0.0, "cooldown_batches": 0}
+    driver = RebalancingDriver(
+        spark, key="key", aggregations={"count": ("count", None), "total": ("sum", "v")}, key_groups=12,
+        partitions=3, output=BatchIdSink(args.out),
+        controller=ControllerConfig(client, args.job_id, algorithm="flux", budget={"max_migrations": 3},
+                                    window_batches=1, policy=policy, auto=False, backoff_s=0.5, async_plans=False),
+        durability=DurabilityConfig(args.chk, snapshot_every=3, on_event=store_event))
     if point == "migration":
         original = driver.state.apply_routing
 

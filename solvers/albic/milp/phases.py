@@ -58,7 +58,7 @@ class Run:
     solver: Loader
     lb: float = 0.0
     b_left: float = 0.0        # a lower bound on the load every plan leaves on removing nodes (drain objective)
-    lex_proven: bool = False   # the exact drain model proved the lexicographic optimum (:mod:`.drain`)
+    lex_proven: bool = False   # the full model by levels proved the drain objective (:mod:`.levels`)
     details: dict[str, Any] = field(default_factory=dict)
 
     def at(self, share: float) -> float:
@@ -81,7 +81,7 @@ class Run:
         return self.pool.floor > 0
 
     def proven(self, tol: float | None = None) -> bool:
-        """The best plan is optimal: the exact drain model proved it, or its distance meets the bound (within
+        """The best plan is optimal: the full model by levels proved it, or its distance meets the bound (within
         ``tol``, default ``OPTIMALITY_TOL`` × the mean) and, with the drain objective, the load it leaves on removing
         nodes meets theirs (``b_left``): both at their least, so is ``max(d, F)``."""
         assert self.pool.best is not None
@@ -197,8 +197,8 @@ def restarts(run: Run, end: float) -> None:
 
 def search(run: Run, full: bool, plain: bool, backend: str, workers: int, seed: int) -> None:
     """Phases 3–5: restarts (3b: the decision model at the bound, after them on small instances, else before their
-    last ``AT_BOUND_SHARE``), then the exact model (small instances; with the drain objective its three levels,
-    :mod:`solvers.albic.milp.drain`) or neighbourhood search (large ones, long limits). The solver is imported in
+    last ``AT_BOUND_SHARE``), then the exact model (small instances; by levels,
+    :mod:`solvers.albic.milp.levels`) or neighbourhood search (large ones, long limits). The solver is imported in
     the background (:mod:`solvers.albic.milp.loader`) once the restarts start, only when a MILP phase could still
     run; each MILP phase runs only once it is loaded."""
     restart_end = RESTART_END_SMALL if full else RESTART_END
@@ -222,11 +222,12 @@ def search(run: Run, full: bool, plain: bool, backend: str, workers: int, seed: 
             _at_bound(run, start, seed)
         remaining = run.stop - time.perf_counter()
         if remaining > 0.02 and not run.reached():
-            if run.drain and not (run.p.communication_cost > 0 and run.p.comm.nnz):
-                from solvers.albic.milp.drain import drain_model  # OR-tools: loaded by now
-                run.best, bound, status, run.lex_proven = drain_model(
+            if backend == "cpsat" and not (run.p.communication_cost > 0 and run.p.comm.nnz):
+                from solvers.albic.milp.levels import full_levels  # OR-tools: loaded by now
+                run.best, bound, status, run.lex_proven = full_levels(
                     run.best, run.pool, remaining, workers, seed, OPTIMALITY_TOL * run.t_lin)
-                run.details["drain_model"] = "optimal" if run.lex_proven else "not proven"
+                if run.drain:
+                    run.details["drain_model"] = "optimal" if run.lex_proven else "not proven"
             else:
                 run.best, bound, status = full_model(run.best, run.pool, remaining, backend, workers, seed)
             run.details["full_model"] = status
