@@ -44,6 +44,12 @@ from controller.telemetry import job_sampler
 
 log = logging.getLogger("rebalancer.api")
 
+#: what every operation that needs a token may answer (api.middleware.AuthMiddleware, api.tenants)
+_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+AUTH_RESPONSES = {"401": {"description": "missing or invalid bearer token", "content": _ERROR},
+                  "403": {"description": "the token's scope does not allow this (a read token writing, /metrics "
+                                         "without admin)", "content": _ERROR}}
+
 DESCRIPTION = """Rebalancing controller for stateful stream and micro-batch jobs.
 
 Stateless: `POST /v1/plans`, `/v1/evaluate`, `/v1/what-if/scaling`, `/v1/partitioning`.
@@ -224,6 +230,7 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
                             op["security"] = []
                         else:
                             op.pop("security", None)  # the global requirement
+                            op.setdefault("responses", {}).update(AUTH_RESPONSES)
             schemes.pop("HTTPBearer", None)
         app.openapi_schema = schema
         return schema

@@ -99,7 +99,24 @@ def install(app: FastAPI) -> None:
         return server_error(req, exc, "internal server error")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_req: Request, exc: StarletteHTTPException) -> Response:
+    async def _http(req: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 400 and "parsing the body" in str(exc.detail):  # e.g. bytes that are not UTF-8
             return invalid([ErrorItem(field="body", reason="invalid JSON: the body could not be decoded")])
+        if exc.status_code == 405:
+            return not_allowed(req, (exc.headers or {}).get("Allow", ""))
         return error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+
+
+def not_allowed(req: Request, router_allow: str) -> Response:
+    """405 with every method the path allows (in ``Allow`` and the detail), read from the OpenAPI document: each
+    method of a path is a route of its own, and the router names only the first route whose path matched."""
+    parts = req.url.path.rstrip("/").split("/")
+    methods = {m.upper() for template, ops in req.app.openapi().get("paths", {}).items()
+               if _same_path(template.rstrip("/").split("/"), parts) for m in ops}
+    allow = ", ".join(sorted(methods)) or router_allow
+    return error(405, f"method {req.method} not allowed on {req.url.path[:200]}; allowed: {allow}", {"Allow": allow})
+
+
+def _same_path(template: list[str], parts: list[str]) -> bool:
+    return len(template) == len(parts) and all(t == p or (t.startswith("{") and t.endswith("}") and p)
+                                               for t, p in zip(template, parts, strict=True))

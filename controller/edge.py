@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from rebalancer_client.contract import ErrorItem
+from controller.errors import TooLarge
+from rebalancer_client.contract import Edge, ErrorItem, KeyGroupStats, Stats
+from solvers.errors import InvalidInput
+from solvers.model import MAX_MAGNITUDE
 
 T = TypeVar("T")
 
@@ -122,6 +126,70 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def in_worker(fn: Callable[..., Any], *args: Any) -> tuple[Any, ...]:
+    """``fn(*args)`` in a solver worker: ``("ok", value)``, or the request's refusal (:class:`Invalid`,
+    :class:`InvalidInput`, :class:`TooLarge`) as plain data that :func:`unwrap` raises again in the server."""
+    try:
+        return "ok", fn(*args)
+    except Invalid as exc:
+        return "refused", "invalid", exc.items
+    except InvalidInput as exc:
+        return "refused", "input", (exc.field, exc.reason)
+    except TooLarge as exc:
+        return "refused", "large", str(exc)
+    except Exception as exc:  # a bug: the request gets a 500, the worker stays
+        return "error", f"{type(exc).__name__}: {exc}"
+
+
+def unwrap(out: tuple[Any, ...]) -> Any:
+    """The value of :func:`in_worker`'s answer, or its refusal raised."""
+    if out[0] == "ok":
+        return out[1]
+    if out[0] == "refused":
+        kind, what = out[1], out[2]
+        raise Invalid(what) if kind == "invalid" else InvalidInput(*what) if kind == "input" else TooLarge(what)
+    raise RuntimeError(out[1])
+
+
+@dataclass
+class StatsColumns:
+    """A statistics document read in a solver worker, its key groups and edges as columns: sending 200,000 key
+    group objects back would cost the event loop seconds to unpickle, columns a few milliseconds."""
+
+    doc: Stats  # without its key groups and edges
+    ids: list[str] | None
+    load: list[float] | None
+    state: list[float | None] | None
+    edges: tuple[list[str], list[str], list[float]]
+
+    @classmethod
+    def read(cls, raw: bytes) -> StatsColumns:
+        """``raw`` validated as :class:`Stats` (:func:`parse`) and cut into columns."""
+        doc = parse(Stats, raw)
+        kgs, edges = doc.key_groups, doc.communication
+        columns = cls(replace(doc, key_groups=None, communication=[]), None if kgs is None else [k.id for k in kgs],
+                      None if kgs is None else [k.load for k in kgs],
+                      None if kgs is None else [k.state_bytes for k in kgs],
+                      ([e.src for e in edges], [e.dst for e in edges], [e.rate for e in edges]))
+        return columns
+
+    def stats(self, job_order: list[str]) -> Stats:
+        """The document again (pure Python: run it in a thread, the event loop keeps the GIL every few ms). Key
+        groups given by id exactly in ``job_order`` (every key group of the job, in its order: what a driver
+        usually posts) come back as the equivalent arrays, the other forms as they were."""
+        src, dst, rate = self.edges
+        edges = [Edge(src=a, dst=b, rate=r) for a, b, r in zip(src, dst, rate, strict=True)]
+        doc = replace(self.doc, communication=edges)
+        if self.ids is None or self.load is None or self.state is None:
+            return doc
+        given = [v for v in self.state if v is not None]
+        if doc.load is None and doc.state_bytes is None and self.ids == job_order \
+                and sum(self.load) <= MAX_MAGNITUDE and sum(given) <= MAX_MAGNITUDE:  # (else its 422 names the id)
+            return replace(doc, load=self.load, state_bytes=self.state if given else None)
+        return replace(doc, key_groups=[KeyGroupStats(id=i, load=x, state_bytes=b)
+                                        for i, x, b in zip(self.ids, self.load, self.state, strict=True)])
+
+
 def encode(doc: Any, cls: Any = None, exclude_defaults: bool = False) -> bytes:
     """A contract document (or a list of them: give ``cls``, e.g. ``list[JobSummary]``) as JSON bytes."""
     return adapter(type(doc) if cls is None else cls).dump_json(doc, by_alias=True, exclude_defaults=exclude_defaults)
@@ -137,10 +205,11 @@ PART = 80
 
 
 def field_path(loc: Iterable[Any]) -> str:
-    """``("key_groups", 3, "load")`` -> ``key_groups[3].load`` (each name cut at :data:`PART` characters)."""
+    """``("key_groups", 3, "load")`` -> ``key_groups[3].load``, ``("path", "job_id")`` -> ``job_id`` (each name cut at
+    :data:`PART` characters)."""
     out = ""
     for part in loc:
-        if part == "body" and not out:
+        if part in ("body", "path", "query") and not out:  # where it came from: the name alone is the field
             continue
         if isinstance(part, int):
             out += f"[{part}]"

@@ -103,6 +103,10 @@ class Settings(BaseSettings):
     #: held by all windows together.
     max_jobs: int = Field(default=1000, ge=1)
     max_window_cells: int = Field(default=20_000_000, ge=1)
+    #: key groups and window cells (key groups × window batches) of all registered jobs together (429 beyond): a
+    #: job's registration holds about 200 bytes per key group (ids, index, placement, window sums).
+    max_total_key_groups: int = Field(default=2_000_000, ge=1)
+    max_total_window_cells: int = Field(default=100_000_000, ge=1)
     max_total_window_bytes: int = Field(default=2 * 1024**3, ge=1)
 
     #: ``POST /v1/partitioning`` caps (413 beyond them): channels, channels × replicas (consistent-hash points),
@@ -116,9 +120,9 @@ class Settings(BaseSettings):
     history_snapshot_every: int = Field(default=100, ge=1)
     history_retention_epochs: int = Field(default=1000, ge=0)
 
-    #: ``POST /v1/plans`` bodies at least this large are parsed, validated, solved and serialised in a solver
-    #: worker (the event loop only moves bytes); the worker may take ``offload_seconds_per_mb`` per MB of body on
-    #: top of the time limit before it is stopped.
+    #: bodies at least this large are parsed in a solver worker (plans, evaluations and what-ifs always are; the
+    #: event loop only moves bytes); the worker may take ``offload_seconds_per_mb`` per MB of body on top of the
+    #: time limit before it is stopped.
     offload_min_bytes: int = Field(default=1024 * 1024, ge=0)
     offload_seconds_per_mb: float = Field(default=2.0, ge=0)
 

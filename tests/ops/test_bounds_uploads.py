@@ -16,7 +16,7 @@ from tests.helpers.server import HOST, ServerProcess
 
 MB = 1_000_000
 LIMITS = {"max_body_bytes": 2 * MB, "max_client_upload_bytes": 4 * MB, "max_upload_bytes": 16 * MB,
-          "header_timeout_s": 1.0, "body_idle_timeout_s": 3.0, "body_timeout_s": 20.0}
+          "header_timeout_s": 1.0, "body_idle_timeout_s": 5.0, "body_timeout_s": 30.0}
 TOKENS = ("tok-a", "tok-b")
 
 
