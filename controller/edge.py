@@ -219,17 +219,50 @@ def field_path(loc: Iterable[Any]) -> str:
     return out
 
 
+_PRIMITIVE_TAGS = ("str", "int", "float", "bool")
+
+
 def _is_union_tag(part: Any) -> bool:
-    # pydantic names the union member it tried in the location ("JobNode", "str", "int", "ScalingChange")
-    return isinstance(part, str) and (part[:1].isupper() or part in ("str", "int", "float", "bool"))
+    """pydantic names the member of a union it tried in the location: a document ("JobNode", "ScalingChange"), a
+    type ("str", "int") or a constrained one ("constrained-str", "function-after[...]")."""
+    return isinstance(part, str) and (part[:1].isupper() or part in _PRIMITIVE_TAGS
+                                      or part.startswith(("constrained-", "function-")))
+
+
+def _member_kind(tag: str) -> type:
+    """The JSON type a union member takes: a document an object, a constrained or plain type its own."""
+    base = tag.removeprefix("constrained-")
+    return {"str": str, "int": int, "float": float, "bool": bool}.get(base, dict)
+
+
+def _union_errors(errors: list[tuple[list[Any], Mapping[str, Any]]]) -> list[tuple[list[Any], Mapping[str, Any]]]:
+    """Each error with its location, where a union was tried, as the error of the member the value was meant for:
+    the member whose errors reach deepest into the value (it took the value's type), else the member of the value's
+    JSON type; the member's tag is left out of the location (unions within unions likewise)."""
+    out: list[tuple[list[Any], Mapping[str, Any]]] = []
+    groups: dict[tuple[Any, ...], dict[str, list[tuple[list[Any], Mapping[str, Any]]]]] = {}
+    for loc, e in errors:
+        t = next((i for i, p in enumerate(loc) if _is_union_tag(p)), None)
+        if t is None:
+            out.append((loc, e))
+        else:
+            groups.setdefault(tuple(loc[:t]), {}).setdefault(str(loc[t]), []).append((loc[:t] + loc[t + 1:], e))
+    for prefix, members in groups.items():
+        def rank(tag: str, depth: int = len(prefix), members: dict[str, list[Any]] = members) -> tuple[int, bool]:
+            items = members[tag]
+            deepest = max(len(loc) for loc, _ in items) - depth
+            whole = [e.get("input") for loc, e in items if len(loc) == depth]
+            matches = any(isinstance(v, _member_kind(tag)) and not isinstance(v, bool) for v in whole)
+            return deepest, matches
+        out.extend(_union_errors(members[max(members, key=rank)]))
+    return out
 
 
 def error_items(errors: Iterable[Mapping[str, Any]]) -> list[ErrorItem]:
     """pydantic's errors as ``{"field", "reason"}`` items (the first per field and reason)."""
     out: list[ErrorItem] = []
     seen: set[tuple[str, str]] = set()
-    for e in errors:
-        loc = [p for p in e.get("loc", ()) if not _is_union_tag(p) and not str(p).startswith("function-")]
+    for loc, e in _union_errors([(list(e.get("loc", ())), e) for e in errors]):
         if e.get("type") == "json_invalid":
             item = ErrorItem(field="body", reason=f"invalid JSON: {e.get('msg')}")
         else:

@@ -138,8 +138,8 @@ def test_edge_naming_unknown_key_group(end):
 
 def test_negative_state_bytes_and_comm_cost():
     expect_error(mutate(lambda d: d["key_groups"][0].update(state_bytes=-1)), "key_groups[0].state_bytes",
-                 "greater than or equal to 0")
-    expect_error(mutate(lambda d: d.update(communication_cost=-1)), "communication_cost", "greater than or equal to 0")
+                 "must be ≥ 0, got -1")
+    expect_error(mutate(lambda d: d.update(communication_cost=-1)), "communication_cost", "must be ≥ 0, got -1")
     expect_error(mutate(lambda d: d["key_groups"][0].update(state_bytes=-1)), "key_groups[0].state_bytes", "≥ 0",
                  reader=Problem.from_dict)
     expect_error(mutate(lambda d: d.update(communication_cost=-1)), "communication_cost", "≥ 0",
