@@ -162,7 +162,7 @@ def test_not_an_object():
     expect_error([1, 2], "body", "object")
     with pytest.raises(InvalidInput):
         Problem.from_dict([1, 2])
-    expect_error({"nodes": []}, "nodes", "at least 1")
+    expect_error({"nodes": []}, "nodes", "must not be empty")
 
 
 def test_plan_from_dict_rejects_foreign_plans():
