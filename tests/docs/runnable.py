@@ -2,8 +2,8 @@
 
 A block is runnable when the line before its opening fence is ``<!-- runnable -->`` (every command must exit 0)
 or ``<!-- runnable: exit N -->`` (the last command must exit N, the others 0), and the fence is ```` ```console ````.
-In the block, a line starting with ``$ `` is a command; it goes on over the next lines while it ends with ``\\`` or
-leaves a quotation open; the other lines are its printed output, compared with what it prints: line by line, ``…``
+In the block, a line starting with ``$ `` is a command; it goes on over the next lines while it ends with ``\\``,
+leaves a quotation open or a here-document (``<<'EOF'``) is not closed; the other lines are its printed output, compared with what it prints: line by line, ``…``
 standing for any text (a line of ``…`` alone: any number of lines). Print what stays the same from run to run (a
 ``jq`` filter that leaves out ids and seconds) or elide it with ``…``.
 
@@ -89,7 +89,14 @@ def compare(printed: list[str], actual: list[str]) -> str:
     return f"{len(extra)} more lines than printed, from {extra[0]!r}" if printed and extra else ""
 
 
+HEREDOC = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
+
+
 def _complete(command: str) -> bool:
+    heredoc = HEREDOC.search(command.splitlines()[0])
+    if heredoc:  # a here-document: the command ends at its delimiter line
+        lines = command.splitlines()
+        return len(lines) > 1 and lines[-1].strip() == heredoc.group(1)
     if command.rstrip().endswith("\\"):
         return False
     try:
