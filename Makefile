@@ -27,9 +27,9 @@ run: $(VENV)/.installed-base
 	$(VENV)/bin/rebalancer serve --host $(HOST) --port $(PORT)
 
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
-# Everything but the slow, Spark and PostgreSQL tests, on every core (pytest-xdist): about 80 s on 2 cores.
+# Everything but the slow, Spark and PostgreSQL tests, on every core (pytest-xdist).
 test-fast: $(VENV)/.installed-dev
 	$(PY) -m pytest -q -n auto -m "not slow and not spark and not postgres"
 
@@ -39,7 +39,7 @@ lint: $(VENV)/.installed-dev
 
 # Each benchmark writes bench-results/<name>.json (and PNG plots where useful); `make bench BENCH_ARGS=--quick`
 # runs the reduced versions.
-BENCHES ?= albic_milp albic_collocation gedik groupings api
+BENCHES ?= policy albic_milp albic_collocation gedik groupings api mixed_load failover spark_scale
 bench: $(VENV)/.installed-dev
 	mkdir -p bench-results
 	for b in $(BENCHES); do \
