@@ -39,7 +39,7 @@ lint: $(VENV)/.installed-dev
 
 # Each benchmark writes bench-results/<name>.json (and PNG plots where useful); `make bench BENCH_ARGS=--quick`
 # runs the reduced versions.
-BENCHES ?= policy albic_milp albic_collocation gedik groupings api mixed_load failover spark_scale
+BENCHES ?= policy albic_milp albic_collocation gedik groupings api mixed_load failover
 bench: $(VENV)/.installed-dev
 	mkdir -p bench-results
 	for b in $(BENCHES); do \
@@ -47,6 +47,7 @@ bench: $(VENV)/.installed-dev
 	done
 	echo "== bench spark_routing" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m benchmarks.bench_spark_routing $(BENCH_ARGS) --output bench-results/spark_routing.json
 	echo "== bench spark_state" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m benchmarks.bench_spark_state $(BENCH_ARGS) --output bench-results/spark_state.json
+	echo "== bench spark_scale" >&2; PYSPARK_PYTHON=$(PY) $(PY) -m benchmarks.bench_spark_scale $(BENCH_ARGS) --output bench-results/spark_scale.json
 
 # `make demo DEMO_PORT=9000` starts the demo's controller on that port (default: a free one).
 DEMO_PORT ?=
