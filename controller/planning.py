@@ -11,6 +11,7 @@ same functions in its own process.
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from controller.solver_worker import Solved, solve_plan
 from controller.solving import Kind
 from rebalancer_client import contract as c
 from rebalancer_client.wire import dump, read
-from solvers import documents, registry, scaling
+from solvers import documents, metrics, registry, scaling
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 
@@ -127,14 +128,50 @@ def evaluate_task(raw: bytes, limits: Limits) -> Answer:
 
 @dataclass(frozen=True)
 class WhatIf:
-    """A what-if request ready to solve: the problem, its candidate clusters and the planner."""
+    """A what-if request ready to solve, small enough for the event loop: each candidate's problem travels as
+    pickled bytes the server only passes on to a worker (:func:`solve_summary_task`), with what the report needs
+    of it (:class:`solvers.scaling.Shape`) and of the current state."""
 
-    request: c.WhatIfRequest
-    problem: Problem
-    variants: list[scaling.Variant]
+    candidates: list[Any]
+    target: float | None
+    max_utilisation: float | None
+    current: dict[str, Any]
+    budget: tuple[int | None, float | None]
+    shapes: list[scaling.Shape]
+    problems: list[bytes]
     algorithm: str
     params: dict[str, Any]
     time_limit: float
+
+    @classmethod
+    def of(cls, question: c.WhatIfQuestion, problem: Problem, variants: list[scaling.Variant], algorithm: str,
+           params: dict[str, Any], time_limit: float) -> WhatIf:
+        return cls([cand if isinstance(cand, int) else dump(cand) for cand in question.candidates],
+                   question.target_load_distance, question.max_utilisation,
+                   metrics.state_metrics(problem, problem.current),
+                   (problem.max_migrations, problem.max_migration_bytes), [scaling.Shape.of(v) for v in variants],
+                   [pickle.dumps(v.problem, protocol=pickle.HIGHEST_PROTOCOL) for v in variants], algorithm,
+                   params, time_limit)
+
+    def report(self, plans: list[dict[str, Any]]) -> c.WhatIfReport:
+        """The report once every candidate's plan (:func:`solve_summary_task`) is known."""
+        return read(c.WhatIfReport, scaling.report_of(self.current, self.budget, self.candidates, self.shapes, plans,
+                                                      self.algorithm, self.target, self.max_utilisation))
+
+
+def variants_of(problem: Problem, candidates: list[Any], limits: Limits) -> list[scaling.Variant]:
+    """The candidate clusters of a what-if (413 beyond the caps, 422 for a candidate that cannot be)."""
+    if len(candidates) > limits.max_candidates:
+        raise TooLarge(f"candidates: more than {limits.max_candidates}")
+    variants = []
+    for j, cand in enumerate(candidates):
+        if isinstance(cand, int) and cand > limits.max_nodes:
+            raise TooLarge(f"candidates[{j}]: more than {limits.max_nodes} nodes")
+        v = scaling.variant(problem, j, cand if isinstance(cand, int) else dump(cand))
+        if v.problem.n_nodes > limits.max_nodes:
+            raise TooLarge(f"candidates[{j}]: more than {limits.max_nodes} nodes")
+        variants.append(v)
+    return variants
 
 
 def what_if_task(raw: bytes, limits: Limits) -> WhatIf | Answer:
@@ -143,19 +180,21 @@ def what_if_task(raw: bytes, limits: Limits) -> WhatIf | Answer:
         req = parse(c.WhatIfRequest, raw)
         problem = problem_of(req.problem, limits)
         name, params = check_algorithm(req.algorithm or limits.default_algorithm, req.params)
-        if len(req.candidates) > limits.max_candidates:
-            raise TooLarge(f"candidates: more than {limits.max_candidates}")
-        variants = []
-        for j, cand in enumerate(req.candidates):
-            if isinstance(cand, int) and cand > limits.max_nodes:
-                raise TooLarge(f"candidates[{j}]: more than {limits.max_nodes} nodes")
-            v = scaling.variant(problem, j, cand if isinstance(cand, int) else dump(cand))
-            if v.problem.n_nodes > limits.max_nodes:
-                raise TooLarge(f"candidates[{j}]: more than {limits.max_nodes} nodes")
-            variants.append(v)
+        variants = variants_of(problem, req.candidates, limits)
     except (Invalid, InvalidInput, TooLarge) as exc:
         return _client_error(exc)
-    return WhatIf(req, problem, variants, name, params, limits.time_limit(req.time_limit_s))
+    return WhatIf.of(req, problem, variants, name, params, limits.time_limit(req.time_limit_s))
+
+
+def solve_summary_task(name: str, problem: bytes, time_limit: float, params: dict[str, Any]) -> tuple[Any, ...]:
+    """A what-if candidate solved in a worker: only the plan's metrics and solver come back (not its assignment)."""
+    try:
+        plan = solve_plan(name, pickle.loads(problem), time_limit, params).plan
+    except InvalidInput as exc:
+        return ("invalid", exc.field, exc.reason)
+    except Exception as exc:  # a planner bug: reported, never crashes the worker
+        return ("error", f"{type(exc).__name__}: {exc}")
+    return ("ok", {"metrics": dump(plan.metrics), "solver": dump(plan.solver)})
 
 
 def answer_task(task: Any, raw: bytes, limits: Limits) -> tuple[Any, ...]:
@@ -164,14 +203,6 @@ def answer_task(task: Any, raw: bytes, limits: Limits) -> tuple[Any, ...]:
         return ("ok", task(raw, limits))
     except Exception as exc:
         return ("error", f"{type(exc).__name__}: {exc}")
-
-
-def what_if_report(w: WhatIf, plans: list[c.Plan]) -> c.WhatIfReport:
-    """The report of :mod:`solvers.scaling` once every candidate is solved."""
-    cands = [cand if isinstance(cand, int) else dump(cand) for cand in w.request.candidates]
-    doc = scaling.report(w.problem, cands, w.variants, [dump(p) for p in plans], w.algorithm,
-                         w.request.target_load_distance, w.request.max_utilisation)
-    return read(c.WhatIfReport, doc)
 
 
 # ---------------------------------------------------------------------- in the server

@@ -21,8 +21,7 @@ from controller.model import Job, Node
 from controller.planning import Planning, WhatIf
 from controller.rounds import Rounds
 from rebalancer_client import contract as c
-from rebalancer_client.wire import dump
-from solvers import documents, metrics, scaling
+from solvers import documents, metrics
 from solvers.errors import InvalidInput
 from solvers.model import Plan, Problem
 
@@ -47,24 +46,16 @@ class Scaling:
     async def what_if(self, job_id: str, req: c.WhatIfQuestion) -> c.WhatIfReport:
         """:func:`controller.planning.what_if_task` on the job's window."""
         job = self.ctx.job(job_id)
-        s = self.ctx.settings
         name, params = self.planning.check_algorithm(req.algorithm or job.config.algorithm, req.params)
-        if len(req.candidates) > s.max_candidates:
-            raise TooLarge(f"candidates: more than {s.max_candidates}")
         problem = await self._snapshot(job)
-        variants = []
-        for j, cand in enumerate(req.candidates):
-            if isinstance(cand, int) and cand > s.max_nodes:
-                raise TooLarge(f"candidates[{j}]: more than {s.max_nodes} nodes")
-            variants.append(scaling.variant(problem, j, cand if isinstance(cand, int) else dump(cand)))
-        request = c.WhatIfRequest(problem=c.Problem(nodes=[]), candidates=req.candidates,
-                                  target_load_distance=req.target_load_distance,
-                                  max_utilisation=req.max_utilisation)
-        w = WhatIf(request, problem, variants, name, params, s.time_limit(req.time_limit_s))
-        with self.ctx.pool.admit(len(variants), owner=job_id) as ticket:
-            solved = await asyncio.gather(*(self.planning.solve(name, v.problem, w.time_limit, params, ticket=ticket)
-                                            for v in variants))
-        return planning.what_if_report(w, [x.plan for x in solved])
+        variants = planning.variants_of(problem, req.candidates, self.planning.limits)
+        w = WhatIf.of(req, problem, variants, name, params, self.ctx.settings.time_limit(req.time_limit_s))
+        pool = self.ctx.pool
+        with pool.admit(len(variants), owner=job_id) as ticket:
+            plans = await asyncio.gather(*(pool.submit(planning.solve_summary_task, name, blob, w.time_limit, params,
+                                                       time_limit=w.time_limit, ticket=ticket)
+                                           for blob in w.problems))
+        return w.report(list(plans))
 
     async def scale(self, job_id: str, req: c.ScaleRequest) -> c.Scaled:
         """A new node set and the placement of every key group on it, as one new epoch (409 when the job moved

@@ -114,6 +114,22 @@ def variant(problem: Problem, j: int, cand: Any) -> Variant:
     return Variant(p, added, removed)
 
 
+@dataclass(frozen=True)
+class Shape:
+    """What the report needs of a candidate cluster once its plan is known: its active nodes and capacity, and the
+    nodes it adds and marks removing."""
+
+    nodes: int
+    capacity: float
+    added: list[str]
+    removed: list[str]
+
+    @classmethod
+    def of(cls, v: Variant) -> Shape:
+        active = ~v.problem.removing
+        return cls(int(np.count_nonzero(active)), float(v.problem.capacity[active].sum()), v.added, v.removed)
+
+
 def report(problem: Problem, candidates: Sequence[Any], variants: Sequence[Variant],
            plans: Sequence[Mapping[str, Any]], algorithm: str, target: float | None,
            max_utilisation: float | None) -> dict[str, Any]:
@@ -122,28 +138,35 @@ def report(problem: Problem, candidates: Sequence[Any], variants: Sequence[Varia
     nodes, no node's utilisation above ``max_utilisation`` (default: the hottest node's today; the load distance
     alone would always favour a single node). ``recommendation`` is the candidate with the fewest active nodes
     (then least capacity, then lowest load distance) that meets the goal, or None."""
-    current = metrics.state_metrics(problem, problem.current)
+    return report_of(metrics.state_metrics(problem, problem.current), (problem.max_migrations,
+                     problem.max_migration_bytes), candidates, [Shape.of(v) for v in variants], plans, algorithm,
+                     target, max_utilisation)
+
+
+def report_of(current: Mapping[str, Any], budget: tuple[int | None, float | None], candidates: Sequence[Any],
+              shapes: Sequence[Shape], plans: Sequence[Mapping[str, Any]], algorithm: str, target: float | None,
+              max_utilisation: float | None) -> dict[str, Any]:
+    """:func:`report` from the current state's metrics, the per-round ``budget`` (migrations, bytes) and each
+    candidate's :class:`Shape` and plan (its ``metrics`` and ``solver``): no problem needed."""
     goal = current["load_distance"] if target is None else float(target)
     limit = current["max_utilisation"] if max_utilisation is None else float(max_utilisation)
     out: list[dict[str, Any]] = []
-    caps: list[float] = []
-    for v, cand, doc in zip(variants, candidates, plans, strict=True):
+    for shape, cand, doc in zip(shapes, candidates, plans, strict=True):
         after = doc["metrics"]["after"]
         mig, byt = doc["metrics"]["migrations"], doc["metrics"]["migration_bytes"]
         out.append({
-            "candidate": cand, "nodes": int(np.count_nonzero(~v.problem.removing)), "added": v.added,
-            "removed": v.removed, "load_distance": after["load_distance"],
-            "load_on_removing": after["load_on_removing"], "max_utilisation": after["max_utilisation"],
-            "migrations": mig, "migration_bytes": byt,
-            "rounds": rounds_needed(mig, byt, problem.max_migrations, problem.max_migration_bytes),
+            "candidate": cand, "nodes": shape.nodes, "added": shape.added, "removed": shape.removed,
+            "load_distance": after["load_distance"], "load_on_removing": after["load_on_removing"],
+            "max_utilisation": after["max_utilisation"], "migrations": mig, "migration_bytes": byt,
+            "rounds": rounds_needed(mig, byt, *budget),
             "meets_target": bool(after["load_distance"] <= goal + 1e-9 and after["load_on_removing"] <= 1e-9
                                  and after["max_utilisation"] <= limit * (1 + 1e-9) + 1e-12),
             "solver": doc["solver"],
         })
-        caps.append(float(v.problem.capacity[~v.problem.removing].sum()))
-    rec = recommend(out, caps)
-    return {"current": current, "target_load_distance": goal, "max_utilisation": limit, "algorithm": algorithm,
-            "candidates": out, "recommendation": rec, "recommended": None if rec is None else out[rec]}
+    rec = recommend(out, [shape.capacity for shape in shapes])
+    return {"current": dict(current), "target_load_distance": goal, "max_utilisation": limit,
+            "algorithm": algorithm, "candidates": out, "recommendation": rec,
+            "recommended": None if rec is None else out[rec]}
 
 
 def recommend(candidates: Sequence[Mapping[str, Any]], capacities: Sequence[float]) -> int | None:

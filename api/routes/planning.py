@@ -34,9 +34,9 @@ SOLVE_ERRORS: dict[int | str, dict[str, Any]] = {
 
 async def in_worker(ctl: Controller, task: Any, raw: bytes, solve: bool) -> Any:
     """``task(raw, limits)`` in a solver worker, holding one ad-hoc solve slot; its hard deadline allows the
-    maximum time limit (when it solves) and ``offload_seconds_per_mb`` per MB of body."""
+    maximum time limit (for a solve, or as a base for a parse) and ``offload_seconds_per_mb`` per MB of body."""
     s = ctl.settings
-    budget = (s.max_time_limit_s if solve else 0.0) + s.offload_seconds_per_mb * len(raw) / 1e6
+    budget = s.max_time_limit_s + s.offload_seconds_per_mb * len(raw) / 1e6
     return await ctl.ctx.pool.submit(planning.answer_task, task, raw, ctl.planning.limits, time_limit=budget)
 
 
@@ -72,10 +72,12 @@ async def what_if_scaling(request: Request, ctl: Controller = Depends(get_contro
     w = await in_worker(ctl, planning.what_if_task, await read_body(request), False)
     if not isinstance(w, planning.WhatIf):
         return answer(w[0], w[1])
-    with ctl.ctx.pool.admit(len(w.variants)) as ticket:
-        solved = await asyncio.gather(*(ctl.planning.solve(w.algorithm, v.problem, w.time_limit, w.params,
-                                                           ticket=ticket) for v in w.variants))
-    return respond(planning.what_if_report(w, [s.plan for s in solved]))
+    pool = ctl.ctx.pool
+    with pool.admit(len(w.problems)) as ticket:  # the candidates' problems pass as bytes, solved in parallel
+        plans = await asyncio.gather(*(pool.submit(planning.solve_summary_task, w.algorithm, problem, w.time_limit,
+                                                   w.params, time_limit=w.time_limit, ticket=ticket)
+                                       for problem in w.problems))
+    return respond(w.report(list(plans)))
 
 
 @router.post("/partitioning", responses=SOLVE_ERRORS)

@@ -3,9 +3,9 @@
 A block is runnable when the line before its opening fence is ``<!-- runnable -->`` (every command must exit 0)
 or ``<!-- runnable: exit N -->`` (the last command must exit N, the others 0), and the fence is ```` ```console ````.
 In the block, a line starting with ``$ `` is a command; it goes on over the next lines while it ends with ``\\``,
-leaves a quotation open or a here-document (``<<'EOF'``) is not closed; the other lines are its printed output, compared with what it prints: line by line, ``…``
-standing for any text (a line of ``…`` alone: any number of lines). Print what stays the same from run to run (a
-``jq`` filter that leaves out ids and seconds) or elide it with ``…``.
+leaves a quotation open or a here-document (``<<'EOF'``) is not closed; the other lines are its printed output, compared
+with what it prints: line by line, ``…`` standing for any text (a line of ``…`` alone: any number of lines). Print what
+stays the same from run to run (a ``jq`` filter that leaves out ids and seconds) or elide it with ``…``.
 
 ``<!-- runnable: output varies -->`` marks a block whose output depends on the machine's speed (a planner's result
 within its time limit): it must run, its output is not compared.
