@@ -131,7 +131,7 @@ async def phase(srv: ServerProcess, args: Any, wl: StatsWorkload,
 
 
 def heavy_requests(url: str, args: Any, log: Callable[[str], None]) -> dict[str, Callable[[], dict[str, Any]]]:
-    scale = 5 if args.quick else 1
+    scale = args.scale or (5 if args.quick else 1)
     log("building the bodies")
     bodies = {"plan": ("POST", "/v1/plans", big_plan_body(120_000 // scale, 640_000 // scale)),
               "what_if_big": ("POST", "/v1/what-if/scaling", big_whatif_body(140_000 // scale, 770_000 // scale,
@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe-rate", type=float, default=20.0, help="GET /healthz per second (open loop)")
     ap.add_argument("--whatif", type=int, default=4, help="small what-ifs sent with the big bodies")
     ap.add_argument("--workers", type=int, default=2, help="solver worker processes of the server")
+    ap.add_argument("--scale", type=int, default=None, help="divide the big bodies' sizes by this (default 1, quick 5)")
     args = bench.parse(argv)
     args.seconds = args.seconds or (8.0 if args.quick else 20.0)
     tmp = Path(tempfile.mkdtemp(prefix="bench-mixed-"))
