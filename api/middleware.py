@@ -213,9 +213,10 @@ class BodyLimitMiddleware:
     """Every byte of a request body bounded: at most ``max_bytes`` per body (413, on Content-Length or while it
     arrives), held in memory until its answer within the app's :class:`Uploads` caps (``max_upload_bytes`` for all
     requests, 503; ``max_client_upload_bytes`` per bearer token, or per address without authentication, 429), and
-    read in time: within ``body_timeout_s``, never pausing longer than ``body_idle_timeout_s`` (408). A refused
-    body's connection is closed (what is left of it is not read). The limits are the app's settings
-    (``app.state.settings``)."""
+    read in time: the app waits at most ``body_timeout_s`` for its bytes in all, never longer than
+    ``body_idle_timeout_s`` at once (408; the time counted is the app's waiting for the client, so a busy server
+    reading a fast upload slowly is not the client's fault). A refused body's connection is closed (what is left of
+    it is not read). The limits are the app's settings (``app.state.settings``)."""
 
     def __init__(self, app: Any, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -243,16 +244,17 @@ class BodyLimitMiddleware:
             await _send_json(send, refused[0], {"detail": refused[1]}, CLOSE + RETRY)
             return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + settings.body_timeout_s
-        state = {"held": 0, "done": False}
+        state: dict[str, Any] = {"held": 0, "done": False, "waited": 0.0}
 
         async def bounded_receive() -> dict[str, Any]:
             if state["done"]:
                 return await receive()  # type: ignore[no-any-return]
-            wait = min(settings.body_idle_timeout_s, deadline - loop.time())
+            t0 = loop.time()
             try:
-                async with asyncio.timeout(max(wait, 0.0)):
+                async with asyncio.timeout(max(min(settings.body_idle_timeout_s,
+                                                   settings.body_timeout_s - state["waited"]), 0.0)):
                     message: dict[str, Any] = await receive()
+                state["waited"] += loop.time() - t0
             except TimeoutError:
                 raise HTTPException(408, f"request body not received in time (REBALANCER_BODY_TIMEOUT_S "
                                          f"{settings.body_timeout_s:g} s, REBALANCER_BODY_IDLE_TIMEOUT_S "

@@ -251,15 +251,15 @@ class Jobs:
             raise QuotaExceeded(f"{len(others)} jobs are registered, the most this server keeps "
                                 f"(REBALANCER_MAX_JOBS = {s.max_jobs}); delete one first")
         for what, held, need, cap, name in (
-                ("key groups", sum(len(j.kg_ids) for j in others), m, s.max_total_key_groups, "KEY_GROUPS"),
+                ("key groups", sum(len(j.kg_ids) for j in others), m, s.max_total_key_groups,
+                 "REBALANCER_MAX_TOTAL_KEY_GROUPS"),
                 ("window cells (key groups × window_batches)", sum(len(j.kg_ids) * j.window.size for j in others),
-                 m * window, s.max_total_window_cells, "WINDOW_CELLS")):
+                 m * window, s.max_total_window_cells, "REBALANCER_MAX_TOTAL_WINDOW_CELLS")):
             if need > cap:
-                raise TooLarge(f"{need} {what}: more than all jobs together may hold (REBALANCER_MAX_TOTAL_{name} = "
-                               f"{cap})")
+                raise TooLarge(f"{need} {what}: more than all jobs together may hold ({name} = {cap})")
             if held + need > cap:
                 raise QuotaExceeded(f"the registered jobs hold {held} {what}; this job's {need} would exceed "
-                                    f"REBALANCER_MAX_TOTAL_{name} = {cap}; delete a job first")
+                                    f"{name} = {cap}; delete a job first")
 
     async def _update(self, job: Job, registration: dict[str, Any], config: JobConfig) -> c.JobState:
         async with job.lock:
