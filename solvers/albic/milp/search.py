@@ -44,12 +44,26 @@ def _res_ok(s: State, us: np.ndarray, dests: np.ndarray) -> np.ndarray:
     return ok
 
 
-def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: float, scale: float,
-          rng: np.random.Generator | None = None, topk: int = 1, land: np.ndarray | None = None
-          ) -> tuple[tuple[Any, ...] | None, bool]:
-    """Index of the best improving candidate: lowest new d, then lowest budget use, then lowest Σc·dev².
+def _use(s: State, dc: np.ndarray, db: np.ndarray) -> np.ndarray:
+    """The budget a candidate spends, as shares of the budgets (migrations and bytes, whichever are given): a
+    byte budget makes the cheaper key group in bytes the better of two that balance alike."""
+    use = dc / s.max_c if np.isfinite(s.max_c) and s.max_c > 0 else np.zeros(np.shape(dc))
+    if np.isfinite(s.max_b) and s.max_b > 0:
+        use = use + db / s.max_b
+    elif not np.isfinite(s.max_c):
+        use = np.asarray(dc, dtype=np.float64)
+    return np.asarray(use, dtype=np.float64)
 
-    With ``rng`` one of the ``topk`` best is drawn at random (the randomised greedy of the restarts).
+
+def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: float, scale: float,
+          rng: np.random.Generator | None = None, topk: int = 1, land: np.ndarray | None = None,
+          unit: np.ndarray | None = None) -> tuple[tuple[Any, ...] | None, bool]:
+    """Index of the best improving candidate: lowest new d, then lowest budget use ``dc`` (:func:`_use`), then
+    lowest Σc·dev².
+
+    With ``rng`` one of the ``topk`` best is drawn at random (the randomised greedy of the restarts), each the best
+    candidate of a different ``unit`` (the unit of the critical node it moves, same shape as ``newd``): the few
+    best candidates are often one key group sent to different nodes, and drawing among them changes nothing.
     With ``land`` (target mode) the cheapest candidate that lands the critical node inside the target band
     without pushing its partner out of it wins; only if there is none the rule above applies."""
     if land is not None:
@@ -57,7 +71,7 @@ def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: 
         if cand.any():
             dcb = np.broadcast_to(dc, newd.shape)
             cmin = dcb[cand].min()
-            cand &= dcb == cmin
+            cand &= dcb <= cmin + 1e-12
             score = np.where(cand, dss, np.inf)
             if rng is not None and topk > 1:
                 flat = np.flatnonzero(cand.ravel())
@@ -77,12 +91,15 @@ def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: 
         # quantise d so that near-ties are ordered by budget use and Σc·dev²
         q = np.round(nd / (1e-6 * scale))
         order = np.lexsort((dss.ravel()[flat], np.broadcast_to(dc, newd.shape).ravel()[flat], q))
+        if unit is not None:  # the best candidate of each unit, in order
+            _, first = np.unique(np.broadcast_to(unit, newd.shape).ravel()[flat][order], return_index=True)
+            order = order[np.sort(first)]
         pick = order[int(rng.integers(min(topk, order.size)))]
         return np.unravel_index(int(flat[pick]), newd.shape), False
     best = nd.min()
     tie = nd <= best + 1e-9 * scale
     dcf = np.broadcast_to(dc, newd.shape).ravel()[flat]
-    tie &= dcf == dcf[tie].min()
+    tie &= dcf <= dcf[tie].min() + 1e-12
     score = np.where(tie, dss.ravel()[flat], np.inf)
     return np.unravel_index(int(flat[int(np.argmin(score))]), newd.shape), False
 
@@ -141,7 +158,7 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
                 if target is not None:
                     land = (np.abs(uh - s.t) <= target)[:, None] & (
                         np.abs(uj - s.t) <= np.maximum(target, np.abs(u[D] - s.t))[None, :])
-                idx, landed = _pick(newd, dc, dss, ok, d, scale, rng, topk, land)
+                idx, landed = _pick(newd, _use(s, dc, db), dss, ok, d, scale, rng, topk, land, R[:, None])
                 if idx is not None:
                     best = ("move", int(R[idx[0]]), int(D[idx[1]]))
         else:
@@ -172,7 +189,7 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
                 land = None
                 if target is not None:
                     land = (np.abs(uh - s.t) <= target) & (dev_src <= np.maximum(target, dev[src]))
-                idx, landed = _pick(newd, dc, dss, ok, d, scale, rng, topk, land)
+                idx, landed = _pick(newd, _use(s, dc, db), dss, ok, d, scale, rng, topk, land)
                 if idx is not None:
                     best = ("move", int(S[idx[0]]), h)
         if swap_nodes > 0 and (best is None or (target is not None and not landed)):
@@ -319,7 +336,7 @@ def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_
     land = None
     if target is not None:
         land = (np.abs(uh - s.t) <= target) & (np.abs(uj - s.t) <= np.maximum(target, dev[jq]))
-    idx, landed = _pick(newd, dc, dss, ok, d, scale, rng, topk, land)
+    idx, landed = _pick(newd, _use(s, dc, db), dss, ok, d, scale, rng, topk, land, r_)
     if idx is None:
         return None, False
     return ("swap", int(r_[idx[0]]), int(q_[idx[0]])), landed
