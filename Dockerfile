@@ -6,19 +6,20 @@
 # Every version comes from the lock (constraints.txt, requirements-image.txt; `make lock` refreshes them).
 # tests/ops/test_image_static.py checks the rules of this file; tests/ops/test_image_smoke.py runs its steps.
 
-# ---- build: the project's wheel, with the build backend pinned by the lock
+# ---- build: the project's two wheels (rebalancer-client, rebalancer-server), the build backend pinned by the lock
 FROM python:3.11.7-slim-bookworm AS build
 WORKDIR /src
 COPY constraints.txt ./
 RUN pip install --no-cache-dir --disable-pip-version-check -c constraints.txt setuptools wheel
 COPY pyproject.toml README.md LICENSE ./
+COPY clients ./clients
 COPY api ./api
 COPY cli ./cli
-COPY clients ./clients
 COPY controller ./controller
 COPY evaluation ./evaluation
 COPY solvers ./solvers
-RUN pip wheel --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation --wheel-dir /wheels \
+    ./clients/python .
 
 # ---- the image
 FROM python:3.11.7-slim-bookworm

@@ -1,32 +1,54 @@
 """The FastAPI application factory: ``create_app(settings)`` wires the controller, middleware, routes and errors.
 
 Run it with ``rebalancer serve`` (one process: the controller keeps each job's window in memory and serialises a
-job's mutations with a lock; executes are also atomic in the database).
+job's mutations with a lock; executes are also atomic in the database). On PostgreSQL several replicas may run: the
+leader serves, the standbys answer every request but the probes, metrics and documentation with where the leader is
+(:class:`StandbyGuard`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import Response
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException
 
 from api import docs, errors
 from api.deps import documented_auth
+from api.errors import error
 from api.io import REQUEST_DOCUMENTS
-from api.middleware import OPEN_PATHS, AuthMiddleware, BodyLimitMiddleware, JobIdSlashMiddleware, MetricsMiddleware
+from api.middleware import (
+    OPEN_PATHS,
+    OPEN_PREFIXES,
+    AuthMiddleware,
+    BodyLimitMiddleware,
+    JobIdSlashMiddleware,
+    MetricsMiddleware,
+)
 from api.routes import jobs, ops, planning
 from api.tenants import grants
 from controller import edge
+from controller.leadership import Fenced, Leadership, ReplicaLeadership, request_term
 from controller.lease import ServerLease, lease_for
 from controller.service import Controller
 from controller.settings import Settings
 from controller.telemetry import job_sampler
 
 log = logging.getLogger("rebalancer.api")
+
+#: what every operation that needs a token may answer (api.middleware.AuthMiddleware, api.tenants)
+_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+AUTH_RESPONSES = {"401": {"description": "missing or invalid bearer token", "content": _ERROR},
+                  "403": {"description": "the token's scope does not allow this (a read token writing, /metrics "
+                                         "without admin)", "content": _ERROR}}
 
 DESCRIPTION = """Rebalancing controller for stateful stream and micro-batch jobs.
 
@@ -50,6 +72,96 @@ def log_database(settings: Settings) -> None:
     log.info("database: %s%s (%s)", where, fresh, how)
 
 
+#: the header naming the leader's URL on the answers of a replica that is not the leader (nothing was done)
+LEADER_HEADER = "Rebalancer-Leader"
+ROLE_HEADER = "Rebalancer-Role"
+
+
+def not_leader(leader_url: str | None, detail: str) -> Response:
+    """421 naming the leader (``Rebalancer-Leader``), or 503 while no leader is known; ``Rebalancer-Role: standby``
+    tells clients that nothing was done, so any request may be sent again to the leader."""
+    headers = {ROLE_HEADER: "standby", "Retry-After": "1"}
+    if leader_url:
+        headers[LEADER_HEADER] = leader_url
+        return error(421, f"{detail}; the leader is at {leader_url}", headers)
+    return error(503, f"{detail}; no leader is known yet", headers)
+
+
+async def admitted(lead: Leadership) -> int | None:
+    """The term to serve a request under, None when this replica must not: a leader whose lease was not renewed in
+    time by its own clock waits (at most a lease's length) for the renewal under way rather than refuse at once."""
+    term = lead.serving_term()
+    if term is not None or not isinstance(lead, ReplicaLeadership):
+        return term
+    deadline = time.monotonic() + lead.ttl
+    while lead.lapsed() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    return lead.serving_term()
+
+
+class StandbyGuard:
+    """Pure ASGI: only the leader serves the API (the probes, metrics and documentation are served by every
+    replica); each admitted request carries the lease term it was admitted under (writes of an older term fail)."""
+
+    def __init__(self, app: Any, leadership: Leadership):
+        self.app, self.leadership = app, leadership
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in OPEN_PATHS or path == "/metrics" or path.startswith(OPEN_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        term = await admitted(self.leadership)
+        if term is None:
+            await not_leader(self.leadership.leader_hint(), "this replica is not the leader now")(scope, receive, send)
+            return
+        token = request_term.set(term)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            request_term.reset(token)
+
+
+async def warm_routes(app: FastAPI) -> None:
+    """Have the router build its routes' state (built on the first request that walks past them otherwise): one
+    request for a path no route matches, straight to the router. A standby does it before competing for the lease,
+    or a new leader's first requests would take a second more."""
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+             "path": "/-warm-up-", "raw_path": b"/-warm-up-", "root_path": "", "query_string": b"", "headers": [],
+             "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 0), "app": app}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(_message: MutableMapping[str, Any]) -> None:
+        return None
+
+    try:
+        await app.router(scope, receive, send)
+    except HTTPException:  # the 404 that the application's handlers would have answered
+        pass
+
+
+def install_failover(app: FastAPI, leadership: Leadership) -> None:
+    """Replicas: a standby guard, and the answers of a write refused by the lease's fencing (421/503 naming the
+    leader: nothing was written) or cut short by the database connection (503: the leader may be changing)."""
+    if not leadership.replicated:
+        return
+    app.add_middleware(StandbyGuard, leadership=leadership)
+
+    @app.exception_handler(Fenced)
+    async def _fenced(_req: Request, exc: Fenced) -> Response:
+        return not_leader(exc.leader_url, str(exc))
+
+    @app.exception_handler(DBAPIError)
+    async def _database(req: Request, exc: DBAPIError) -> Response:
+        if not (exc.connection_invalidated or isinstance(exc, OperationalError)):
+            return errors.server_error(req, exc, "internal server error")
+        log.warning("database unavailable on %s %s: %s", req.method, req.url.path, str(exc.orig).splitlines()[0])
+        return error(503, "the database is unavailable (the leader may be changing); retry the request",
+                     {"Retry-After": "1"})
+
+
 def create_app(settings: Settings | None = None, warm: bool = True, lease: ServerLease | None = None) -> FastAPI:
     """The application. ``lease``: the one-server-per-database lease already taken (``rebalancer serve`` takes it
     before loading anything); without one the lifespan takes its own."""
@@ -63,6 +175,8 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
         own = lease is None
         held = lease_for(settings).acquire() if own else lease
         try:
+            if warm and controller.ctx.leadership.replicated:
+                await warm_routes(app)
             await controller.start(warm=warm)
             try:
                 yield
@@ -85,6 +199,7 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
     # innermost first: body limit, auth, metrics (outermost)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware, grants=grants(settings.tokens(), settings.token_scopes))
+    install_failover(app, controller.ctx.leadership)  # inside the metrics: standby answers are counted
     app.add_middleware(MetricsMiddleware, telemetry=controller.ctx.telemetry)
     app.add_middleware(JobIdSlashMiddleware)
 
@@ -115,6 +230,7 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
                             op["security"] = []
                         else:
                             op.pop("security", None)  # the global requirement
+                            op.setdefault("responses", {}).update(AUTH_RESPONSES)
             schemes.pop("HTTPBearer", None)
         app.openapi_schema = schema
         return schema

@@ -18,10 +18,10 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.io import UnsupportedMediaType, respond
-from clients.python.contract import Error, ErrorItem
 from controller.edge import Invalid, error_items
 from controller.errors import Busy, Conflict, NotFound, TooLarge
-from controller.solving import SolveTimeout, WorkerDied
+from controller.pool_errors import SolverUnavailable
+from rebalancer_client.contract import Error, ErrorItem
 from solvers.errors import InvalidInput
 
 log = logging.getLogger("rebalancer.api")
@@ -40,9 +40,9 @@ def server_error(req: Request, exc: BaseException, detail: str) -> Response:
 
 
 def solver_unavailable(req: Request, exc: BaseException) -> Response:
-    """503 (with ``Retry-After``) when the solve itself could not finish: its worker was killed at the hard
-    deadline (:class:`SolveTimeout`) or died (:class:`WorkerDied`); the pool has replaced the worker, so a retry
-    can succeed. Logged under the request id it carries."""
+    """503 (with ``Retry-After``) when the solve itself could not finish (:class:`SolverUnavailable`): its worker
+    was killed at the hard deadline or died (the pool has replaced it, so a retry can succeed), or the pool is
+    broken (``/healthz`` says so too). Logged under the request id it carries."""
     rid = uuid.uuid4().hex[:16]
     log.warning("solver unavailable %s on %s %s: %s: %s", rid, req.method, req.url.path, type(exc).__name__, exc)
     return error(503, f"solver unavailable: {exc}; retry the request", {"Retry-After": "1", "X-Request-ID": rid}, rid)
@@ -85,8 +85,7 @@ def install(app: FastAPI) -> None:
     async def _busy(_req: Request, exc: Busy) -> Response:
         return error(429, str(exc), {"Retry-After": "1"})
 
-    @app.exception_handler(SolveTimeout)
-    @app.exception_handler(WorkerDied)
+    @app.exception_handler(SolverUnavailable)
     async def _unavailable(req: Request, exc: RuntimeError) -> Response:
         return solver_unavailable(req, exc)
 
@@ -100,7 +99,24 @@ def install(app: FastAPI) -> None:
         return server_error(req, exc, "internal server error")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_req: Request, exc: StarletteHTTPException) -> Response:
+    async def _http(req: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 400 and "parsing the body" in str(exc.detail):  # e.g. bytes that are not UTF-8
             return invalid([ErrorItem(field="body", reason="invalid JSON: the body could not be decoded")])
+        if exc.status_code == 405:
+            return not_allowed(req, (exc.headers or {}).get("Allow", ""))
         return error(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+
+
+def not_allowed(req: Request, router_allow: str) -> Response:
+    """405 with every method the path allows (in ``Allow`` and the detail), read from the OpenAPI document: each
+    method of a path is a route of its own, and the router names only the first route whose path matched."""
+    parts = req.url.path.rstrip("/").split("/")
+    methods = {m.upper() for template, ops in req.app.openapi().get("paths", {}).items()
+               if _same_path(template.rstrip("/").split("/"), parts) for m in ops}
+    allow = ", ".join(sorted(methods)) or router_allow
+    return error(405, f"method {req.method} not allowed on {req.url.path[:200]}; allowed: {allow}", {"Allow": allow})
+
+
+def _same_path(template: list[str], parts: list[str]) -> bool:
+    return len(template) == len(parts) and all(t == p or (t.startswith("{") and t.endswith("}") and p)
+                                               for t, p in zip(template, parts, strict=True))

@@ -1,4 +1,4 @@
-"""Benchmark of the controller's HTTP API: ``python -m benchmarks.bench_api [--quick] [--mixed-only]``.
+"""Benchmark of the controller's HTTP API: ``python -m benchmarks.bench_api [--quick]``.
 
 Starts a real server (``python -m cli.main serve``, :class:`tests.helpers.server.ServerProcess`) on 127.0.0.1 with a
 fresh SQLite database and measures, in one run, with a small keep-alive HTTP/1.1 client on asyncio (so that the
@@ -14,12 +14,7 @@ load generator costs little CPU on a 2-core machine):
 3. ``POST /v1/plans`` for a 40-node / 800-key-group problem (ALBIC §5.1 synthetic; albic-milp when available);
 4. the soak: stats posts at 50 requests/s for ``--soak-seconds`` (default 60; a full soak is 600), counting
    errors and sampling the server's resident memory (growth = last sample vs. the sample after the first 10 %).
-5. mixed load (alone with ``--mixed-only``): stats posts at 200/s offered (open loop, 1,000 key groups,
-   latency from the scheduled send time) while a ~50 MB ``POST /v1/plans`` (120,000 key groups, 640,000 edges;
-   ~10 MB with ``--quick``) and four concurrent ``POST /v1/what-if/scaling`` (albic-milp, 7 candidates,
-   ``time_limit_s`` 2) are in flight. The stats posts run from 1 s before the heavy requests start until 1 s after
-   the last answers; their status codes and wall times are recorded apart from the stats errors.
-
+The same under mixed load (big plans, what-ifs, registrations at once): :mod:`benchmarks.bench_mixed_load`.
 All load goes to 127.0.0.1 only and every loop is bounded by a duration and a request cap. Writes
 ``<out>/api.json`` (and ``api_soak.png`` when matplotlib is present; :mod:`benchmarks.harness`). Progress goes to
 stderr.
@@ -28,6 +23,7 @@ stderr.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -87,10 +83,8 @@ class Conn:
     async def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-            try:
+            with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
-            except Exception:
-                pass
             self.writer = None
 
 
@@ -138,10 +132,12 @@ async def closed_loop(port: int, n_clients: int, seconds: float, make_request: M
 
 async def open_loop(port: int, n_clients: int, rate: float, seconds: float, make_request: MakeRequest,
                     token: str | None = None, on_tick: Callable[[float], None] | None = None,
-                    stop: asyncio.Event | None = None) -> tuple[dict[str, Any], list[float]]:
+                    stop: asyncio.Event | None = None,
+                    times: list[float] | None = None) -> tuple[dict[str, Any], list[float]]:
     """Requests scheduled at ``rate``/s in total, round-robin over ``n_clients`` connections; latency is measured
     from the scheduled time (a late send counts as latency). ``stop`` (set) ends the schedule early: no request is
-    scheduled after the moment it is set. Returns the summary and per-request latencies."""
+    scheduled after the moment it is set. Returns the summary and per-request latencies (``times`` gets each one's
+    scheduled time, in the same order)."""
     lat: list[float] = []
     errors = [0]
     per_client = rate / n_clients
@@ -173,6 +169,8 @@ async def open_loop(port: int, n_clients: int, rate: float, seconds: float, make
                     t_next += 1.0 / per_client
                     continue
                 lat.append(time.perf_counter() - t_next)
+                if times is not None:
+                    times.append(t_next)
                 if st not in ok:
                     errors[0] += 1
                 t_next += 1.0 / per_client
@@ -230,12 +228,8 @@ def with_cpu(pid: int, fn: Callable[[], R]) -> R:
 def group_rss(pgid: int) -> int:
     total = 0
     for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if os.getpgid(int(p.name)) == pgid:
-                    total += rss_bytes(int(p.name))
-            except OSError:
-                continue
+        with contextlib.suppress(OSError):
+            total += rss_bytes(int(p.name)) if p.name.isdigit() and os.getpgid(int(p.name)) == pgid else 0
     return total
 
 
@@ -255,8 +249,7 @@ def wait_workers(server: ServerProcess, workers: int, timeout: float = 120.0) ->
 # ---------------------------------------------------------------------- workloads
 def make_jobs(port: int, n_jobs: int, key_groups: int, nodes: int) -> list[str]:
     async def go() -> list[str]:
-        c = Conn(port)
-        ids = []
+        c, ids = Conn(port), []
         for j in range(n_jobs):
             jid = f"bench-{j}"
             body = json.dumps({"nodes": [f"w{i}" for i in range(nodes)],
@@ -274,8 +267,7 @@ def make_jobs(port: int, n_jobs: int, key_groups: int, nodes: int) -> list[str]:
 def stats_bodies(key_groups: int, variants: int, seed: int = 0, form: str = "dense") -> list[bytes]:
     """Pre-encoded statistics after ``"batch_id":<b>,"epoch":0,`` (the client must not be the bottleneck; the batch
     id is spliced in): ``dense``, the arrays in the job's key-group order; ``ids``, by key group id."""
-    rng = np.random.default_rng(seed)
-    out = []
+    rng, out = np.random.default_rng(seed), []
     for _ in range(variants):
         loads = rng.gamma(2.0, 50.0, size=key_groups)
         if form == "dense":
@@ -290,9 +282,7 @@ def stats_bodies(key_groups: int, variants: int, seed: int = 0, form: str = "den
 
 class StatsWorkload:
     def __init__(self, jobs: list[str], bodies: list[bytes], first_batch: int):
-        self.jobs = jobs
-        self.bodies = bodies
-        self.next_batch = [first_batch] * len(jobs)
+        self.jobs, self.bodies, self.next_batch = jobs, bodies, [first_batch] * len(jobs)
 
     def __call__(self, i: int, k: int) -> Request:
         j = i % len(self.jobs)
@@ -313,63 +303,6 @@ def big_plan_body(key_groups: int, edges: int, nodes: int = 100, seed: int = 0) 
                                    "communication": comm}, "algorithm": "flux", "time_limit_s": 1}).encode()
 
 
-def whatif_body(candidates: list[int], time_limit_s: float = 2.0) -> bytes:
-    """``POST /v1/what-if/scaling``: 8 nodes, 2,000 key groups, albic-milp over ``candidates`` cluster sizes."""
-    rng = np.random.default_rng(1)
-    prob = {"nodes": [{"id": f"n{j}"} for j in range(8)],
-            "key_groups": [{"id": f"k{i}", "node": f"n{i % 8}", "load": float(x)}
-                           for i, x in enumerate(rng.random(2000))]}
-    return json.dumps({"problem": prob, "candidates": candidates, "algorithm": "albic-milp",
-                       "time_limit_s": time_limit_s}).encode()
-
-
-async def mixed_load(port: int, n_clients: int, rate: float, wl: StatsWorkload, plan_body: bytes,
-                     whatif: bytes, n_whatif: int, lead_s: float = 1.0, tail_s: float = 1.0,
-                     cap_s: float = 600.0) -> dict[str, Any]:
-    """Stats posts at ``rate``/s (open loop) from ``lead_s`` before one big plan and ``n_whatif`` what-ifs are sent
-    (each on its own connection) until ``tail_s`` after the last of them answered (at most ``cap_s``)."""
-    stop = asyncio.Event()
-    heavy: dict[str, dict[str, Any]] = {}
-    load_samples: list[float] = []
-
-    async def one(name: str, path: str, body: bytes) -> None:
-        c = Conn(port)
-        t0 = time.perf_counter()
-        try:
-            st, data = await c.request("POST", path, body)
-            heavy[name] = {"status": st, "seconds": round(time.perf_counter() - t0, 2), "response_bytes": len(data)}
-            if st >= 300:
-                heavy[name]["detail"] = data[:300].decode(errors="replace")
-        except Exception as e:  # noqa: BLE001 — recorded, the stats numbers are the point
-            heavy[name] = {"status": None, "seconds": round(time.perf_counter() - t0, 2), "error": repr(e)[:300]}
-        finally:
-            await c.close()
-
-    async def driver() -> float:
-        await asyncio.sleep(0.2 + lead_s)
-        t0 = time.perf_counter()
-        await asyncio.gather(one("plan", "/v1/plans", plan_body),
-                             *(one(f"what_if_{i}", "/v1/what-if/scaling", whatif) for i in range(n_whatif)))
-        wall = time.perf_counter() - t0
-        await asyncio.sleep(tail_s)
-        stop.set()
-        return wall
-
-    async def sample_load() -> None:
-        while not stop.is_set():
-            load_samples.append(os.getloadavg()[0])
-            await asyncio.sleep(1.0)
-
-    sampler = asyncio.create_task(sample_load())
-    (stats, _), wall = await asyncio.gather(open_loop(port, n_clients, rate, cap_s, wl, stop=stop), driver())
-    sampler.cancel()
-    stats["offered_rps"] = rate
-    return {"stats": stats, "heavy": dict(sorted(heavy.items())), "heavy_wall_s": round(wall, 2),
-            "loadavg_1m_during": {"min": round(min(load_samples), 2), "max": round(max(load_samples), 2),
-                                  "end": round(load_samples[-1], 2)} if load_samples else None}
-
-
-# ---------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     bench = Bench("api", __doc__)
     ap = bench.parser
@@ -387,144 +320,98 @@ def main(argv: list[str] | None = None) -> int:
                     help="duration of the plans phase (default: the phase duration, at least 8 s: a plan takes ~1 s)")
     ap.add_argument("--workers", type=int, default=2, help="solver worker processes of the server")
     ap.add_argument("--database", default=None, help="SQLAlchemy URL (default: a fresh SQLite file)")
-    ap.add_argument("--mixed-only", action="store_true", help="run only phase 5 (mixed load)")
-    ap.add_argument("--mixed-plan-key-groups", type=int, default=None,
-                    help="key groups of the mixed phase's big plan (default 120000: ~50 MB; quick 24000: ~10 MB)")
-    ap.add_argument("--mixed-plan-edges", type=int, default=None,
-                    help="communication edges of the big plan (default 640000; quick 128000)")
-    ap.add_argument("--whatif", type=int, default=4, help="concurrent what-if requests in the mixed phase")
-    ap.add_argument("--whatif-candidates", default="4,5,6,7,8,9,10", help="cluster sizes of each what-if")
-    ap.add_argument("--request-wait", type=float, default=120.0,
-                    help="the server's request_wait_s (default 120: the mixed phase's what-ifs queue for the "
-                         "solver workers instead of being refused after the 5 s default)")
     args = bench.parse(argv)
     secs = args.seconds or (5.0 if args.quick else 15.0)
     soak = args.soak_seconds if args.soak_seconds is not None else (15.0 if args.quick else 60.0)
-    if args.mixed_plan_key_groups is None:
-        args.mixed_plan_key_groups = 24_000 if args.quick else 120_000
-    if args.mixed_plan_edges is None:
-        args.mixed_plan_edges = 128_000 if args.quick else 640_000
-
     tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
     database = args.database or f"sqlite:///{tmp}/bench.db"
-    server = ServerProcess(database, settings={"solver_workers": args.workers, "request_wait_s": args.request_wait},
-                           test_settings=False,
+    server = ServerProcess(database, settings={"solver_workers": args.workers}, test_settings=False,
                            log_path=tmp / "server.log")
     bench.log(f"starting server on {server.url} ({database}); log {tmp}/server.log")
     server.start()
-    port, pid = server.port, server.pid
-    result = bench.result
-    result["config"] = {"clients": args.clients, "key_groups_per_post": args.key_groups,
-                        "stats_form": args.stats_form, "phase_seconds": secs,
-                        "open_loop_rate": args.rate, "soak_seconds": soak, "soak_rate": args.soak_rate,
-                        "database": "sqlite" if database.startswith("sqlite") else database.split(":")[0],
-                        "solver_workers": args.workers, "request_wait_s": args.request_wait,
-                        "mixed_only": args.mixed_only}
+    bench.result["config"] = {"clients": args.clients, "key_groups_per_post": args.key_groups,
+                              "stats_form": args.stats_form, "phase_seconds": secs, "open_loop_rate": args.rate,
+                              "soak_seconds": soak, "soak_rate": args.soak_rate,
+                              "database": "sqlite" if database.startswith("sqlite") else database.split(":")[0],
+                              "solver_workers": args.workers}
     try:
         wait_workers(server, args.workers)
-        jobs = make_jobs(port, args.clients, args.key_groups, nodes=20)
-        bodies = stats_bodies(args.key_groups, variants=8, form=args.stats_form)
-        wl = StatsWorkload(jobs, bodies, first_batch=1)
-        if not args.mixed_only:
-            # 1. baseline
-            bench.log(f"healthz: {args.clients} clients, closed loop, {secs:.0f} s")
-            hz = with_cpu(pid, lambda: asyncio.run(closed_loop(
-                port, args.clients, secs, lambda i, k: ("GET", "/healthz", None, (200,)), max_requests=1_000_000)))
-            result["healthz"] = hz
-            bench.log(f"  {hz}")
-
-            # 2. stats
-            bench.log(f"stats saturation: {args.clients} clients x {args.key_groups} key groups, closed loop, "
-                      f"{secs:.0f} s")
-            sat = with_cpu(pid, lambda: asyncio.run(closed_loop(port, args.clients, secs, wl, max_requests=500_000)))
-            result["stats_saturation"] = sat
-            bench.log(f"  {sat}")
-            bench.log(f"stats at {args.rate:.0f} posts/s: open loop over {args.clients} clients, {secs:.0f} s")
-            rated, _ = with_cpu(pid, lambda: asyncio.run(open_loop(port, args.clients, args.rate, secs, wl)))
-            result["stats_at_rate"] = rated
-            bench.log(f"  {rated}")
-
-            # 3. plans for a 40/800 problem
-            from evaluation.generators import albic_synthetic
-            from solvers import registry
-
-            algo = "albic-milp" if "albic-milp" in registry.available_names() else "flux"
-            problem = albic_synthetic(40, key_groups_per_node=20, seed=1, max_migrations=40).to_dict()
-            plan_body = json.dumps({"problem": problem, "algorithm": algo, "time_limit_s": 1.0}).encode()
-            plan_clients = max(1, args.workers)
-            plan_secs = args.plan_seconds or max(secs, 8.0)
-            bench.log(f"plans: 40 nodes / 800 key groups, {algo}, {plan_clients} clients, closed loop, "
-                      f"{plan_secs:.0f} s")
-            pl = asyncio.run(closed_loop(port, plan_clients, plan_secs,
-                                         lambda i, k: ("POST", "/v1/plans", plan_body, (200,)), max_requests=10_000))
-            pl["algorithm"] = algo
-            result["plans_40x800"] = pl
-            bench.log(f"  {pl}")
-
-            # 4. soak
-            bench.log(f"soak: {args.soak_rate:.0f} stats posts/s for {soak:.0f} s")
-            samples: list[tuple[float, int, int]] = []
-
-            def tick(t: float) -> None:
-                samples.append((round(t, 1), rss_bytes(pid), group_rss(pid)))
-
-            tick(0.0)
-            soak_res, _ = asyncio.run(open_loop(port, args.clients, args.soak_rate, soak, wl, on_tick=tick))
-            tick(soak)
-            warm = [s for s in samples if s[0] >= 0.1 * soak] or samples
-            base_rss = warm[0][1]
-            growth = (samples[-1][1] - base_rss) / base_rss if base_rss else 0.0
-            soak_res.update({"rss_start_mb": round(samples[0][1] / 2**20, 1),
-                             "rss_after_10pct_mb": round(base_rss / 2**20, 1),
-                             "rss_end_mb": round(samples[-1][1] / 2**20, 1), "memory_growth": round(growth, 4),
-                             "group_rss_end_mb": round(samples[-1][2] / 2**20, 1),
-                             "rss_samples": [[t, round(r / 2**20, 1)] for t, r, _ in samples]})
-            result["soak"] = soak_res
-            bench.log(f"  errors {soak_res['errors']}, rss {soak_res['rss_after_10pct_mb']} -> "
-                      f"{soak_res['rss_end_mb']} MB ({growth:+.1%}), p99 {soak_res['p99_ms']} ms")
-
-        # 5. mixed load
-        bench.log(f"mixed: building the plan body ({args.mixed_plan_key_groups} key groups, "
-                  f"{args.mixed_plan_edges} edges)")
-        plan_body = big_plan_body(args.mixed_plan_key_groups, args.mixed_plan_edges)
-        cands = [int(x) for x in args.whatif_candidates.split(",")]
-        wi_body = whatif_body(cands, time_limit_s=2.0)
-        bench.log(f"mixed: stats at {args.rate:.0f} posts/s over {args.clients} clients while a "
-                  f"{len(plan_body) / 1e6:.1f} MB plan and {args.whatif} what-ifs (albic-milp, candidates {cands}, "
-                  f"time_limit_s 2) are in flight")
-        c0 = cpu_seconds(pid)
-        mx = asyncio.run(mixed_load(port, args.clients, args.rate, wl, plan_body, wi_body, args.whatif))
-        mx["server_main_process_cpu_share"] = round((cpu_seconds(pid) - c0) / mx["stats"]["seconds"], 3)
-        mx.update({"plan_body_mb": round(len(plan_body) / 1e6, 1), "whatif_candidates": cands,
-                   "whatif_count": args.whatif, "loadavg_end": [round(x, 2) for x in os.getloadavg()]})
-        result["mixed"] = mx
-        bench.log(f"  stats {mx['stats']}")
-        bench.log(f"  heavy {mx['heavy']} (wall {mx['heavy_wall_s']} s); load {mx['loadavg_1m_during']}")
+        wl = StatsWorkload(make_jobs(server.port, args.clients, args.key_groups, nodes=20),
+                           stats_bodies(args.key_groups, variants=8, form=args.stats_form), first_batch=1)
+        throughput(bench, server, args, secs, wl)
+        soak_phase(bench, server, args, soak, wl)
     finally:
         server.stop()
-
-    if not args.mixed_only:
-        sat, rated, soak_res = result["stats_saturation"], result["stats_at_rate"], result["soak"]
-        bench.target(f"stats throughput >= {TARGET_STATS_RPS:.0f} posts/s (closed loop, {args.key_groups} key groups)",
-                     sat["throughput_rps"], TARGET_STATS_RPS, sat["throughput_rps"] >= TARGET_STATS_RPS)
-        bench.target(f"stats p99 <= {TARGET_P99_MS:.0f} ms at {args.rate:.0f} posts/s offered (open loop)",
-                     rated["p99_ms"], TARGET_P99_MS,
-                     rated["p99_ms"] <= TARGET_P99_MS and rated["throughput_rps"] >= 0.95 * args.rate
-                     and rated["errors"] == 0,
-                     f"served {rated['throughput_rps']}/s, {rated['errors']} errors (both count)")
-        bench.target("soak: no errors", soak_res["errors"], 0, soak_res["errors"] == 0)
-        bench.target(f"soak: server RSS growth <= {TARGET_MEM_GROWTH:.0%} after the first 10 %",
-                     soak_res["memory_growth"], TARGET_MEM_GROWTH, soak_res["memory_growth"] <= TARGET_MEM_GROWTH,
-                     f"{soak:.0f} s soak" + (" (--quick: too short to judge growth)" if args.quick else ""))
-        plot_soak(bench, soak_res, args.soak_rate, args.key_groups)
-    mx, ms = result["mixed"], result["mixed"]["stats"]
-    heavy_codes = {k: v["status"] for k, v in mx["heavy"].items()}
-    bench.target(f"stats p99 <= {TARGET_P99_MS:.0f} ms and 0 errors under mixed load", ms["p99_ms"], TARGET_P99_MS,
-                 ms["p99_ms"] <= TARGET_P99_MS and ms["errors"] == 0 and ms["throughput_rps"] >= 0.95 * args.rate,
-                 f"{args.rate:.0f} posts/s offered, served {ms['throughput_rps']}/s, {ms['errors']} errors, max "
-                 f"{ms['max_ms']} ms, during a {mx['plan_body_mb']} MB plan + {args.whatif} what-ifs (status "
-                 f"{heavy_codes}); load average {mx['loadavg_1m_during']} on {os.cpu_count()} CPUs")
+    targets(bench, args, soak)
     return bench.finish()
+
+
+def throughput(bench: Bench, server: ServerProcess, args: Any, secs: float, wl: StatsWorkload) -> None:
+    """Phases 1-3: /healthz, statistics (saturation and at the target rate) and 40/800 plans."""
+    port, pid, result = server.port, server.pid, bench.result
+    bench.log(f"healthz: {args.clients} clients, closed loop, {secs:.0f} s")
+    result["healthz"] = with_cpu(pid, lambda: asyncio.run(closed_loop(
+        port, args.clients, secs, lambda i, k: ("GET", "/healthz", None, (200,)), max_requests=1_000_000)))
+    bench.log(f"  {result['healthz']}")
+    bench.log(f"stats saturation: {args.clients} clients x {args.key_groups} key groups, closed loop, {secs:.0f} s")
+    result["stats_saturation"] = with_cpu(pid, lambda: asyncio.run(closed_loop(port, args.clients, secs, wl,
+                                                                               max_requests=500_000)))
+    bench.log(f"  {result['stats_saturation']}")
+    bench.log(f"stats at {args.rate:.0f} posts/s: open loop over {args.clients} clients, {secs:.0f} s")
+    result["stats_at_rate"], _ = with_cpu(pid, lambda: asyncio.run(open_loop(port, args.clients, args.rate, secs,
+                                                                             wl)))
+    bench.log(f"  {result['stats_at_rate']}")
+    from evaluation.generators import albic_synthetic
+    from solvers import registry
+
+    algo = "albic-milp" if "albic-milp" in registry.available_names() else "flux"
+    problem = albic_synthetic(40, key_groups_per_node=20, seed=1, max_migrations=40).to_dict()
+    plan_body = json.dumps({"problem": problem, "algorithm": algo, "time_limit_s": 1.0}).encode()
+    plan_clients, plan_secs = max(1, args.workers), args.plan_seconds or max(secs, 8.0)
+    bench.log(f"plans: 40 nodes / 800 key groups, {algo}, {plan_clients} clients, closed loop, {plan_secs:.0f} s")
+    pl = asyncio.run(closed_loop(port, plan_clients, plan_secs,
+                                 lambda i, k: ("POST", "/v1/plans", plan_body, (200,)), max_requests=10_000))
+    result["plans_40x800"] = {**pl, "algorithm": algo}
+    bench.log(f"  {pl}")
+
+
+def soak_phase(bench: Bench, server: ServerProcess, args: Any, soak: float, wl: StatsWorkload) -> None:
+    """Phase 4: statistics at ``--soak-rate`` with the server's RSS sampled."""
+    pid = server.pid
+    bench.log(f"soak: {args.soak_rate:.0f} stats posts/s for {soak:.0f} s")
+    samples: list[tuple[float, int, int]] = []
+
+    def tick(t: float) -> None:
+        samples.append((round(t, 1), rss_bytes(pid), group_rss(pid)))
+
+    tick(0.0)
+    soak_res, _ = asyncio.run(open_loop(server.port, args.clients, args.soak_rate, soak, wl, on_tick=tick))
+    tick(soak)
+    warm = [s for s in samples if s[0] >= 0.1 * soak] or samples
+    base_rss = warm[0][1]
+    growth = (samples[-1][1] - base_rss) / base_rss if base_rss else 0.0
+    soak_res.update({"rss_start_mb": round(samples[0][1] / 2**20, 1), "rss_after_10pct_mb": round(base_rss / 2**20, 1),
+                     "rss_end_mb": round(samples[-1][1] / 2**20, 1), "memory_growth": round(growth, 4),
+                     "group_rss_end_mb": round(samples[-1][2] / 2**20, 1),
+                     "rss_samples": [[t, round(r / 2**20, 1)] for t, r, _ in samples]})
+    bench.result["soak"] = soak_res
+    bench.log(f"  errors {soak_res['errors']}, rss {soak_res['rss_after_10pct_mb']} -> {soak_res['rss_end_mb']} MB "
+              f"({growth:+.1%}), p99 {soak_res['p99_ms']} ms")
+
+
+def targets(bench: Bench, args: Any, soak: float) -> None:
+    sat, rated, soak_res = (bench.result[k] for k in ("stats_saturation", "stats_at_rate", "soak"))
+    bench.target(f"stats throughput >= {TARGET_STATS_RPS:.0f} posts/s (closed loop, {args.key_groups} key groups)",
+                 sat["throughput_rps"], TARGET_STATS_RPS, sat["throughput_rps"] >= TARGET_STATS_RPS)
+    bench.target(f"stats p99 <= {TARGET_P99_MS:.0f} ms at {args.rate:.0f} posts/s offered (open loop)",
+                 rated["p99_ms"], TARGET_P99_MS,
+                 rated["p99_ms"] <= TARGET_P99_MS and rated["throughput_rps"] >= 0.95 * args.rate
+                 and rated["errors"] == 0, f"served {rated['throughput_rps']}/s, {rated['errors']} errors (both count)")
+    bench.target("soak: no errors", soak_res["errors"], 0, soak_res["errors"] == 0)
+    bench.target(f"soak: server RSS growth <= {TARGET_MEM_GROWTH:.0%} after the first 10 %",
+                 soak_res["memory_growth"], TARGET_MEM_GROWTH, soak_res["memory_growth"] <= TARGET_MEM_GROWTH,
+                 f"{soak:.0f} s soak" + (" (--quick: too short to judge growth)" if args.quick else ""))
+    plot_soak(bench, soak_res, args.soak_rate, args.key_groups)
 
 
 def plot_soak(bench: Bench, soak_res: dict[str, Any], rate: float, key_groups: int) -> None:

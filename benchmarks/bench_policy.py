@@ -5,7 +5,7 @@ nodes, a window of 5 batches, automatic mode; :func:`evaluation.rebalancing.run`
 Spark driver does and adopts every placement the controller sends back. Streams (:func:`evaluation.rebalancing.
 stream`): ``steady`` (Poisson counts at one rate: any imbalance is noise), ``drifting`` (rates in a slow random
 walk) and ``shifting`` (a block of hot key groups at 3× the rate jumps elsewhere halfway). "With the policy" is the
-default :class:`~clients.python.contract.Policy` (noise guard 3 sigmas, min gain 2 %, cooldown 3 batches);
+default :class:`~rebalancer_client.contract.Policy` (noise guard 3 sigmas, min gain 2 %, cooldown 3 batches);
 "without" turns the noise guard and the minimum gain off (a round whenever a plan improves the load distance, the
 controller's behaviour before the policy), same cooldown.
 
@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import Bench
-from clients.python import RebalancerClient
 from evaluation.rebalancing import STREAMS, run, stream
+from rebalancer_client import RebalancerClient
 from tests.helpers.server import ServerProcess
 
 WINDOW = 5

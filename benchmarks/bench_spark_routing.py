@@ -40,7 +40,7 @@ def measure_overhead(spark, *, rows: int = 1_000_000, keys: int = 100_000, parti
     """Run the comparison on ``spark``; returns the result document (times in seconds)."""
     from pyspark.sql import functions as F
 
-    from clients.spark.routing import PID_COL, ROUTE_COL, RoutingTable
+    from rebalancer_client.spark.routing import PID_COL, ROUTE_COL, RoutingTable
 
     say = log or (lambda *a: None)
     rng = np.random.default_rng(0)
@@ -125,7 +125,7 @@ def spark_session(partitions: int = 8):
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers run in this interpreter's env
     spark = (SparkSession.builder.master("local[2]").appName("rebalancer-spark")
-             .config("spark.ui.enabled", "false")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", str(partitions))
              .config("spark.driver.memory", "2g")
              .config("spark.sql.execution.arrow.pyspark.enabled", "true")

@@ -1,4 +1,4 @@
-"""Durable keyed state side by side: Spark's own stateful aggregation against the integration (issue 15).
+"""Durable keyed state side by side: Spark's own stateful aggregation against the integration.
 
 ``python -m benchmarks.bench_spark_state [--quick] [--batches 24] [--rows 25000]
 [--output bench-results/spark_state.json]``
@@ -8,7 +8,7 @@ Workloads on the same stream (file source, one Parquet file per micro-batch, ``l
 the same aggregation on uniformly drawn users. Each runs twice in one process:
 
 * ``builtin``: Spark's streaming aggregation (``outputMode("update")``, ``noop`` sink, default state store);
-* ``rebalancer``: :class:`clients.spark.driver.RebalancingDriver` with durable state under the checkpoint, the
+* ``rebalancer``: :class:`rebalancer_client.spark.driver.RebalancingDriver` with durable state under the checkpoint, the
   controller (``albic-milp``, 12 migrations per round, window 2) started as a subprocess.
 
 Per batch the wall time is Spark's own ``durationMs.triggerExecution`` of the query progress for both sides;
@@ -20,8 +20,8 @@ more file, a new query (and a new driver) on the same checkpoint, seconds from `
 **sessions** — per-user sessions with a 30 s inactivity gap on the event time ``ts`` (batch ``b`` covers
 ``[100 b, 100 b + 100)`` s, the same Zipf 1.1 users): ``builtin`` is Spark's ``applyInPandasWithState`` with the
 RocksDB state store provider, an event-time timeout and a 0 s watermark (append mode, ``noop`` sink); ``rebalancer``
-the driver with :func:`clients.spark.recipes.sessions` (the pandas function API) and durable state. Both run the
-same session logic per key.
+the driver with :func:`rebalancer_client.spark.recipes.sessions` (the pandas function API) and durable state. Both run
+the same session logic per key.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _summary(times_ms: list[float], warmup: int = 3) -> dict:
 
 
 def builtin_sessions(key, pdfs, state):
-    """Spark's side of the sessions workload: the logic of :func:`clients.spark.recipes.sessions` on
+    """Spark's side of the sessions workload: the logic of :func:`rebalancer_client.spark.recipes.sessions` on
     ``GroupState`` (event-time timeout at the open session's end + gap)."""
     import pandas as pd
 
@@ -132,14 +132,16 @@ def _run_query(spark, src: Path, chk: Path, side: str, driver=None, workload: st
 
 
 def _driver(spark, client, chk: Path, job_id: str, workload: str = "aggregate"):
-    from clients.spark.driver import RebalancingDriver
-    from clients.spark.recipes import sessions
+    from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig
+    from rebalancer_client.spark.driver import RebalancingDriver
+    from rebalancer_client.spark.recipes import sessions
 
     logic: dict = ({"function": sessions("key", "ts", GAP_S)} if workload == "sessions" else
                    {"aggregations": {"count": ("count", None), "total": ("sum", "v"), "top": ("max", "v")}})
-    return RebalancingDriver(spark, key="key", **logic, client=client, job_id=job_id, key_groups=120, partitions=8,
-                             algorithm="albic-milp", budget={"max_migrations": 12}, window_batches=2,
-                             checkpoint_location=str(chk))
+    return RebalancingDriver(spark, key="key", **logic, key_groups=120, partitions=8,
+                             controller=ControllerConfig(client, job_id, algorithm="albic-milp",
+                                                         budget={"max_migrations": 12}, window_batches=2),
+                             durability=DurabilityConfig(str(chk)))
 
 
 def run_side(spark, side: str, src: Path, work: Path, client, job_id: str, extra_file,
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from clients.python import RebalancerClient
+    from rebalancer_client import RebalancerClient
 
     work = Path(tempfile.mkdtemp(prefix="bench-spark-state-"))
     proc = start_controller(work / "rebalancer.db")

@@ -101,7 +101,7 @@ def _new(rc: Any, counter: Counter, rng: np.random.Generator, lam: np.ndarray) -
 def main(root: str, mode: str) -> None:
     sys.path.insert(0, root)
     os.chdir(root)
-    from clients.python import RebalancerClient
+    from rebalancer_client import RebalancerClient
     from tests.helpers.server import InProcessServer
 
     db = os.path.join(tempfile.mkdtemp(), "hops.db")

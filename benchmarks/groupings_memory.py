@@ -1,5 +1,5 @@
 """D-C paper Fig. 5 (memory of D-Choices / W-Choices against PKG), measured and modelled, with the breakdown of the
-measured excess (issue 13 item 1). Part of ``python -m benchmarks.bench_groupings`` (experiment ``memory``).
+measured excess. Part of ``python -m benchmarks.bench_groupings`` (experiment ``memory``).
 
 For n ∈ {50, 100} and z ∈ {0.4, 0.6, …, 2.0} (|K| = 10⁴, 5 sources, seed 3), one Zipf stream per z is routed by
 PKG, D-C and W-C. Three ratios per grouping:
@@ -18,39 +18,39 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import Bench, target
+from benchmarks.groupings_dchoices import memory_model
+from benchmarks.harness import Bench, logger, target
 from evaluation.replication import replication_breakdown, route
 from evaluation.simulator.streams import zipf_probabilities
 
 KEYS = 10_000
+log = logger("groupings")
 TARGET = 1.3  # "In the worst case, D-C and W-C use at most 30% more memory than PKG" (Fig. 5 caption)
 
 
-def _point(n: int, z: float, m: int) -> dict:
+def _point(n: int, z: float, m: int) -> dict[str, Any]:
     keys = np.random.default_rng(3).choice(KEYS, size=m, p=zipf_probabilities(z, KEYS))
     pkg = route("pkg", n, keys, seed=3)
     return {algo: replication_breakdown(keys, pkg, route(algo, n, keys, seed=3), KEYS)
             for algo in ("dchoices", "wchoices")}
 
 
-def exp_memory(quick: bool) -> dict:
+def exp_memory(quick: bool) -> dict[str, Any]:
     """The grid at m = 10⁶ (quick: 2·10⁵, n = 50, three z), and, unless quick, the paper's scale m = 10⁷ at
     n ∈ {50, 100}, z ∈ {1.0, 2.0} (the model's worst cases), where the targets are checked."""
-    from benchmarks.bench_groupings import log, memory_model
-
     m = 200_000 if quick else 1_000_000
     ns = [50] if quick else [50, 100]
     zs = [0.4, 1.0, 2.0] if quick else [round(0.4 + 0.2 * i, 1) for i in range(9)]
-    res: dict = {}
+    res: dict[str, Any] = {}
     for n in ns:
         res[str(n)] = {}
         for z in zs:
-            row: dict = {"model": memory_model(z, n, KEYS), **_point(n, z, m)}
+            row: dict[str, Any] = {"model": memory_model(z, n, KEYS), **_point(n, z, m)}
             res[str(n)][str(z)] = row
             log(f"  memory n={n:3d} z={z:.1f} m={m:,}: " + "  ".join(
                 f"{a} measured/PKG {row[a]['measured_over_measured_pkg']:.2f} "
                 f"measured/paper-PKG {row[a]['measured_over_paper_pkg']:.2f}" for a in ("dchoices", "wchoices")))
-    paper_scale: dict = {}
+    paper_scale: dict[str, Any] = {}
     checked = {(n, z): res[str(n)][str(z)] for n in ns for z in zs}
     if not quick:
         checked = {}

@@ -6,7 +6,9 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class CLIError(Exception):
@@ -26,6 +28,27 @@ def read_json(path: str, what: str = "input") -> Any:
     except json.JSONDecodeError as exc:
         raise CLIError(f"{what} file {path} is not valid JSON: {exc.msg} at line {exc.lineno} "
                        f"column {exc.colno}") from None
+
+
+def read_document(path: str, cls: type[T], what: str) -> T:
+    """The JSON file at ``path`` (``-``: stdin) validated as the contract document ``cls`` exactly as the API
+    validates a request (:func:`controller.edge.parse`); a CLIError naming the field otherwise."""
+    from controller.edge import Invalid, parse
+
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except FileNotFoundError:
+        raise CLIError(f"{what} file not found: {path}") from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise CLIError(f"cannot read {what} file {path}: {exc}") from None
+    try:
+        return parse(cls, raw)
+    except Invalid as exc:
+        first = exc.items[0]
+        if first.field == "body" and first.reason.startswith("invalid JSON"):
+            raise CLIError(f"{what} file {path} is not valid JSON: {first.reason[len('invalid JSON: '):]}") from None
+        more = f" (and {len(exc.items) - 1} more)" if len(exc.items) > 1 else ""
+        raise CLIError(f"{what} file {path}: {first.field}: {first.reason}{more}") from None
 
 
 def write_json(doc: Any, output: str | None = None) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("db", help="the database schema's migration revision: current, upgrade, history")
     p.add_argument("action", choices=["current", "upgrade", "history"])
     p.add_argument("--database", default=None,
@@ -38,14 +38,14 @@ def run(args: argparse.Namespace) -> int:
         head = db.head_revision()
         if args.action == "current":
             with engine.connect() as conn:
-                rev = db.current_revision(conn)
-                if rev is None:
+                current = db.current_revision(conn)
+                if current is None:
                     legacy = db.legacy_revision(conn)
                     print("none" if legacy is None else
                           f"none (no migration history; its columns are revision {legacy}, the server stamps and "
                           f"upgrades it at start)")
                 else:
-                    print(f"{rev}{' (head)' if rev == head else f' (head is {head})'}")
+                    print(f"{current}{' (head)' if current == head else f' (head is {head})'}")
             return 0
         lease = acquire_lease(settings)
         try:

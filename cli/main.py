@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "cli.serve",       # serve (the controller)
     "cli.db",          # db current | upgrade | history (schema migrations)
     "cli.spark",       # spark-stats (PySpark statistics pipeline)
+    "cli.whatif",      # what-if (scaling, offline)
 ]
 
 #: commands whose start-up counts against a user's time limit: only their own module is imported for them

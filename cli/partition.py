@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from typing import BinaryIO
 
 import numpy as np
 
@@ -19,7 +21,7 @@ from cli.common import CLIError, positive_float, read_json, write_json
 CHUNK = 1 << 22  # bytes read per block by route / track (arrays stay below glibc's mmap threshold)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("partition", help="Gedik partitioning functions: build, route keys, track frequencies")
     psub = p.add_subparsers(dest="partition_command", metavar="SUBCOMMAND")
     psub.required = True
@@ -53,7 +55,7 @@ def run_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_blocks(stream):
+def _read_blocks(stream: BinaryIO) -> Iterator[bytes]:
     """Yield blocks of whole lines (bytes) from a binary stream."""
     rest = b""
     while True:
@@ -79,7 +81,8 @@ def _format_channels(ch: np.ndarray, n: int) -> bytes:
         s = f"{c}\n".encode()
         table[c, : len(s)] = np.frombuffer(s, dtype=np.uint8)
     rows = table[ch]
-    return rows[rows != 0].tobytes()
+    out: bytes = rows[rows != 0].tobytes()
+    return out
 
 
 def run_route(args: argparse.Namespace) -> int:
@@ -138,7 +141,7 @@ def run_track(args: argparse.Namespace) -> int:
         "frequencies": freqs,
         "epsilon": eps,
         "support": support,
-        "window": counter.window if args.window else None,
+        "window": getattr(counter, "window", None) if args.window else None,
         "stream_length": total,
         "counted_items": int(counter.n),
         "counter_entries": len(counter),

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
-from cli.common import CLIError, parse_params, positive_float, read_json, write_json
+from cli.common import CLIError, parse_params, positive_float, read_document, write_json
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,13 +70,22 @@ def _generator_options(p: argparse.ArgumentParser, max_migrations: int | None) -
     p.set_defaults(func=run_generate)
 
 
-def run_plan(args: argparse.Namespace) -> int:
+def planner_input(args: argparse.Namespace) -> tuple[Any, dict[str, str], float]:
+    """The problem of ``--input``, the planner's ``--param``s (checked) and the time limit (``plan``, ``what-if``)."""
+    from rebalancer_client import contract as c
     from solvers import documents, registry
 
     params = parse_params(args.param)
     time_limit = _time_limit(args.time_limit, params.pop("time_limit", None))
-    problem = documents.problem_from_dict(read_json(args.input, "problem"))
+    problem = documents.problem_of(read_document(args.input, c.Problem, "problem"))
     registry.get(args.algorithm).validate(params)  # unknown algorithm or parameter -> clear error before any work
+    return problem, params, time_limit
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from solvers import documents, registry
+
+    problem, params, time_limit = planner_input(args)
     plan = registry.solve(args.algorithm, problem, time_limit=time_limit, **params)
     write_json(documents.plan_to_dict(problem, plan), args.output)
     return 0
@@ -97,11 +107,12 @@ def _time_limit(option: float | None, param: str | None) -> float:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from clients.python.wire import dump
+    from rebalancer_client import contract as c
+    from rebalancer_client.wire import dump
     from solvers import documents
 
-    problem = documents.problem_from_dict(read_json(args.input, "problem"))
-    plan = documents.plan_from_dict(problem, read_json(args.plan, "plan"))
+    problem = documents.problem_of(read_document(args.input, c.Problem, "problem"))
+    plan = documents.plan_of(problem, read_document(args.plan, c.PlanInput, "plan"))
     write_json(dump(documents.evaluation(problem, plan)))
     return 0
 

@@ -12,6 +12,7 @@ database (one server per database, :mod:`controller.lease`); each failure is one
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 from typing import Any
 
@@ -29,7 +30,7 @@ def port_number(text: str) -> int:
     return value
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("serve", help="start the controller (FastAPI + uvicorn)",
                        description="Start the controller. Settings come from REBALANCER_* environment variables "
                                    "(see the configuration page of the docs); the port from --port or $PORT.")
@@ -61,11 +62,49 @@ def run(args: argparse.Namespace) -> int:
     lease = acquire_lease(settings)
     try:
         uvicorn.run(create_app(settings, lease=lease), host=args.host, port=port, log_level=args.log_level,
-                    access_log=args.access_log, http="auto", loop="auto",  # httptools/uvloop when installed
-                    timeout_keep_alive=30)
+                    access_log=args.access_log, http=header_timeout_protocol(settings.header_timeout_s),
+                    loop="auto", timeout_keep_alive=30)
     finally:
         lease.release()
     return 0
+
+
+def header_timeout_protocol(seconds: float) -> type[Any]:
+    """uvicorn's h11 protocol with a header timeout: a request's headers must be complete within ``seconds`` of the
+    connection (or of the first byte after the previous answer), else the connection is closed. uvicorn alone
+    waits for ever: its keep-alive timer runs only between requests and is stopped by every byte."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        header_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self.header_timer = self.loop.call_later(seconds, self.header_timeout)
+
+        def data_received(self, data: bytes) -> None:
+            if self.header_timer is None and self.between_requests():
+                self.header_timer = self.loop.call_later(seconds, self.header_timeout)
+            super().data_received(data)
+            if self.header_timer is not None and not self.between_requests():
+                self.header_timer.cancel()
+                self.header_timer = None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self.header_timer is not None:
+                self.header_timer.cancel()
+                self.header_timer = None
+            super().connection_lost(exc)
+
+        def between_requests(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def header_timeout(self) -> None:
+            self.header_timer = None
+            if self.between_requests() and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeaderTimeoutProtocol
 
 
 def port_from_env() -> int:
@@ -113,21 +152,47 @@ def check_port(host: str, port: int) -> None:
 
 
 def load_settings(database: str | None) -> Any:
-    """Settings from the environment (and ``--database``); a CLIError naming the bad variable otherwise."""
+    """Settings from the environment (and ``--database``); a CLIError naming the bad variable otherwise (one line,
+    never the value: tokens and passwords are settings too)."""
     import pydantic
+    import pydantic_settings
 
     from controller.settings import Settings
 
     try:
         settings = Settings(database_url=database) if database else Settings()
+    except pydantic_settings.SettingsError as exc:  # a value that is not even JSON, for a structured setting
+        raise CLIError(f"setting {_variable(str(exc))}: not valid JSON") from None
     except pydantic.ValidationError as exc:
         err = exc.errors()[0]
         msg = str(err["msg"]).removeprefix("Value error, ")
         if not err["loc"]:  # a check across settings, or an unknown variable: the message names it
             raise CLIError(f"settings: {msg}") from None
-        name = "REBALANCER_" + ".".join(str(p) for p in err["loc"]).upper()
-        raise CLIError(f"setting {name}: {msg}") from None
+        name = "REBALANCER_" + str(err["loc"][0]).upper()
+        inner = [str(p) for p in err["loc"][1:]]
+        if name == "REBALANCER_TOKEN_SCOPES" and inner:  # the key is a token: name its field, not the token
+            inner = ["a token's " + inner[-1]] if len(inner) > 1 else ["a token"]
+        where = f" ({'.'.join(inner)})" if inner else ""
+        raise CLIError(f"setting {name}{where}: {msg}") from None
     return settings.resolved()
+
+
+def _variable(message: str) -> str:
+    """``REBALANCER_<FIELD>`` from pydantic-settings' 'error parsing value for field "<field>" …'."""
+    import re
+
+    found = re.search(r'field "(\w+)"', message)
+    return "REBALANCER_" + found.group(1).upper() if found else "REBALANCER_*"
+
+
+def safe_url(url: str) -> str:
+    """A database URL as it may be printed: its password masked."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy can read: print none of it
+        return "<the database URL>"
 
 
 def check_database(settings: Any) -> None:
@@ -144,7 +209,7 @@ def check_database(settings: Any) -> None:
             conn.execute(text("SELECT 1"))
         engine.dispose()
     except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError) as exc:
-        raise CLIError(f"--database: not a usable database URL {settings.database_url!r}: {exc}") from None
+        raise CLIError(f"--database: not a usable database URL {safe_url(settings.database_url)!r}: {exc}") from None
     except (sqlalchemy.exc.SQLAlchemyError, OSError, ImportError) as exc:
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise CLIError(f"--database: cannot open {settings.database_url!r}: {reason}") from None
+        raise CLIError(f"--database: cannot open {safe_url(settings.database_url)!r}: {reason}") from None

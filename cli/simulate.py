@@ -13,11 +13,16 @@ throughput at saturation). ``--series`` adds the time series. A progress bar goe
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
+from typing import TYPE_CHECKING, Any
 
 from cli.common import CLIError, nonnegative_float, parse_params, positive_float, positive_int, write_json
 from solvers.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from evaluation.simulator.streams import Stream
 
 STREAMS = ("zipf", "skewed", "drift", "file")
 
@@ -44,12 +49,12 @@ def parse_capacities(items: list[str] | None, workers: int) -> list[float] | Non
     return caps
 
 
-def coerce_params(grouping: str, raw: dict[str, str]) -> dict:
+def coerce_params(grouping: str, raw: dict[str, str]) -> dict[str, Any]:
     """Turn ``--param KEY=VALUE`` strings into the types of the grouping's defaults."""
     from solvers.groupings import grouping_params
 
     defaults = grouping_params(grouping)
-    out: dict = {}
+    out: dict[str, Any] = {}
     for key, text in raw.items():
         if key not in defaults:
             raise InvalidInput(f"params.{key}", f"unknown parameter for {grouping}; known: {sorted(defaults)}")
@@ -73,7 +78,7 @@ def coerce_params(grouping: str, raw: dict[str, str]) -> dict:
     return out
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from solvers.groupings import GROUPING_NAMES
 
     p = subparsers.add_parser(
@@ -116,7 +121,7 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def build_stream(args):
+def build_stream(args: argparse.Namespace) -> Stream:
     from evaluation.simulator import DriftingStream, FileStream, SkewedStream, ZipfStream
 
     messages = args.messages if args.messages is not None else 1_000_000
@@ -135,7 +140,7 @@ def build_stream(args):
     return FileStream(args.keys_file, messages=args.messages)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from evaluation.simulator import SimulationConfig, simulate
 
     stream = build_stream(args)

@@ -9,7 +9,7 @@ JVM key → key group function as the streaming integration, ``pmod(xxhash64(key
 * ``load``: the number of records (``--load records``, default) or their estimated bytes (``--load bytes``);
 * ``state_bytes``: the state a keyed count would hold, Σ over its distinct keys of (key bytes + 8);
 
-and writes the problem document of DESIGN.md: nodes ``p0..p{N-1}``, key groups ``<operator>/<k>`` on contiguous
+and writes the problem document of docs/design.md: nodes ``p0..p{N-1}``, key groups ``<operator>/<k>`` on contiguous
 ranges of nodes (as Flink assigns them), an optional budget. With ``--dst-key`` (and ``--dst-operator``,
 ``--dst-key-groups``) the records also count as communication from the ``--key`` stage to the ``--dst-key`` stage,
 and the destination key groups join the problem. Runs on ``local[*]`` by default, on a cluster with ``--master``.
@@ -21,28 +21,36 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from cli.common import CLIError, write_json
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("spark-stats", help="event log (Parquet/CSV) -> problem document, with Spark",
-                       description=__doc__.split("\n\n")[0])
+                       description=plain(__doc__.split("\n\n")[0]))
     p.add_argument("--input", required=True, help="Parquet file or directory, or a CSV file with a header")
-    p.add_argument("--format", choices=["auto", "parquet", "csv"], default="auto")
+    p.add_argument("--format", choices=["auto", "parquet", "csv"], default="auto",
+                   help="input format (auto: csv for a .csv or .tsv file, else parquet)")
     p.add_argument("--key", required=True, help="key column (comma-separated for a composite key)")
     p.add_argument("--operator", required=True, help="operator name (key group ids are <operator>/<k>)")
     p.add_argument("--key-groups", type=int, required=True, help="G, key groups of the operator")
     p.add_argument("--nodes", type=int, default=8, help="nodes p0..p{N-1} (default 8)")
-    p.add_argument("--load", choices=["records", "bytes"], default="records")
+    p.add_argument("--load", choices=["records", "bytes"], default="records",
+                   help="a key group's load: its records or their estimated bytes")
     p.add_argument("--max-migrations", type=int, default=None, help="budget.max_migrations")
     p.add_argument("--max-migration-bytes", type=float, default=None, help="budget.max_migration_bytes")
     p.add_argument("--dst-key", default=None, help="key column of the next keyed stage (communication)")
-    p.add_argument("--dst-operator", default=None)
-    p.add_argument("--dst-key-groups", type=int, default=None)
+    p.add_argument("--dst-operator", default=None, help="operator name of the next keyed stage")
+    p.add_argument("--dst-key-groups", type=int, default=None, help="key groups of the next keyed stage")
     p.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
     p.add_argument("--output", default=None, help="problem document path (default stdout)")
     p.set_defaults(func=run)
+
+
+def plain(text: str) -> str:
+    """A docstring paragraph as terminal text: reStructuredText's literal quotes (two backticks) removed."""
+    return " ".join(text.replace("``", "").split())
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -64,7 +72,7 @@ def _check(args: argparse.Namespace) -> None:
         raise CLIError(f"input not found: {args.input}")
 
 
-def _read(spark, args: argparse.Namespace):
+def _read(spark: Any, args: argparse.Namespace) -> Any:
     fmt = args.format
     if fmt == "auto":
         path = Path(args.input)
@@ -78,18 +86,18 @@ def _read(spark, args: argparse.Namespace):
         raise CLIError(f"cannot read {args.input} as {fmt}: {first[:300]}") from None
 
 
-def build_problem(df, *, key: list[str], operator: str, key_groups: int, nodes: int, load: str = "records",
-                  budget: dict | None = None, dst_key: list[str] | None = None, dst_operator: str | None = None,
-                  dst_key_groups: int | None = None) -> dict:
+def build_problem(df: Any, *, key: list[str], operator: str, key_groups: int, nodes: int, load: str = "records",
+                  budget: dict[str, Any] | None = None, dst_key: list[str] | None = None,
+                  dst_operator: str | None = None, dst_key_groups: int | None = None) -> dict[str, Any]:
     """The problem document of an event DataFrame (see the module docstring). Three Spark aggregations."""
     from pyspark.sql import functions as F
 
-    from clients.spark.routing import RoutingTable, key_group_column
-    from clients.spark.stats import communication_stats, row_bytes_column
+    from rebalancer_client.spark.routing import RoutingTable, key_group_column
+    from rebalancer_client.spark.stats import communication_stats, row_bytes_column
 
     node_ids = [f"p{i}" for i in range(nodes)]
 
-    def groups(keycols: list[str], op: str, G: int) -> list[dict]:
+    def groups(keycols: list[str], op: str, G: int) -> list[dict[str, Any]]:
         kb = F.lit(0)
         for c in keycols:
             kb = kb + F.coalesce(F.octet_length(F.col(f"`{c}`").cast("string")), F.lit(0))
@@ -109,9 +117,10 @@ def build_problem(df, *, key: list[str], operator: str, key_groups: int, nodes: 
                         "load": value, "state_bytes": 0 if r is None else int(r["state"] or 0)})
         return out
 
-    doc: dict = {"nodes": [{"id": n, "capacity": 1.0, "removing": False} for n in node_ids],
+    doc: dict[str, Any] = {"nodes": [{"id": n, "capacity": 1.0, "removing": False} for n in node_ids],
                  "key_groups": groups(key, operator, key_groups)}
     if dst_key:
+        assert dst_operator is not None and dst_key_groups is not None, "checked with the options"
         doc["key_groups"] += groups(dst_key, dst_operator, dst_key_groups)
         doc["communication"] = communication_stats(df, key, dst_key, src_operator=operator,
                                                    dst_operator=dst_operator, src_key_groups=key_groups,

@@ -9,6 +9,7 @@ from typing import Any
 
 from controller import repository as repo
 from controller.errors import NotFound
+from controller.leadership import Leadership, ReplicaLeadership, leadership_for
 from controller.model import Job, ProposalRecord
 from controller.settings import Settings
 from controller.solving import SolverPool
@@ -52,6 +53,10 @@ class Context:
         self.settings = settings
         self.url = settings.sqlalchemy_url()
         self.engine = repo.make_engine(self.url, settings.sqlite_synchronous)
+        #: who serves: the one server (SQLite), or the leader of the replicas on PostgreSQL
+        self.leadership: Leadership = leadership_for(self.url, settings)
+        if isinstance(self.leadership, ReplicaLeadership):
+            self.leadership.attach(self.engine)
         self.telemetry = Telemetry()
         self.jobs: dict[str, Job] = {}
         self.proposals = ProposalCache()
@@ -80,7 +85,9 @@ class Context:
 
     def open(self) -> None:
         s = self.settings
-        self._writer = make_writer(self.engine, self.url, s.sqlite_synchronous, s.commit_batch)
+        lead = self.leadership
+        self._writer = make_writer(self.engine, self.url, s.sqlite_synchronous, s.commit_batch,
+                                   lead if isinstance(lead, ReplicaLeadership) else None)
         self._pool = SolverPool.from_settings(s)
 
     async def close(self) -> None:
@@ -93,6 +100,13 @@ class Context:
         if self._pool is not None:
             self._pool.shutdown()
         self.engine.dispose()
+
+    def forget_jobs(self) -> None:
+        """Drop the jobs and proposals held in memory (a replica that stops leading, or before a takeover's load);
+        requests still holding a job find it unregistered (:meth:`still_registered`)."""
+        self.jobs.clear()
+        self.proposals = ProposalCache(self.proposals.size)
+        self.window_bytes = 0
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """A background task the controller cancels at shutdown."""

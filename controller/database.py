@@ -7,8 +7,10 @@ stamped with the revision it has, then upgraded like any other.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,18 @@ proposals = Table(
     Column("decision", Text, nullable=True),  # JSON: the policy's verdict on the plan
 )
 
+#: the leader of the replicas on one PostgreSQL database (controller/leadership.py): one row per lease name
+leader_lease = Table(
+    "leader_lease", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("epoch", BigInteger, nullable=False),        # fencing token: + 1 at every change of leader
+    Column("holder", String(200), nullable=False),      # host:pid:nonce of the leader
+    Column("url", Text, nullable=True),                 # the leader's advertised URL (REBALANCER_ADVERTISED_URL)
+    Column("expires_at", Float, nullable=False),        # seconds since 1970 on the database's clock
+    Column("renewed_at", Float, nullable=False),
+    Column("holder_pid", Integer, nullable=True),       # the backend of the leader's lease session
+)
+
 def make_engine(url: str, sqlite_synchronous: str = "NORMAL") -> Engine:
     """An engine for ``url``; SQLite gets WAL, the chosen ``synchronous`` level and its directory created."""
     if url.startswith("sqlite"):
@@ -129,10 +143,24 @@ def alembic_config(connection: Connection | None = None, url: str | None = None)
     return cfg
 
 
+@contextlib.contextmanager
+def quiet_alembic() -> Iterator[None]:
+    """Alembic's INFO lines ("Context impl SQLiteImpl.", "setup plugin …", one per step) held back: every start
+    runs the migrations, and the server logs the one line that matters (the revision) itself. Warnings still pass."""
+    logger = logging.getLogger("alembic")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def current_revision(connection: Connection) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
-    return MigrationContext.configure(connection).get_current_revision()
+    with quiet_alembic():
+        return MigrationContext.configure(connection).get_current_revision()
 
 
 def head_revision() -> str:
@@ -161,9 +189,10 @@ def legacy_revision(connection: Connection) -> str | None:
 def create_schema(engine: Engine) -> str:
     """Bring the database to the newest revision (``alembic upgrade head``) and return it; a database of a
     version before the migrations is stamped with the revision its columns show first."""
-    from alembic import command
+    with quiet_alembic():  # importing alembic.command logs its plugins
+        from alembic import command
 
-    with engine.begin() as conn:
+    with engine.begin() as conn, quiet_alembic():
         cfg = alembic_config(conn)
         if current_revision(conn) is None:
             legacy = legacy_revision(conn)

@@ -23,11 +23,11 @@ import numpy as np
 from sqlalchemy import delete, func, select
 from sqlalchemy.engine import Connection, Engine
 
-from clients.python import contract as c
-from clients.python.wire import dump
 from controller.model import Job, Node
 from controller.repository import Op, dumps, epochs, nodes_json, proposals
 from controller.settings import Settings
+from rebalancer_client import contract as c
+from rebalancer_client.wire import dump
 
 
 def snapshot_every(s: Settings) -> int:

@@ -1,14 +1,18 @@
-"""One server per database (issue 14 item 5): the controller keeps every job's window in memory and serialises a
-job's mutations with an in-process lock, so two servers on one database would diverge silently.
+"""Who may serve a database.
 
-The lease is a lock the operating system or the database releases by itself when its holder dies (``kill -9``
-included), so a restart never waits for a stale lease to expire:
+* SQLite: one server per database file. The controller keeps every job's window in memory and serialises a job's
+  mutations with an in-process lock, so two servers on one file would diverge silently (and a second path to the
+  same file — a hard link — would even give it a second write-ahead log). The lock is an exclusive ``flock`` on
+  the database file itself, so it holds for the file's identity (device, inode) whatever path names it; the
+  operating system releases it when its holder dies (``kill -9`` included), so a restart never waits for a stale
+  lease. ``<database file>.lock`` is locked too (servers of earlier versions lock only that file) and records the
+  holder (pid, host, start) for the message a second server prints.
+* PostgreSQL: any number of replicas share the database; one of them leads (a lease row with an expiry on the
+  database's clock and a fencing epoch, :mod:`controller.leadership`) and the others stand by, so this lease never
+  refuses there.
 
-* SQLite: an exclusive ``flock`` on ``<database file>.lock``, which also records the holder (pid, host, start);
-* PostgreSQL: a session advisory lock (``pg_try_advisory_lock``) held on a dedicated connection whose
-  ``application_name`` names the holder.
-
-A second server gets :class:`LeaseHeld` naming the holder (``rebalancer serve`` prints it and exits with 2).
+A second server on one SQLite file gets :class:`LeaseHeld` naming the holder (``rebalancer serve`` prints it and
+exits with 2).
 """
 
 from __future__ import annotations
@@ -21,13 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Connection, Engine
-
 log = logging.getLogger("rebalancer.lease")
-
-#: the advisory lock's two 32-bit keys: "rebalancer", "server"
-PG_KEYS = (0x7265_6261, 0x7376_7231)
 
 
 class LeaseHeld(Exception):
@@ -43,18 +41,34 @@ def _describe(h: dict[str, Any]) -> str:
     return f"pid {h.get('pid', '?')} on {h.get('host', '?')}, started {h.get('started_at', '?')}"
 
 
+def flock_holder(fd: int) -> int | None:
+    """The pid holding an ``flock`` on the file open as ``fd`` (from ``/proc/locks``), None when unknown."""
+    st = os.fstat(fd)
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == key and parts[4].isdigit():
+                    return int(parts[4])
+    except OSError:
+        pass
+    return None
+
+
 class ServerLease:
     """Acquire with :meth:`acquire` (raises :class:`LeaseHeld`), give back with :meth:`release` (idempotent)."""
 
     def __init__(self, url: str, sqlite_path: Path | None):
         self.url = url
         self.sqlite_path = sqlite_path
-        self._fd: int | None = None
-        self._engine: Engine | None = None
-        self._conn: Connection | None = None
+        self._fds: list[int] = []
         self.held = False
 
-    # ------------------------------------------------------------------ SQLite
+    def _refused(self, path: Path, holder: dict[str, Any]) -> LeaseHeld:
+        return LeaseHeld(f"database {path} is in use by another rebalancer server ({_describe(holder)}); stop it "
+                         f"first or start this one with another --database (one server per database)")
+
     def _acquire_file(self, path: Path) -> None:
         import fcntl
 
@@ -72,65 +86,43 @@ class ServerLease:
             except ValueError:
                 holder = {}
             os.close(fd)
-            raise LeaseHeld(f"database {path} is in use by another rebalancer server ({_describe(holder)}); "
-                            f"stop it first or start this one with another --database (one server per database)"
-                            ) from None
+            raise self._refused(path, holder) from None
+        try:  # the file itself (created empty if new: SQLite takes an empty file as an empty database)
+            db = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            os.close(fd)
+            raise LeaseHeld(f"cannot open the database file {path} to lock it: {exc.strerror}") from None
+        try:
+            fcntl.flock(db, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # held through another path to the same file (a hard link, a bind mount)
+            pid = flock_holder(db)
+            os.close(db)
+            os.close(fd)
+            who = {"pid": pid if pid is not None else "?", "host": socket.gethostname(),
+                   "started_at": "? (it opened this file under another name: a hard link?)"}
+            raise self._refused(path, who) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(_holder()).encode(), 0)
-        self._fd = fd
+        self._fds = [db, fd]
 
-    # ------------------------------------------------------------------ PostgreSQL
-    def _acquire_pg(self) -> None:
-        h = _holder()
-        self._engine = create_engine(self.url, pool_size=1, max_overflow=0,
-                                     connect_args={"application_name": f"rebalancer {_describe(h)}"[:63]})
-        conn = self._engine.connect()
-        got = conn.execute(text("SELECT pg_try_advisory_lock(:a, :b)"), {"a": PG_KEYS[0], "b": PG_KEYS[1]}).scalar()
-        conn.commit()
-        if not got:
-            row = conn.execute(text(
-                "SELECT a.application_name, a.client_addr, a.backend_start FROM pg_locks l "
-                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.classid = :a "
-                "AND l.objid = :b AND l.granted"), {"a": PG_KEYS[0], "b": PG_KEYS[1]}).first()
-            conn.close()
-            self._engine.dispose()
-            self._engine = None
-            who = f"{row[0] or 'unknown'} from {row[1] or 'local socket'}" if row else "another session"
-            raise LeaseHeld(f"the PostgreSQL database is in use by another rebalancer server ({who}); stop it first "
-                            f"or use another database (one server per database)")
-        self._conn = conn
-
-    # ------------------------------------------------------------------ both
     def acquire(self) -> ServerLease:
         if self.held:
             return self
-        if self.url.startswith("sqlite"):
-            if self.sqlite_path is not None:  # :memory: is private to this process anyway
-                self._acquire_file(self.sqlite_path)
-        else:
-            self._acquire_pg()
+        if self.url.startswith("sqlite") and self.sqlite_path is not None:  # :memory: is private to this process
+            self._acquire_file(self.sqlite_path)
+            log.info("database lease taken (%s)", _describe(_holder()))
         self.held = True
-        log.info("database lease taken (%s)", _describe(_holder()))
         return self
 
     def release(self) -> None:
-        if self._fd is not None:
+        for fd in self._fds[1:]:
             try:
-                os.ftruncate(self._fd, 0)
+                os.ftruncate(fd, 0)
             except OSError:  # pragma: no cover
                 pass
-            os.close(self._fd)  # closing the only descriptor releases the flock
-            self._fd = None
-        if self._conn is not None:
-            try:
-                self._conn.execute(text("SELECT pg_advisory_unlock(:a, :b)"), {"a": PG_KEYS[0], "b": PG_KEYS[1]})
-                self._conn.close()
-            except Exception:  # noqa: BLE001 - the session ending releases the lock too
-                log.warning("releasing the PostgreSQL lease failed; it ends with the session")
-            self._conn = None
-        if self._engine is not None:
-            self._engine.dispose()
-            self._engine = None
+        for fd in self._fds:
+            os.close(fd)  # closing the only descriptor releases the flock
+        self._fds = []
         self.held = False
 
 

@@ -3,7 +3,7 @@
 Records sit below storage (:mod:`controller.repository` reads and writes them) and below the use cases
 (:mod:`controller.rounds`, :mod:`controller.proposals`, :mod:`controller.jobs`), which change them under the job's
 lock. A job is numeric inside: key groups are indices into ``kg_ids``, nodes indices into ``nodes``; its
-documents (:mod:`clients.python.contract`) are built here.
+documents (:mod:`rebalancer_client.contract`) are built here.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from clients.python import contract as c
-from clients.python.wire import dump
 from controller.windows import Window
+from rebalancer_client import contract as c
+from rebalancer_client.wire import dump
 from solvers import metrics
 from solvers.model import Problem
 
@@ -176,7 +176,7 @@ class Job:
 
 @dataclass
 class ProposalRecord:
-    """A proposal as the controller keeps it (its document is :class:`clients.python.contract.Proposal`)."""
+    """A proposal as the controller keeps it (its document is :class:`rebalancer_client.contract.Proposal`)."""
 
     id: str
     job_id: str

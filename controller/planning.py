@@ -16,8 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from clients.python import contract as c
-from clients.python.wire import dump, read
 from controller.context import Context
 from controller.edge import Invalid, encode, parse
 from controller.errors import TooLarge
@@ -25,6 +23,8 @@ from controller.pool_admission import Ticket
 from controller.settings import Settings
 from controller.solver_worker import Solved, solve_plan
 from controller.solving import Kind
+from rebalancer_client import contract as c
+from rebalancer_client.wire import dump, read
 from solvers import documents, registry, scaling
 from solvers.errors import InvalidInput
 from solvers.model import Problem

@@ -1,6 +1,6 @@
 """The one judge of whether moving state is worth it: every round the controller would execute or propose, in
 automatic and in proposal mode and for every planner, goes through :func:`screen` (before any solve) and
-:func:`judge` (the plan). A job's :class:`~clients.python.contract.Policy` sets the rules:
+:func:`judge` (the plan). A job's :class:`~rebalancer_client.contract.Policy` sets the rules:
 
 1. **Noise guard.** The statistics window holds B batches. Key group k's load per batch has mean μ_k and sample
    variance s²_k over the window (a batch that did not report k counts 0). Under a placement, node i's load per
@@ -33,7 +33,7 @@ have fitted what the noise let it, so the bias counts at most as the noise level
 is a real change of the stream.
 
 Load on nodes being removed (ALBIC's set B) is always worth draining: rules 1–4 do not hold back a plan that
-lowers it; the cooldown and the budget still do. Every verdict is a :class:`~clients.python.contract.Decision`
+lowers it; the cooldown and the budget still do. Every verdict is a :class:`~rebalancer_client.contract.Decision`
 with the reason and the numbers, so a plan that is not worth it is answered as such, never silently dropped.
 """
 
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import erfcinv
 
-from clients.python.contract import Decision, Plan, Policy
+from rebalancer_client.contract import Decision, Plan, Policy
 from solvers import metrics
 from solvers.model import Problem
 

@@ -4,7 +4,7 @@
 and returns a :class:`Ticket`; the request's solves then use its slots one each. Slots a request does not use go
 back when it releases its ticket (``with pool.admit(n) as ticket:``). A ticket may have an *owner* (a job id):
 cancelling the owner frees its tickets' unused slots, and a solve that would use one fails with
-:class:`~controller.pool_queue.SolveCancelled`.
+:class:`~controller.pool_errors.SolveCancelled`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 
 from controller.errors import Busy, TooLarge
-from controller.pool_queue import KINDS, Kind, SolveCancelled
+from controller.pool_errors import SolveCancelled
+from controller.pool_queue import KINDS, Kind
 
 
 class Ticket:

@@ -21,10 +21,6 @@ KINDS: tuple[Kind, ...] = ("adhoc", "auto")
 _SERVED_FIRST: tuple[Kind, ...] = ("auto", "adhoc")
 
 
-class SolveCancelled(RuntimeError):
-    """The solve was cancelled (its owner, e.g. a deleted job, no longer wants it) before it finished."""
-
-
 @dataclass(eq=False)
 class Task:
     """A solve waiting for, or running in, a worker."""
@@ -37,6 +33,7 @@ class Task:
     owner: Hashable | None = None
     flow: Hashable = field(default=None)
     cancelled: bool = False
+    redelivered: bool = False  # its first worker died before it received it
 
     def __post_init__(self) -> None:
         if self.flow is None:
@@ -53,12 +50,16 @@ class FairQueue:
     def __len__(self) -> int:
         return self._n
 
-    def push(self, task: Task) -> None:
+    def push(self, task: Task, first: bool = False) -> None:
+        """Queue ``task`` last in its flow (a new flow takes its turn after the others), or ``first``: before every
+        other solve (it was taken out but could not run)."""
         flows = self._flows[task.kind]
-        q = flows.get(task.flow)
-        if q is None:
-            q = flows[task.flow] = deque()
-        q.append(task)
+        q = flows.setdefault(task.flow, deque())
+        if first:
+            q.appendleft(task)
+            flows.move_to_end(task.flow, last=False)
+        else:
+            q.append(task)
         self._n += 1
 
     def pop(self) -> Task:

@@ -10,7 +10,9 @@ liveness probe reports the server as not alive. The first start that succeeds cl
 
 An idle worker sends nothing, so its pipe becomes readable only at end of file: the event loop watches it
 (``add_reader``) and a worker that dies while idle is replaced at once; :meth:`Workers.take` checks the pipe
-again before handing a worker out.
+again before handing a worker out. A worker may still die between that check and the task's arrival (a killed
+process closes its pipe only when its last thread has gone): a worker acknowledges each task on arrival
+(:meth:`Worker.run`), so the pool knows that such a task never ran and gives it to another worker.
 """
 
 from __future__ import annotations
@@ -43,6 +45,17 @@ class Worker:
             child.close()
         self.pid: int = self.proc.pid
 
+    def run(self, payload: bytes | memoryview) -> Any:
+        """Send a pickled task and wait for its result (blocks: call it off the event loop). Raises
+        :class:`NotDelivered` when the worker died before it acknowledged the task (it never ran: another worker
+        may run it), ``EOFError``/``OSError`` when it died after."""
+        try:
+            self.conn.send_bytes(payload)
+            self.conn.recv_bytes()  # the receipt
+        except (EOFError, OSError) as exc:
+            raise NotDelivered(f"{type(exc).__name__}: {exc}") from exc
+        return self.conn.recv()
+
     def quiet(self) -> bool:
         """An idle worker's pipe has nothing to read unless the worker is gone (end of file)."""
         try:
@@ -66,6 +79,10 @@ class Worker:
         self.proc.join(timeout=1.0)
         code = self.proc.exitcode
         return f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"
+
+
+class NotDelivered(Exception):
+    """The worker died before it acknowledged a task: the task did not run."""
 
 
 class _StartFailed(Exception):
@@ -144,7 +161,7 @@ class Workers:
                     w = await self._start_once()
                 except _StartFailed as exc:
                     self._start_failed(str(exc))
-                    await asyncio.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** (self.failures - 1)))
+                    await asyncio.sleep(min(self.max_backoff_s, self.backoff_s * 2 ** min(self.failures - 1, 30)))
                     continue
                 if w is not None:
                     self.failures = 0
@@ -172,8 +189,12 @@ class Workers:
 
     async def _start_once(self) -> Worker | None:
         loop = asyncio.get_running_loop()
+        spawned = loop.run_in_executor(self._io, self._spawn)
         try:
-            w = await loop.run_in_executor(self._io, self._spawn)
+            w = await asyncio.shield(spawned)
+        except asyncio.CancelledError:  # shut down meanwhile: the process being started must not outlive the pool
+            spawned.add_done_callback(_close_spawned)
+            raise
         except Exception as exc:  # e.g. the forkserver could not be reached or started
             raise _StartFailed(f"cannot start a solver worker: {type(exc).__name__}: {exc}") from exc
         self.all.add(w)
@@ -225,10 +246,14 @@ class Workers:
             self.idle.remove(w)
             self._idle_death(w)
 
-    def _idle_death(self, w: Worker) -> None:
+    def _idle_death(self, w: Worker, what: str = "while idle") -> None:
         self.idle_died += 1
-        log.error("solver worker %d died while idle; replacing it", w.pid)
+        log.error("solver worker %d died %s; replacing it", w.pid, what)
         self.lost(w)
+
+    def died_before_delivery(self, w: Worker) -> None:
+        """``w`` died before it acknowledged its task (a death while idle, noticed late)."""
+        self._idle_death(w, "before it received a solve")
 
     def lost(self, w: Worker, close: bool = True) -> None:
         """``w`` is dead or killed: forget it and start a replacement. ``close=False`` when a thread may still be
@@ -269,6 +294,11 @@ class Workers:
         self.ready.clear()
         self.idle.clear()
         return workers
+
+
+def _close_spawned(fut: asyncio.Future[Worker]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        fut.result().close()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

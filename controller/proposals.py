@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from clients.python import contract as c
 from controller import policy
 from controller import repository as repo
 from controller.context import Context
@@ -27,6 +26,7 @@ from controller.model import Job, ProposalRecord, new_id
 from controller.planning import Planning
 from controller.pool_admission import Ticket
 from controller.rounds import Rounds, balance_of
+from rebalancer_client import contract as c
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 
@@ -103,6 +103,21 @@ class Proposals:
             status, plan, verdict, error = "failed", None, None, "the result could not be stored"
         if prop.status == "pending":
             prop.status, prop.plan, prop.decision, prop.error = status, plan, verdict, error
+        if verdict is not None and not verdict.worth and verdict.reason != "cooldown":
+            await self._cool_down(job, newest)
+
+    async def _cool_down(self, job: Job, newest: int) -> None:
+        """A plan solved and judged not worth it starts the cooldown, as an automatic round does: the same window
+        would give the same answer."""
+        async with job.lock:
+            if self.ctx.jobs.get(job.job_id) is not job:
+                return
+            try:
+                await self.ctx.writer.run(repo.set_last_round(job.job_id, newest))
+            except Exception:  # the verdict stands; only the pacing is lost
+                log.exception("proposal of %s: the cooldown could not be stored", job.job_id)
+                return
+            job.last_round_batch = newest
 
     async def get(self, job_id: str, pid: str) -> c.Proposal:
         job = self.ctx.job(job_id)

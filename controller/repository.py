@@ -21,8 +21,6 @@ import numpy as np
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 
-from clients.python import contract as c
-from clients.python.wire import dump, read
 from controller.database import create_schema as create_schema  # re-exported: the repository is the storage API
 from controller.database import database_kind as database_kind
 from controller.database import epochs as epochs
@@ -34,6 +32,8 @@ from controller.database import sqlite_path as sqlite_path
 from controller.database import stats as stats
 from controller.model import Job, JobConfig, Node, ProposalRecord
 from controller.windows import Batch, Window
+from rebalancer_client import contract as c
+from rebalancer_client.wire import dump, read
 from solvers.model import int_if_whole
 
 Op = Callable[[Connection], Any]

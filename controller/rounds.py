@@ -19,7 +19,6 @@ import time
 
 import numpy as np
 
-from clients.python import contract as c
 from controller import history, policy
 from controller import repository as repo
 from controller.context import Context
@@ -30,6 +29,7 @@ from controller.solver_worker import Solved
 from controller.stats import batch_of
 from controller.windows import Batch
 from controller.writer import add_batch
+from rebalancer_client import contract as c
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 

@@ -14,14 +14,14 @@ import dataclasses
 
 import numpy as np
 
-from clients.python import contract as c
-from clients.python.wire import dump
 from controller import planning
 from controller.context import Context
 from controller.errors import Conflict, TooLarge
 from controller.model import Job, Node
 from controller.planning import Planning, WhatIf
 from controller.rounds import Rounds
+from rebalancer_client import contract as c
+from rebalancer_client.wire import dump
 from solvers import documents, metrics, scaling
 from solvers.errors import InvalidInput
 from solvers.model import Plan, Problem

@@ -67,6 +67,11 @@ class Settings(BaseSettings):
     #: each solver worker's memory (data segment) in MB: a solve needing more fails with a clear error instead of
     #: taking the machine's memory. 0 = automatic (physical memory / (solver_workers + 1)), -1 = no limit.
     solver_memory_limit_mb: int = Field(default=0, ge=-1)
+    #: a solver worker that fails to start is started again after a back-off from this many seconds, doubling up to
+    #: 30 s; after this many failed starts in a row with no worker ready the pool is broken: solves answer 503 and
+    #: ``/healthz`` 503 (liveness), so an orchestrator restarts the server.
+    solver_start_backoff_s: float = Field(default=0.25, gt=0)
+    solver_start_failures: int = Field(default=5, ge=1)
     #: solve slots: solves running or queued for a worker (a what-if holds one per candidate); beyond, 429.
     max_concurrent_solves: int = Field(default=40, ge=2)
     #: slots only automatic rounds of registered jobs may use (and they are dequeued first): ad-hoc plans,
@@ -79,6 +84,16 @@ class Settings(BaseSettings):
 
     #: request size caps (413 beyond them).
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    #: request bodies held in memory (from their first byte, or their Content-Length, to their answer): by all
+    #: requests together (503 beyond) and by one client, its bearer token or else its address (429 beyond).
+    max_upload_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    max_client_upload_bytes: int = Field(default=128 * 1024 * 1024, ge=1024)
+    #: a request's headers must arrive within ``header_timeout_s`` of its first byte (or of the connection); its
+    #: body within ``body_timeout_s``, with no pause longer than ``body_idle_timeout_s`` (the connection is
+    #: closed; a body answers 408).
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=120.0, gt=0)
+    body_idle_timeout_s: float = Field(default=10.0, gt=0)
     max_key_groups: int = Field(default=200_000, ge=1)
     max_edges: int = Field(default=1_000_000, ge=0)
     max_nodes: int = Field(default=10_000, ge=1)
@@ -88,6 +103,10 @@ class Settings(BaseSettings):
     #: held by all windows together.
     max_jobs: int = Field(default=1000, ge=1)
     max_window_cells: int = Field(default=20_000_000, ge=1)
+    #: key groups and window cells (key groups × window batches) of all registered jobs together (429 beyond): a
+    #: job's registration holds about 200 bytes per key group (ids, index, placement, window sums).
+    max_total_key_groups: int = Field(default=2_000_000, ge=1)
+    max_total_window_cells: int = Field(default=100_000_000, ge=1)
     max_total_window_bytes: int = Field(default=2 * 1024**3, ge=1)
 
     #: ``POST /v1/partitioning`` caps (413 beyond them): channels, channels × replicas (consistent-hash points),
@@ -101,14 +120,22 @@ class Settings(BaseSettings):
     history_snapshot_every: int = Field(default=100, ge=1)
     history_retention_epochs: int = Field(default=1000, ge=0)
 
-    #: ``POST /v1/plans`` bodies at least this large are parsed, validated, solved and serialised in a solver
-    #: worker (the event loop only moves bytes); the worker may take ``offload_seconds_per_mb`` per MB of body on
-    #: top of the time limit before it is stopped.
+    #: bodies at least this large are parsed in a solver worker (plans, evaluations and what-ifs always are; the
+    #: event loop only moves bytes); the worker may take ``offload_seconds_per_mb`` per MB of body on top of the
+    #: time limit before it is stopped.
     offload_min_bytes: int = Field(default=1024 * 1024, ge=0)
     offload_seconds_per_mb: float = Field(default=2.0, ge=0)
 
     #: commit at most this many queued writes in one transaction (group commit).
     commit_batch: int = Field(default=256, ge=1)
+
+    #: replicas on one PostgreSQL database (controller/leadership.py): the URL clients reach this replica at
+    #: (standbys name the leader's in their answers; empty: they cannot say where it is), the lease's length on
+    #: the database's clock (a leader that stops renewing is replaced after at most this long) and how often the
+    #: leader renews it and standbys look at it.
+    advertised_url: str = ""
+    lease_ttl_s: float = Field(default=1.5, gt=0)
+    lease_renew_s: float = Field(default=0.3, gt=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -117,7 +144,7 @@ class Settings(BaseSettings):
         unknown = sorted(k for k in os.environ if k.upper().startswith(PREFIX) and k.upper() not in known)
         if unknown:
             close = difflib.get_close_matches(unknown[0].upper(), sorted(known - CLIENT_VARIABLES), n=1)
-            hint = f"did you mean {close[0]}?" if close else "see controller/settings.py for the settings"
+            hint = f"did you mean {close[0]}?" if close else "see the configuration page of the documentation"
             raise ValueError(f"unknown setting {unknown[0]} ({hint})")
         return data
 
@@ -131,6 +158,13 @@ class Settings(BaseSettings):
             raise ValueError("token_scopes: a token is also in api_tokens (admin); give it one role")
         if any(not t.strip() for t in self.token_scopes):
             raise ValueError("token_scopes: empty token")
+        if self.lease_renew_s * 2 > self.lease_ttl_s:
+            raise ValueError(f"lease_renew_s ({self.lease_renew_s:g}) must be at most half of lease_ttl_s "
+                             f"({self.lease_ttl_s:g}): a leader renews its lease several times before it expires")
+        if not self.max_body_bytes <= self.max_client_upload_bytes <= self.max_upload_bytes:
+            raise ValueError(f"max_body_bytes ({self.max_body_bytes}) ≤ max_client_upload_bytes "
+                             f"({self.max_client_upload_bytes}) ≤ max_upload_bytes ({self.max_upload_bytes}) must "
+                             "hold: a body the server accepts must fit in what one client and all may hold")
         if self.max_candidates > self.max_concurrent_solves - self.reserved_auto_solves:
             raise ValueError(f"max_candidates ({self.max_candidates}) must fit in the ad-hoc solve slots "
                              f"(max_concurrent_solves - reserved_auto_solves = "

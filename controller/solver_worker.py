@@ -11,12 +11,13 @@ import importlib
 import multiprocessing.connection as mpc
 import os
 from dataclasses import dataclass
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
 
-from clients.python.contract import Plan
 from controller.lifeline import bind_worker
+from rebalancer_client.contract import Plan
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 
@@ -78,7 +79,8 @@ def _failure(exc: Exception) -> str:
 
 def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0, memory_limit: int = 0) -> None:
     """One solver process: bind to the server's life, import the planners, then answer ``(fn, args)`` messages
-    with ``fn(*args)`` until the pipe closes or ``None`` arrives."""
+    with ``fn(*args)`` until the pipe closes or ``None`` arrives. Each message is acknowledged (an empty message)
+    as soon as it has arrived, before it is unpickled or run."""
     bind_worker(server_pid)
     if nice:  # the event loop wins the CPU over a solve when the machine is busy
         os.nice(nice)
@@ -91,9 +93,11 @@ def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0, memory_li
     conn.send(("ready", os.getpid()))
     while True:
         try:
-            msg = conn.recv()
+            buf = conn.recv_bytes()
         except (EOFError, OSError):
             return
+        conn.send_bytes(b"")  # the receipt: from now on the task is this worker's (the server retries it before)
+        msg = ForkingPickler.loads(buf)
         if msg is None:
             return
         fn, args = msg

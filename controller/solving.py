@@ -41,13 +41,15 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable, Hashable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from controller.errors import Busy
 from controller.lifeline import start_forkserver, stop_forkserver
 from controller.pool_admission import Admission, Ticket
-from controller.pool_queue import KINDS, FairQueue, Kind, SolveCancelled, Task, retrieve, settle
-from controller.pool_workers import Worker, Workers, memory_limit_bytes
+from controller.pool_errors import PoolBroken, SolveCancelled, SolverUnavailable, SolveTimeout, WorkerDied
+from controller.pool_queue import KINDS, FairQueue, Kind, Task, retrieve, settle
+from controller.pool_workers import NotDelivered, Worker, Workers, memory_limit_bytes
 from controller.solver_worker import PRELOAD, Solved, _call_task, _import_planners, _solve_task
 from solvers.errors import InvalidInput
 from solvers.model import Problem
@@ -56,22 +58,6 @@ log = logging.getLogger("rebalancer.solving")
 
 __all__ = ["KINDS", "Busy", "Kind", "PoolBroken", "SolveCancelled", "SolveTimeout", "SolverPool", "SolverUnavailable",
            "Ticket", "WorkerDied", "_call_task", "_import_planners", "_solve_task", "memory_limit_bytes"]
-
-
-class SolverUnavailable(RuntimeError):
-    """The solve could not finish for a reason of the pool, not of the request (503: a retry can succeed)."""
-
-
-class SolveTimeout(SolverUnavailable):
-    """The solve overran its time limit (× ``kill_factor`` + grace); its worker was killed and replaced."""
-
-
-class WorkerDied(SolverUnavailable):
-    """The worker running the solve died (killed, out of memory, a crash in native code); it was replaced."""
-
-
-class PoolBroken(SolverUnavailable):
-    """No solver worker can be started (the pool keeps trying; meanwhile the liveness probe fails)."""
 
 
 class SolverPool:
@@ -115,7 +101,8 @@ class SolverPool:
         return cls(s.solver_workers, s.max_concurrent_solves, s.max_time_limit_s,
                    reserved_auto=s.reserved_auto_solves, kill_factor=s.solve_kill_factor,
                    kill_grace_s=s.solve_kill_grace_s, nice=s.solver_nice,
-                   memory_limit_mb=s.solver_memory_limit_mb)
+                   memory_limit_mb=s.solver_memory_limit_mb, max_start_failures=s.solver_start_failures,
+                   start_backoff_s=s.solver_start_backoff_s)
 
     # ------------------------------------------------------------------ admission
     @property
@@ -229,7 +216,11 @@ class SolverPool:
             self._queue.push(task)
             self._workers.fill()
             self._pump()
-            out = await asyncio.shield(task.future)  # a cancelled request does not cancel its running solve
+            out = await asyncio.shield(task.future)  # a cancelled request does not cancel its running solve ...
+        except asyncio.CancelledError:
+            if self._queue.remove(lambda t: t is task):  # ... but nobody waits for it to start any more
+                task.future.cancel()
+            raise
         finally:
             self.counts[kind] -= 1
         self.solves += 1
@@ -307,38 +298,53 @@ class SolverPool:
         if task.cancelled:  # cancelled (its worker killed) before it was sent
             w.close()
             return
-        try:
-            await loop.run_in_executor(self._io, w.conn.send, (task.fn, task.args))  # pickling off the loop
-            recv = loop.run_in_executor(self._io, w.conn.recv)
-            done, _ = await asyncio.wait({recv}, timeout=task.kill_after)
-            if not done:
-                if not task.cancelled:  # (a cancelled one was killed already)
-                    self._overran(w, task)
-                await asyncio.gather(recv, return_exceptions=True)
-                w.close()
-                return
-            out = recv.result()
-        except (EOFError, OSError) as exc:
-            w.kill()
-            if task.cancelled:  # killed by cancel(), which started its replacement
-                w.close()
-                return
-            if self._closed:
-                settle(task.future, exc=RuntimeError("the server is shutting down"))
-                return
-            self.died += 1
-            how = await loop.run_in_executor(self._io, w.describe_exit)
-            log.error("solver worker %d died (%s) during a solve: %s", w.pid, how, type(exc).__name__)
-            settle(task.future, exc=WorkerDied(f"the solver worker died ({how}); it was replaced"))
-            self._workers.lost(w)
-            return
+        try:  # pickling off the loop
+            payload = await loop.run_in_executor(self._io, ForkingPickler.dumps, (task.fn, task.args))
         except Exception as exc:  # e.g. a task argument that does not pickle: the worker is still fine
-            log.exception("sending a task to solver worker %d failed", w.pid)
+            log.exception("a task for solver worker %d could not be pickled", w.pid)
             settle(task.future, exc=RuntimeError(f"the task could not be sent to a worker: {type(exc).__name__}"))
             self._workers.put(w)
             return
-        settle(task.future, result=out)
-        self._workers.put(w)
+        reply = loop.run_in_executor(self._io, w.run, payload)
+        done, _ = await asyncio.wait({reply}, timeout=task.kill_after)
+        if not done or task.cancelled:  # overran, or killed by cancel() (which started its replacement)
+            if not task.cancelled:
+                self._overran(w, task)
+            await asyncio.gather(reply, return_exceptions=True)
+            w.close()
+            return
+        try:
+            out = reply.result()
+        except NotDelivered:
+            self._redeliver(w, task)
+        except (EOFError, OSError) as exc:
+            await self._died(w, task, exc)
+        else:
+            settle(task.future, result=out)
+            self._workers.put(w)
+
+    def _redeliver(self, w: Worker, task: Task) -> None:
+        """``w`` died before it received ``task``: the task goes back to the head of the queue, once."""
+        self._workers.died_before_delivery(w)
+        if self._closed:
+            settle(task.future, exc=RuntimeError("the server is shutting down"))
+        elif task.redelivered:  # the second worker in a row: not a coincidence, maybe the task (its size)
+            settle(task.future, exc=WorkerDied("two solver workers died receiving the solve; they were replaced"))
+        else:
+            task.redelivered = True
+            self._queue.push(task, first=True)
+            self._pump()
+
+    async def _died(self, w: Worker, task: Task, exc: BaseException) -> None:
+        w.kill()
+        if self._closed:
+            settle(task.future, exc=RuntimeError("the server is shutting down"))
+            return
+        self.died += 1
+        how = await asyncio.get_running_loop().run_in_executor(self._io, w.describe_exit)
+        log.error("solver worker %d died (%s) during a solve: %s", w.pid, how, type(exc).__name__)
+        settle(task.future, exc=WorkerDied(f"the solver worker died ({how}); it was replaced"))
+        self._workers.lost(w)
 
     def _overran(self, w: Worker, task: Task) -> None:
         self.killed += 1
@@ -354,8 +360,7 @@ class SolverPool:
         ws = self._workers
         return {"state": self.state, "ready_workers": len(ws.ready), "workers": self.workers,
                 "starting": ws.starting, "broken": self.broken, "closed": self._closed, "in_flight": self.in_flight,
-                "queued": self.queued,
-                "killed": self.killed, "died": self.died, "idle_died": ws.idle_died,
+                "queued": self.queued, "killed": self.killed, "died": self.died, "idle_died": ws.idle_died,
                 "start_failures": ws.start_failures, "last_start_failure": ws.last_failure}
 
     def pids(self) -> list[int]:

@@ -1,4 +1,4 @@
-"""A statistics document (:class:`clients.python.contract.Stats`) as a window batch of the job it was posted to.
+"""A statistics document (:class:`rebalancer_client.contract.Stats`) as a window batch of the job it was posted to.
 
 The document's shape and ranges were checked at the edge; what needs the job is checked here: arrays of the job's
 length, key group ids that exist, no key group twice, sums a solver can add up.
@@ -10,11 +10,11 @@ from itertools import repeat
 
 import numpy as np
 
-from clients.python.contract import Stats
 from controller.errors import TooLarge
 from controller.model import Job
 from controller.settings import Settings
 from controller.windows import Batch
+from rebalancer_client.contract import Stats
 from solvers.errors import InvalidInput
 from solvers.model import MAX_MAGNITUDE
 

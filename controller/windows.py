@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from clients.python.contract import WindowState
+from rebalancer_client.contract import WindowState
 
 
 @dataclass

@@ -6,6 +6,10 @@ are :class:`BatchOp` so that a group writes them with one ``executemany``). Shou
 the group is rolled back and its operations are replayed one transaction each, so a failing operation never
 takes the others down with it. Two writers share that logic (:class:`GroupCommit`): a thread for databases whose
 commit waits for the disk, and one on the event loop for SQLite in WAL mode without an fsync per commit.
+
+Replicas on PostgreSQL fence every group (:class:`controller.leadership.ReplicaLeadership`): each operation carries
+the lease term it was queued under, and a group commits only if the lease's epoch in the database is that term,
+checked in the same transaction; otherwise every operation of it fails with :class:`Fenced` and nothing is written.
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from sqlalchemy import insert
 from sqlalchemy.engine import Connection, Engine
 
 from controller import repository as repo
+from controller.leadership import Fenced, ReplicaLeadership
 from controller.windows import Batch
 
 log = logging.getLogger("rebalancer.repository")
 
 Op = Callable[[Connection], Any]
-Item = tuple[Op, "asyncio.Future[Any]", asyncio.AbstractEventLoop]
+#: an operation, the future of its result, its loop and the lease term it was queued under (None: not fenced)
+Item = tuple[Op, "asyncio.Future[Any]", asyncio.AbstractEventLoop, int | None]
 
 
 # ---------------------------------------------------------------------- statistics batches, grouped
@@ -86,9 +92,10 @@ def execute_group(conn: Connection, ops: list[Op]) -> list[Any]:
 class GroupCommit:
     """Commit a group of operations in one transaction, or each alone when the group fails."""
 
-    def __init__(self, engine: Engine, batch: int):
+    def __init__(self, engine: Engine, batch: int, fence: ReplicaLeadership | None = None):
         self.engine = engine
         self.batch = batch
+        self.fence = fence
         self.commits = 0
         self.ops = 0
         self.cpu_seconds = 0.0
@@ -99,11 +106,31 @@ class GroupCommit:
     def _deliver(self, item: Item, result: Any = None, exc: BaseException | None = None) -> None:
         raise NotImplementedError
 
+    def _item(self, op: Op, fut: asyncio.Future[Any], loop: asyncio.AbstractEventLoop) -> Item:
+        return op, fut, loop, None if self.fence is None else self.fence.op_term()
+
     def _commit(self, items: list[Item]) -> None:
+        fence, term = self.fence, None
+        if fence is not None:  # operations of another term than the current one are refused before any statement
+            term = fence.term
+            for it in [it for it in items if it[3] != term or term is None]:
+                self._deliver(it, exc=fence.fenced(f"the operation is of lease term {it[3]}, this replica's {term}"))
+            items = [it for it in items if it[3] == term and term is not None]
+            if not items:
+                return
         try:
             with self._transaction() as conn:
-                results = execute_group(conn, [op for op, _f, _l in items])
+                if fence is not None:
+                    fence.begin(conn, term)
+                results = execute_group(conn, [it[0] for it in items])
+                if fence is not None:
+                    fence.check(conn, term)
             self.commits += 1
+        except Fenced as exc:  # the group was rolled back: none of it is written
+            log.warning("%d writes refused: %s", len(items), exc)
+            for it in items:
+                self._deliver(it, exc=exc)
+            return
         except Exception as exc:  # replay one by one so one bad op does not fail the others
             if len(items) == 1:
                 log.exception("write failed")
@@ -128,8 +155,8 @@ class Writer(GroupCommit):
     ``await writer.run(op)`` returns ``op(conn)``'s result once the transaction containing it has committed.
     """
 
-    def __init__(self, engine: Engine, batch: int = 256):
-        super().__init__(engine, batch)
+    def __init__(self, engine: Engine, batch: int = 256, fence: ReplicaLeadership | None = None):
+        super().__init__(engine, batch, fence)
         self._q: queue.Queue[Item | None] = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="rebalancer-writer", daemon=True)
         self._stopped = False
@@ -139,7 +166,7 @@ class Writer(GroupCommit):
     async def run(self, op: Op) -> Any:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._q.put((op, fut, loop))
+        self._q.put(self._item(op, fut, loop))
         return await fut
 
     def close(self) -> None:
@@ -152,7 +179,7 @@ class Writer(GroupCommit):
         return self.engine.begin()
 
     def _deliver(self, item: Item, result: Any = None, exc: BaseException | None = None) -> None:
-        _op, fut, loop = item
+        fut, loop = item[1], item[2]
         if exc is None:
             loop.call_soon_threadsafe(_set_result, fut, result)
         else:
@@ -210,7 +237,7 @@ class InlineWriter(GroupCommit):
     async def run(self, op: Op) -> Any:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._pending.append((op, fut, loop))
+        self._pending.append(self._item(op, fut, loop))
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._flush)
@@ -264,11 +291,13 @@ class InlineWriter(GroupCommit):
         self._conn.close()
 
 
-def make_writer(engine: Engine, url: str, sqlite_synchronous: str, batch: int) -> Writer | InlineWriter:
-    """The inline writer for SQLite WAL without fsync per commit, the writer thread otherwise."""
+def make_writer(engine: Engine, url: str, sqlite_synchronous: str, batch: int,
+                fence: ReplicaLeadership | None = None) -> Writer | InlineWriter:
+    """The inline writer for SQLite WAL without fsync per commit, the writer thread otherwise (fenced by the
+    replicas' lease when ``fence`` is given)."""
     if url.startswith("sqlite") and sqlite_synchronous.upper() in ("NORMAL", "OFF") and repo.sqlite_path(url):
         return InlineWriter(engine, batch)
-    return Writer(engine, batch)
+    return Writer(engine, batch, fence)
 
 
 def _set_result(fut: asyncio.Future[Any], res: Any) -> None:

@@ -80,7 +80,7 @@ def run(client: Any, job_id: str, loads: Iterator[np.ndarray], *, nodes: int = 8
         auto: bool = True, policy: dict[str, Any] | None = None, algorithm: str | None = None,
         window_batches: int = 5, time_limit_s: float | None = None, wait_rounds: bool = True) -> Trace:
     """Register ``job_id`` (operator ``agg`` with ``key_groups`` key groups on ``nodes`` nodes) and post every
-    batch of ``loads``; ``client`` is a :class:`clients.python.RebalancerClient`. ``wait_rounds``: after a post
+    batch of ``loads``; ``client`` is a :class:`rebalancer_client.RebalancerClient`. ``wait_rounds``: after a post
     that started an automatic round, wait until the round has concluded before the next batch (as when a batch
     takes longer than the solve), so the run does not depend on the machine's speed."""
     spec: dict[str, Any] = {"nodes": [f"p{i}" for i in range(nodes)],

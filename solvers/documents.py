@@ -1,5 +1,5 @@
 """The documents of ``docs/design.md`` ↔ the numeric model: where the contract's typed documents
-(:mod:`clients.python.contract`) meet :mod:`solvers.model`.
+(:mod:`rebalancer_client.contract`) meet :mod:`solvers.model`.
 
 - problem document → :class:`~solvers.model.Problem`: :func:`problem_of` (and :func:`problem_from_dict` for
   decoded JSON), and back: :func:`problem_document` / :func:`problem_to_dict`;
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from clients.python import contract as c
-from clients.python.errors import MalformedResponse
-from clients.python.wire import dump, read
+from rebalancer_client import contract as c
+from rebalancer_client.errors import MalformedResponse
+from rebalancer_client.wire import dump, read
 from solvers import metrics
 from solvers.errors import InvalidInput
 from solvers.model import STATUSES, Plan, Problem, int_if_whole
@@ -137,7 +137,7 @@ def problem_document(problem: Problem) -> c.Problem:
 
 
 def problem_to_dict(problem: Problem) -> dict[str, Any]:
-    out: dict[str, Any] = dump(problem_document(problem))
+    out: dict[str, Any] = dump(problem_document(problem), omit_none=True)
     out["budget"] = {"max_migrations": problem.max_migrations, "max_migration_bytes": problem.max_migration_bytes}
     return out
 

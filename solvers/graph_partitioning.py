@@ -77,7 +77,7 @@ def metis_parts(adj: sp.csr_matrix, nparts: int, vweights: np.ndarray, *, seed: 
         kwargs["eweights"] = _int_weights(adj.data)
     if tpwgts is not None:
         t = np.asarray(tpwgts, dtype=np.float64)
-        kwargs["tpwgts"] = (t / t.sum() * (1 - 1e-6)).tolist()
+        kwargs["tpwgts"] = (t / t.sum()).tolist()  # fractions summing to one (pymetis warns about any other sum)
     xadj = adj.indptr.astype(np.int64)
     adjncy = adj.indices.astype(np.int64)
     if hasattr(pymetis, "CSRAdjacency"):
@@ -100,7 +100,7 @@ def _fingerprint(adj: sp.csr_matrix, nodes: np.ndarray, cap: np.ndarray, seed: i
 
 
 def balanced_target(problem: Problem, adj: sp.csr_matrix, *, seed: int = 0, ufactor: int = 30) -> np.ndarray:
-    """A whole-graph collocation target for multi-round planning (a deviation from ALBIC's Algorithm 2, issue 13.2):
+    """A whole-graph collocation target for multi-round planning (a deviation from ALBIC's Algorithm 2):
     the METIS k-way partition of the traffic graph into |A| parts balanced by key group load (as COLA, ALBIC paper
     §5.2, with target part weights ∝ capacity), each part relabelled to the active node that already holds most of
     its load (Hungarian assignment, scipy ``linear_sum_assignment``), so that few key groups must move.

@@ -1,4 +1,4 @@
-"""Metric definitions of DESIGN.md — the single implementation every other part of Rebalancer uses.
+"""Metric definitions of docs/design.md — the single implementation every other part of Rebalancer uses.
 
 - node load_i = Σ load of its key groups + communication_cost × (rate of edges with exactly one end on i)
 - utilisation u_i = load_i / capacity_i; A = nodes not removing; target t = Σ_i load_i / Σ_{i∈A} capacity_i

@@ -1,4 +1,4 @@
-"""The numeric problem and plan of DESIGN.md ("The problem and plan contract").
+"""The numeric problem and plan of docs/design.md ("The problem and plan contract").
 
 A :class:`Problem` is what every planner takes: numpy arrays, so that 100,000 key groups stay cheap. A planner
 returns a :class:`Plan`: the new node index of every key group plus the solver's status and bound.
@@ -25,7 +25,7 @@ import scipy.sparse as sp
 
 from solvers.errors import InvalidInput
 
-#: plan statuses of DESIGN.md
+#: plan statuses of docs/design.md
 STATUSES = ("optimal", "feasible", "heuristic")
 
 #: Every sum the metrics and planners form (total load, load / capacity, state bytes moved) must stay below this.

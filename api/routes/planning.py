@@ -14,11 +14,11 @@ from fastapi.responses import Response
 
 from api.deps import get_controller
 from api.io import answer, read_body, request_body, respond
-from clients.python import contract as c
 from controller import planning
 from controller.errors import TooLarge
 from controller.service import Controller
 from controller.settings import Settings
+from rebalancer_client import contract as c
 from solvers.errors import InvalidInput
 
 router = APIRouter(prefix="/v1", tags=["planning"])

@@ -4,7 +4,8 @@
 :mod:`evaluation.simulator.streams`.
 """
 
-from evaluation.simulator.engine import SimulationConfig, simulate, weighted_percentiles
+from evaluation.simulator.config import SimulationConfig
+from evaluation.simulator.engine import simulate, weighted_percentiles
 from evaluation.simulator.streams import (
                                           ArrayStream,
                                           DriftingStream,

@@ -22,7 +22,7 @@ Model (the papers' simulation DAG: D-C paper §V-A "Simulation", CG paper §7.1 
 * Capacity changes (``capacity_changes``: list of ``(fraction_of_messages, capacities)``) model the CG paper's
   Fig. 12.
 
-Metrics (DESIGN.md "Stream groupings", :mod:`solvers.groupings.metrics`): worker load L_w = messages routed to
+Metrics (docs/design.md "Stream groupings", :mod:`solvers.groupings.metrics`): worker load L_w = messages routed to
 w; imbalance I = max L/m − avg L/m (D-C paper §II-B, normalised by messages; ``imbalance_messages`` is the same in
 messages), normalised imbalance (max − avg)/avg (CG paper Table 1), replication = Σ_keys |workers that saw the
 key| / |keys seen|; throughput at saturation = the largest arrival
@@ -31,15 +31,14 @@ rate no worker exceeds: min_w μ_w / share_w (and relative to Σ μ_w).
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from evaluation.simulator.config import SimulationConfig
 from evaluation.simulator.streams import Stream
 from solvers.errors import InvalidInput
 from solvers.groupings import make_grouping
@@ -50,59 +49,6 @@ __all__ = ["SimulationConfig", "simulate", "weighted_percentiles"]
 #: largest number of (key, worker) cells tracked with a dense table; beyond, a set of codes is used
 DENSE_REPLICATION_CELLS = 20_000_000
 MAX_CHUNK = 65_536
-
-
-@dataclass
-class SimulationConfig:
-    """Parameters of one simulation run (see the module docstring)."""
-
-    grouping: str
-    workers: int
-    sources: int = 5
-    capacities: Sequence[float] | None = None
-    seed: int = 0
-    params: dict[str, Any] = field(default_factory=dict)
-    service_rate: float = 1000.0
-    load: float = 0.8
-    arrival_rate: float | None = None
-    tick: float = 1.0
-    queue_capacity: float | None = None
-    signal: str = "busy"
-    capacity_changes: Sequence[tuple[float, Sequence[float]]] = ()
-    series_points: int = 200
-    progress: bool = False
-
-    def validate(self) -> None:
-        if isinstance(self.workers, bool) or not isinstance(self.workers, (int, np.integer)) or self.workers < 1:
-            raise InvalidInput("workers", f"must be an integer >= 1, got {self.workers!r}")
-        if isinstance(self.sources, bool) or not isinstance(self.sources, (int, np.integer)) or self.sources < 1:
-            raise InvalidInput("sources", f"must be an integer >= 1, got {self.sources!r}")
-        if self.capacities is not None:
-            _check_capacities(self.capacities, self.workers, "capacities")
-        for i, (frac, caps) in enumerate(self.capacity_changes):
-            if not (0.0 <= float(frac) <= 1.0):
-                raise InvalidInput(f"capacity_changes[{i}].at", f"must be a fraction in [0, 1], got {frac}")
-            _check_capacities(caps, self.workers, f"capacity_changes[{i}].capacities")
-        if self.signal not in ("busy", "queue"):
-            raise InvalidInput("signal", f"must be 'busy' or 'queue', got {self.signal!r}")
-        for name in ("service_rate", "load", "tick", "queue_capacity"):
-            v = getattr(self, name)
-            if v is None and name == "queue_capacity":
-                continue
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-                raise InvalidInput(name, f"must be a finite number > 0, got {v!r}")
-        if self.arrival_rate is not None and not (math.isfinite(self.arrival_rate) and self.arrival_rate > 0):
-            raise InvalidInput("arrival_rate", f"must be a finite number > 0, got {self.arrival_rate!r}")
-
-
-def _check_capacities(caps: Sequence[float] | np.ndarray, n: int, field_name: str) -> np.ndarray:
-    arr = np.asarray(caps, dtype=float)
-    if arr.shape != (n,):
-        raise InvalidInput(field_name, f"expected {n} capacities, got {arr.size}")
-    bad = np.flatnonzero(~np.isfinite(arr) | (arr <= 0))
-    if bad.size:
-        raise InvalidInput(f"{field_name}[{bad[0]}]", f"capacity must be a finite number > 0, got {arr[bad[0]]}")
-    return arr
 
 
 def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[float]) -> list[float]:
@@ -176,178 +122,225 @@ def _downsample(idx_count: int, points: int) -> np.ndarray:
     return np.unique(np.linspace(0, idx_count - 1, points).round().astype(int))
 
 
-def simulate(stream: Stream, config: SimulationConfig,
-             on_tick: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Run ``config.grouping`` on ``stream``; return the metrics document (see the module docstring)."""
-    config.validate()
-    n = int(config.workers)
-    s = int(config.sources)
-    caps = np.ones(n) if config.capacities is None else np.asarray(config.capacities, dtype=float)
-    mu = caps * config.service_rate
-    lam = config.arrival_rate if config.arrival_rate is not None else config.load * float(mu.sum())
-    qcap_unit = config.queue_capacity if config.queue_capacity is not None else config.service_rate
-    chunk = int(min(MAX_CHUNK, max(1, round(lam * config.tick))))
-    m_total = int(stream.n_messages)
-    changes = sorted(((int(round(float(f) * m_total)), np.asarray(c, dtype=float))
-                      for f, c in config.capacity_changes), key=lambda x: x[0])
-    sources = [make_grouping(config.grouping, n, seed=config.seed, source_index=j, **dict(config.params))
-               for j in range(s)]
-    uses_signals = sources[0].uses_signals
-    rep = _Replication(int(stream.n_keys), n)
+class _Run:
+    """One simulation as it advances a tick at a time: the sources' groupings, the workers' loads and queues, the
+    rows the latency is computed from at the end and the time series (see the module docstring)."""
 
-    loads = np.zeros(n, dtype=np.int64)
-    q = np.zeros(n)
-    served_cum = np.zeros(n)
-    rows_arr, rows_srv, rows_t, rows_dt, rows_mu = [], [], [], [], []
-    ser: dict[str, list[float]] = {k: [] for k in (
-        "time", "messages", "imbalance", "imbalance_normalized", "queue_spread", "utilisation_spread", "busy_spread",
-        "max_queue")}
-    now = 0.0
-    done = 0
-    offset = 0
-    route_seconds = 0.0
-    t_start = time.perf_counter()
-    bar = None
-    if config.progress:
-        try:
-            from tqdm import tqdm
+    SERIES = ("time", "messages", "imbalance", "imbalance_normalized", "queue_spread", "utilisation_spread",
+              "busy_spread", "max_queue")
 
-            bar = tqdm(total=m_total, unit="msg", unit_scale=True, file=sys.stderr,
-                       desc=f"simulate {config.grouping}", leave=False)
-        except ImportError:  # pragma: no cover - tqdm is a dependency
-            bar = None
-    for keys in stream.chunks(chunk):
-        while changes and changes[0][0] <= done:
-            caps = changes.pop(0)[1]
-            mu = caps * config.service_rate
-        m = len(keys)
-        dt = m / lam
+    def __init__(self, stream: Stream, config: SimulationConfig):
+        self.config = config
+        self.n = n = int(config.workers)
+        self.s = int(config.sources)
+        self.caps = np.ones(n) if config.capacities is None else np.asarray(config.capacities, dtype=float)
+        self.mu = self.caps * config.service_rate
+        self.lam = config.arrival_rate if config.arrival_rate is not None else config.load * float(self.mu.sum())
+        self.qcap_unit = config.queue_capacity if config.queue_capacity is not None else config.service_rate
+        self.chunk = int(min(MAX_CHUNK, max(1, round(self.lam * config.tick))))
+        self.m_total = m_total = int(stream.n_messages)
+        self.changes = sorted(((int(round(float(f) * m_total)), np.asarray(c, dtype=float))
+                               for f, c in config.capacity_changes), key=lambda x: x[0])
+        self.sources = [make_grouping(config.grouping, n, seed=config.seed, source_index=j, **dict(config.params))
+                        for j in range(self.s)]
+        self.uses_signals = self.sources[0].uses_signals
+        self.rep = _Replication(int(stream.n_keys), n)
+        self.loads = np.zeros(n, dtype=np.int64)
+        self.q = np.zeros(n)
+        self.served_cum = np.zeros(n)
+        self.rows: dict[str, list[Any]] = {k: [] for k in ("arrivals", "served", "start", "dt", "mu")}
+        self.ser: dict[str, list[float]] = {k: [] for k in self.SERIES}
+        self.now = 0.0
+        self.done = 0
+        self.offset = 0
+        self.route_seconds = 0.0
+
+    def _route(self, keys: np.ndarray) -> np.ndarray:
+        """The worker of each message of the tick: message i goes to source i mod s, which routes its share."""
+        m, s = len(keys), self.s
         workers = np.empty(m, dtype=np.int64)
         t0 = time.perf_counter()
         for j in range(s):
-            first = (j - offset) % s
+            first = (j - self.offset) % s
             if first >= m:
                 continue
             sel = slice(first, m, s)
-            workers[sel] = sources[j].route(keys[sel], now)
-        route_seconds += time.perf_counter() - t0
-        offset = (offset + m) % s
-        counts = np.bincount(workers, minlength=n)
-        loads += counts
-        rep.add(keys, workers)
+            workers[sel] = self.sources[j].route(keys[sel], self.now)
+        self.route_seconds += time.perf_counter() - t0
+        self.offset = (self.offset + m) % s
+        return workers
+
+    def tick(self, keys: np.ndarray) -> None:
+        """Route one tick's messages, serve the queues, tell the groupings that want them the workers' signals."""
+        while self.changes and self.changes[0][0] <= self.done:
+            self.caps = self.changes.pop(0)[1]
+            self.mu = self.caps * self.config.service_rate
+        m = len(keys)
+        dt = m / self.lam
+        workers = self._route(keys)
+        counts = np.bincount(workers, minlength=self.n)
+        self.loads += counts
+        self.rep.add(keys, workers)
         # queue model
-        q += counts
-        served = np.minimum(q, mu * dt)
-        q -= served
-        served_cum += served
-        rows_arr.append(counts)
-        rows_srv.append(served_cum.copy())
-        rows_t.append(now)
-        rows_dt.append(dt)
-        rows_mu.append(mu.copy())
-        now += dt
-        done += m
-        util = q / (qcap_unit * caps)
-        busy = served / (mu * dt)
-        if uses_signals:
-            sig = busy if config.signal == "busy" else util
-            for g in sources:
-                g.observe(now, sig)
-        ser["time"].append(now)
-        ser["messages"].append(done)
-        ser["imbalance"].append(imbalance(loads))
-        ser["imbalance_normalized"].append(normalized_imbalance(loads))
+        self.q += counts
+        served = np.minimum(self.q, self.mu * dt)
+        self.q -= served
+        self.served_cum += served
+        rows = self.rows
+        rows["arrivals"].append(counts)
+        rows["served"].append(self.served_cum.copy())
+        rows["start"].append(self.now)
+        rows["dt"].append(dt)
+        rows["mu"].append(self.mu.copy())
+        self.now += dt
+        self.done += m
+        util = self.q / (self.qcap_unit * self.caps)
+        busy = served / (self.mu * dt)
+        if self.uses_signals:
+            sig = busy if self.config.signal == "busy" else util
+            for g in self.sources:
+                g.observe(self.now, sig)
+        self._record(util, busy)
+
+    def _record(self, util: np.ndarray, busy: np.ndarray) -> None:
+        ser, q = self.ser, self.q
+        ser["time"].append(self.now)
+        ser["messages"].append(self.done)
+        ser["imbalance"].append(imbalance(self.loads))
+        ser["imbalance_normalized"].append(normalized_imbalance(self.loads))
         ser["queue_spread"].append(float(q.max() - q.min()))
         ser["utilisation_spread"].append(float(util.max() - util.min()))
         ser["busy_spread"].append(float(busy.max() - busy.min()))
         ser["max_queue"].append(float(q.max()))
+
+    def latency(self) -> tuple[np.ndarray, np.ndarray]:
+        """(arrivals, latency), both (ticks, n), from the cumulative arrival and service curves."""
+        n = self.n
+        A = np.asarray(self.rows["arrivals"], dtype=float)   # (ticks, n) arrivals per tick
+        S = np.asarray(self.rows["served"], dtype=float)     # (ticks, n) cumulative service at tick end
+        T0 = np.asarray(self.rows["start"])
+        DT = np.asarray(self.rows["dt"])
+        MU = np.asarray(self.rows["mu"])
+        A_before = np.cumsum(A, axis=0) - A
+        mid = A_before + A / 2.0
+        # per worker: the first tick whose cumulative service reaches the middle message (all workers at once: the
+        # columns of S are non-decreasing, so offsetting column w by w·BIG makes the flattened array sorted)
+        S_start = np.vstack([np.zeros((1, n)), S[:-1]])
+        T = len(T0)
+        big = float(max(S[-1].max(), mid.max()) + 1.0)
+        offs = np.arange(n, dtype=float) * big
+        flat = (S + offs).T.ravel()
+        idx = np.searchsorted(flat, (mid + offs).T.ravel(), side="left").reshape(n, T).T - np.arange(n) * T
+        inside = idx < T
+        kk = np.minimum(idx, T - 1)
+        cols = np.broadcast_to(np.arange(n), kk.shape)
+        s_end = S[kk, cols]
+        s_beg = S_start[kk, cols]
+        span = s_end - s_beg
+        frac = np.where(span > 0, (mid - s_beg) / np.where(span > 0, span, 1.0), 1.0)
+        dep = np.where(inside, T0[kk] + np.clip(frac, 0.0, 1.0) * DT[kk], self.now + (mid - S[-1]) / self.mu)
+        arr_t = (T0 + DT / 2.0)[:, None]
+        return A, np.maximum(dep - arr_t, 1.0 / MU)
+
+    def result(self, stream: Stream, wall_start: float) -> dict[str, Any]:
+        """The metrics document (see the module docstring)."""
+        config, loads, done, mu = self.config, self.loads, self.done, self.mu
+        A, lat = self.latency()
+        p50, p95, p99, pmax = weighted_percentiles(lat.ravel(), A.ravel(), [50, 95, 99, 100])
+        shares = loads / done
+        pos = shares > 0
+        sat = float(np.min(mu[pos] / shares[pos])) if pos.any() else 0.0
+        result: dict[str, Any] = {
+            "grouping": config.grouping,
+            "params": {k: v for k, v in dict(config.params).items()},
+            "workers": self.n,
+            "sources": self.s,
+            "capacities": [float(c) for c in self.caps],
+            "stream": stream.describe(),
+            "messages": int(done),
+            "keys_seen": self.rep.counts()[1],
+            "imbalance": imbalance(loads),
+            "imbalance_normalized": normalized_imbalance(loads),
+            "imbalance_messages": imbalance_messages(loads),
+            "replication": self.rep.value(),
+            "worker_loads": [int(x) for x in loads],
+            **self._spreads(),
+            "latency": {"p50": p50, "p95": p95, "p99": p99, "max": pmax,
+                        "mean": float((lat * A).sum() / max(A.sum(), 1.0))},
+            "throughput_at_saturation": {"messages_per_second": sat, "relative": sat / float(mu.sum())},
+            "arrival_rate": float(self.lam),
+            "simulated_seconds": float(self.now),
+            "seconds": time.perf_counter() - wall_start,
+            "routing_seconds": self.route_seconds,
+            "routing_rate": done / self.route_seconds if self.route_seconds > 0 else None,
+            "series": self._series(A, lat),
+        }
+        return {**result, **self._grouping_figures()}
+
+    def _spreads(self) -> dict[str, Any]:
+        util_arr = np.asarray(self.ser["utilisation_spread"])
+        busy_arr = np.asarray(self.ser["busy_spread"])
+        qs_arr = np.asarray(self.ser["queue_spread"])
+        last = slice(int(len(util_arr) * 0.75), None)
+        return {"queue_length_spread": {"final": float(qs_arr[-1]), "mean": float(qs_arr.mean()),
+                                        "max": float(qs_arr.max())},
+                "utilisation_spread": {"final": float(util_arr[-1]), "mean": float(util_arr.mean()),
+                                       "last_quarter_mean": float(util_arr[last].mean())},
+                "busy_spread": {"final": float(busy_arr[-1]), "last_quarter_mean": float(busy_arr[last].mean())}}
+
+    def _series(self, A: np.ndarray, lat: np.ndarray) -> dict[str, list[float]]:
+        """The time series, down-sampled to ``config.series_points``, with the mean and max latency per tick."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lat_mean_tick = np.where(A.sum(1) > 0, (lat * A).sum(1) / np.maximum(A.sum(1), 1), 0.0)
+        lat_max_tick = np.where(A > 0, lat, 0.0).max(axis=1)
+        picked = _downsample(len(self.ser["time"]), self.config.series_points)
+        series = {k: [float(v[i]) for i in picked] for k, v in self.ser.items()}
+        series["latency_mean"] = [float(lat_mean_tick[i]) for i in picked]
+        series["latency_max"] = [float(lat_max_tick[i]) for i in picked]
+        return series
+
+    def _grouping_figures(self) -> dict[str, Any]:
+        """What some groupings report of themselves: CG's virtual workers, the D-Choices family's d."""
+        out: dict[str, Any] = {}
+        if self.uses_signals and hasattr(self.sources[0], "virtual_worker_counts"):
+            cg: Any = self.sources[0]  # ConsistentGrouping
+            out["virtual_workers"] = [int(x) for x in cg.virtual_worker_counts()]
+            out["virtual_worker_moves"] = len(cg.moves)
+        if hasattr(self.sources[0], "max_d"):
+            heads: list[Any] = list(self.sources)  # D-Choices / W-Choices / RR
+            out["max_d"] = int(max(g.max_d for g in heads))
+            out["d"] = [int(g.d) for g in heads]
+        return out
+
+
+def _progress_bar(config: SimulationConfig, total: int) -> Any:
+    """A tqdm bar on stderr when ``config.progress`` asks for one, else None."""
+    if not config.progress:
+        return None
+    try:
+        from tqdm import tqdm
+
+        return tqdm(total=total, unit="msg", unit_scale=True, file=sys.stderr, desc=f"simulate {config.grouping}",
+                    leave=False)
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return None
+
+
+def simulate(stream: Stream, config: SimulationConfig,
+             on_tick: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Run ``config.grouping`` on ``stream``; return the metrics document (see the module docstring)."""
+    config.validate()
+    run = _Run(stream, config)
+    t_start = time.perf_counter()
+    bar = _progress_bar(config, run.m_total)
+    for keys in stream.chunks(run.chunk):
+        run.tick(keys)
         if bar is not None:
-            bar.update(m)
+            bar.update(len(keys))
         if on_tick is not None:
-            on_tick(done, m_total)
+            on_tick(run.done, run.m_total)
     if bar is not None:
         bar.close()
-    if done == 0:
+    if run.done == 0:
         raise InvalidInput("messages", "the stream is empty")
-
-    # ---- latency from the cumulative arrival / service curves
-    A = np.asarray(rows_arr, dtype=float)            # (ticks, n) arrivals per tick
-    S = np.asarray(rows_srv, dtype=float)            # (ticks, n) cumulative service at tick end
-    T0 = np.asarray(rows_t)
-    DT = np.asarray(rows_dt)
-    MU = np.asarray(rows_mu)
-    A_before = np.cumsum(A, axis=0) - A
-    mid = A_before + A / 2.0
-    # per worker: the first tick whose cumulative service reaches the middle message (all workers at once: the
-    # columns of S are non-decreasing, so offsetting column w by w·BIG makes the flattened array sorted)
-    S_start = np.vstack([np.zeros((1, n)), S[:-1]])
-    T = len(T0)
-    big = float(max(S[-1].max(), mid.max()) + 1.0)
-    offs = np.arange(n, dtype=float) * big
-    flat = (S + offs).T.ravel()
-    idx = np.searchsorted(flat, (mid + offs).T.ravel(), side="left").reshape(n, T).T - np.arange(n) * T
-    inside = idx < T
-    kk = np.minimum(idx, T - 1)
-    cols = np.broadcast_to(np.arange(n), kk.shape)
-    s_end = S[kk, cols]
-    s_beg = S_start[kk, cols]
-    span = s_end - s_beg
-    frac = np.where(span > 0, (mid - s_beg) / np.where(span > 0, span, 1.0), 1.0)
-    dep = np.where(inside, T0[kk] + np.clip(frac, 0.0, 1.0) * DT[kk], now + (mid - S[-1]) / mu)
-    arr_t = (T0 + DT / 2.0)[:, None]
-    lat = np.maximum(dep - arr_t, 1.0 / MU)
-    p50, p95, p99, pmax = weighted_percentiles(lat.ravel(), A.ravel(), [50, 95, 99, 100])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        lat_mean_tick = np.where(A.sum(1) > 0, (lat * A).sum(1) / np.maximum(A.sum(1), 1), 0.0)
-    lat_max_tick = np.where(A > 0, lat, 0.0).max(axis=1)
-
-    shares = loads / done
-    pos = shares > 0
-    sat = float(np.min(mu[pos] / shares[pos])) if pos.any() else 0.0
-    picked = _downsample(len(ser["time"]), config.series_points)
-    series = {k: [float(v[i]) for i in picked] for k, v in ser.items()}
-    series["latency_mean"] = [float(lat_mean_tick[i]) for i in picked]
-    series["latency_max"] = [float(lat_max_tick[i]) for i in picked]
-    util_arr = np.asarray(ser["utilisation_spread"])
-    busy_arr = np.asarray(ser["busy_spread"])
-    qs_arr = np.asarray(ser["queue_spread"])
-    last = slice(int(len(util_arr) * 0.75), None)
-    wall = time.perf_counter() - t_start
-    result: dict[str, Any] = {
-        "grouping": config.grouping,
-        "params": {k: v for k, v in dict(config.params).items()},
-        "workers": n,
-        "sources": s,
-        "capacities": [float(c) for c in caps],
-        "stream": stream.describe(),
-        "messages": int(done),
-        "keys_seen": rep.counts()[1],
-        "imbalance": imbalance(loads),
-        "imbalance_normalized": normalized_imbalance(loads),
-        "imbalance_messages": imbalance_messages(loads),
-        "replication": rep.value(),
-        "worker_loads": [int(x) for x in loads],
-        "queue_length_spread": {"final": float(qs_arr[-1]), "mean": float(qs_arr.mean()),
-                                "max": float(qs_arr.max())},
-        "utilisation_spread": {"final": float(util_arr[-1]), "mean": float(util_arr.mean()),
-                               "last_quarter_mean": float(util_arr[last].mean())},
-        "busy_spread": {"final": float(busy_arr[-1]), "last_quarter_mean": float(busy_arr[last].mean())},
-        "latency": {"p50": p50, "p95": p95, "p99": p99, "max": pmax,
-                    "mean": float((lat * A).sum() / max(A.sum(), 1.0))},
-        "throughput_at_saturation": {"messages_per_second": sat, "relative": sat / float(mu.sum())},
-        "arrival_rate": float(lam),
-        "simulated_seconds": float(now),
-        "seconds": wall,
-        "routing_seconds": route_seconds,
-        "routing_rate": done / route_seconds if route_seconds > 0 else None,
-        "series": series,
-    }
-    if uses_signals and hasattr(sources[0], "virtual_worker_counts"):
-        cg: Any = sources[0]  # ConsistentGrouping
-        result["virtual_workers"] = [int(x) for x in cg.virtual_worker_counts()]
-        result["virtual_worker_moves"] = len(cg.moves)
-    if hasattr(sources[0], "max_d"):
-        heads: list[Any] = list(sources)  # D-Choices / W-Choices / RR
-        result["max_d"] = int(max(g.max_d for g in heads))
-        result["d"] = [int(g.d) for g in heads]
-    return result
+    return run.result(stream, t_start)

@@ -16,10 +16,10 @@ and hands the MILP *units* — sets of key groups that must end on one node:
    constrained onto one node. ``pair_order="paper"``: the highest-traffic pair first — case 1 (neither end in a
    part): the less loaded of the two nodes; case 2 (one end in a part): that part's node; case 3 (both in parts):
    the two parts merged, on the less loaded node. ``pair_order="gain"`` (a multi-round view beyond the
-   paper, issue 13): the cheaper of a pair's two moves, pairs by collocated traffic per migration weighted towards
+   paper): the cheaper of a pair's two moves, pairs by collocated traffic per migration weighted towards
    moves that also balance, compensating swaps under the band, and a balanced warm start from the migrations the
    pairs leave. ``pair_order="target"`` (default; a deviation from Algorithm 2 after COLA's whole-graph
-   partitioning, §5.2, issue 13.2): the gain order plus a *goal* for every key group — a METIS k-way partition of
+   partitioning, §5.2): the gain order plus a *goal* for every key group — a METIS k-way partition of
    the whole traffic graph balanced by load, relabelled (Hungarian) to the nodes already holding most of each
    part and kept while the graph is unchanged — towards which single key groups move, best collocation per
    migration first, so the moves of all rounds go the same way (:mod:`solvers.albic.collocation_target`).
@@ -38,7 +38,7 @@ and hands the MILP *units* — sets of key groups that must end on one node:
    quarter of ``time_limit`` is kept for the pure MILP: when the other levels use up their time, the loop jumps
    to maxPL = 0. The plan with the smallest load distance is returned when no level meets maxLD.
 
-Units (the paper's percentages, made explicit): ``max_ld`` is a percentage of the target utilisation t (DESIGN.md
+Units (the paper's percentages, made explicit): ``max_ld`` is a percentage of the target utilisation t (docs/design.md
 load distance, so on the synthetic instances with mean node load 100 it reads as load units); ``max_pl`` and
 ``step_pl`` are percentages of the average load of an active node (Σ node loads / |A|, communication cost
 included), measured on the current assignment at the start of the round.
@@ -65,7 +65,7 @@ import scipy.sparse as sp
 from solvers import metrics
 from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, balance_hint
 from solvers.albic.collocation_paper import add_pairs_paper
-from solvers.albic.collocation_sets import collocated_sets, migration_cost_fraction, split_set
+from solvers.albic.collocation_sets import collocated_sets, metis_fits, migration_cost_fraction, split_set
 from solvers.albic.collocation_target import FREE_MOVE_CELLS
 from solvers.albic.milp import OPTIMALITY_TOL
 from solvers.albic.milp.bounds import proven_bound
@@ -75,6 +75,8 @@ from solvers.model import Plan, Problem
 from solvers.registry import Param, register
 
 _EPS = 1e-9
+#: share of a level's time (what is left but the pure MILP's reserve) that steps 2-3 may use before its MILP
+UNITS_SHARE = 0.75
 
 
 # ---------------------------------------------------------------------------------------------- step 1: scores
@@ -121,9 +123,9 @@ def pair_scores(problem: Problem, score_factor: float = 1.5, assignment: np.ndar
     if src.size == 0:
         z = np.zeros(0, dtype=np.int64)
         return Pairs(z, z, np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool))
-    _, op = np.unique(np.asarray(problem.operator, dtype=object).astype(str), return_inverse=True)
-    op = op.astype(np.int64)
-    n_ops = int(op.max()) + 1
+    codes = {o: i for i, o in enumerate(dict.fromkeys(problem.operator))}
+    op = np.fromiter(map(codes.__getitem__, problem.operator), dtype=np.int64, count=m)
+    n_ops = len(codes)
     op_size = np.bincount(op, minlength=n_ops)
     # O.down: the distinct (O, DO) operator edges
     od = np.unique(op[src] * n_ops + op[dst])
@@ -154,7 +156,8 @@ class CollocationUnits:
 def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.ndarray | None,
                 adj: sp.csr_matrix, pairs_per_round: int | None, pair_budget_share: float,
                 node_load: np.ndarray, seed: int = 0, pin: str = "paper",
-                max_ld_band: float | None = None, order: str = "paper") -> CollocationUnits:
+                max_ld_band: float | None = None, order: str = "paper",
+                deadline: float | None = None) -> CollocationUnits:
     """Steps 2 and 3 of Algorithm 2 for one maxPL level: collocated sets → parts → units, then constrained pairs.
 
     Args:
@@ -172,6 +175,8 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         order: ``"paper"`` (highest traffic first, the paper's cases), ``"gain"`` (collocation gained per
             migration, balance-aware) or ``"target"`` (the gain order plus moves towards a whole-graph METIS goal);
             see :mod:`solvers.albic.collocation_moves`, :mod:`solvers.albic.collocation_target`.
+        deadline: a :func:`time.perf_counter` time: no METIS partitioning is started that would end after it
+            (:func:`metis_fits`), no move is searched for after it (fewer units and pairs, the same guarantees).
     """
     if order not in ORDERS:
         raise InvalidInput("params.pair_order", f"must be one of {list(ORDERS)}, got {order!r}")
@@ -184,7 +189,10 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
     if max_pl_abs > 0 and len(pairs):
         col = pairs.collocated
         sets = collocated_sets(m, pairs.src[col], pairs.dst[col])
+        degree = adj.nnz / max(m, 1)
         for s in sets:
+            if not metis_fits(s.size, int(s.size * degree), deadline):
+                break  # the sets left keep their key groups as units of one
             for part in split_set(s, problem.load, mc, adj, max_pl_abs, seed=seed):
                 n_parts += 1
                 if part.size >= 2:
@@ -200,7 +208,8 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         max_moves=None if problem.max_migrations is None else math.floor(problem.max_migrations * share + _EPS),
         max_bytes=None if problem.max_migration_bytes is None else problem.max_migration_bytes * share, pin=pin,
         goal=balanced_target(problem, adj, seed=seed) if order == "target" and max_pl_abs > 0 and adj.nnz
-        and m * problem.n_nodes <= FREE_MOVE_CELLS else None)  # very large instances: the gain order's moves
+        and m * problem.n_nodes <= FREE_MOVE_CELLS and metis_fits(m, adj.nnz, deadline) else None,
+        deadline=deadline)  # very large instances (or no time for METIS): the gain order's moves
     if order != "paper" and st.band is not None and st.max_moves is not None:
         # balance first: every active node already out of the band needs about one MILP move to come back
         out = int(np.count_nonzero(problem.active & (np.abs(st.util - t_util) > st.band + _EPS)))
@@ -221,8 +230,7 @@ def build_units(problem: Problem, pairs: Pairs, max_pl_abs: float, *, mc: np.nda
         balance_hint(st, problem.max_migrations, problem.max_migration_bytes)
     # contiguous unit ids
     uniq, inv = np.unique(unit_of, return_inverse=True)
-    pos = {int(u): i for i, u in enumerate(uniq)}
-    allowed = {pos[u]: np.array(sorted(choice[u]), dtype=np.int64) for u in target}
+    allowed = {int(np.searchsorted(uniq, u)): np.array(sorted(choice[u]), dtype=np.int64) for u in target}
     return CollocationUnits(unit_of=inv.astype(np.int64), allowed=allowed, hint=hint, n_set_parts=n_parts,
                             n_sets=len(sets), pairs_added=added, moves_committed=moves, bytes_committed=nbytes)
 
@@ -291,10 +299,13 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
         # the new pairs' share of the budget shrinks with maxPL (full at the first level, none at maxPL = 0), so a
         # retry also frees migrations for balancing (see module docstring, step 4)
         share = pair_budget_share * (level / max_pl if max_pl > 0 else 0.0)
+        # the units (and the MILP's warm start) may take UNITS_SHARE of this level's time, the MILP has the rest
+        units_deadline = time.perf_counter() + UNITS_SHARE * max(0.0, deadline - time.perf_counter() - reserve)
         units = build_units(problem, pairs, level / 100.0 * avg_node, mc=mc, adj=adj,
                             pairs_per_round=pairs_per_round, pair_budget_share=share,
                             node_load=loads, seed=seed, pin=pin,
-                            max_ld_band=None if pair_band is None else pair_band / 100.0, order=pair_order)
+                            max_ld_band=None if pair_band is None else pair_band / 100.0, order=pair_order,
+                            deadline=units_deadline)
         hint = units.hint
         if prev is not None and _feasible_hint(problem, prev, units) and \
                 metrics.load_distance(problem, prev) < metrics.load_distance(problem, hint):
@@ -328,25 +339,8 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
     assert chosen is not None
     ld_pct, plan, units, level = chosen
     a = np.asarray(plan.assignment, dtype=np.int64)
-    groups: dict[int, list[int]] = {}
-    counts = np.bincount(units.unit_of, minlength=1) if m else np.zeros(0, dtype=np.int64)
-    for k in np.flatnonzero(counts[units.unit_of] >= 2):
-        groups.setdefault(int(units.unit_of[k]), []).append(int(k))
-    details = {
-        "max_pl": level,
-        "max_ld": max_ld,
-        "load_distance_pct": round(ld_pct, 4),
-        "milp_status": plan.status,
-        "attempts": attempts,
-        "candidate_pairs": len(pairs),
-        "collocated_pairs": int(pairs.collocated.sum()),
-        "sets": units.n_sets,
-        "set_parts": units.n_set_parts,
-        "new_pairs": [[problem.kg_ids[gi], problem.kg_ids[gj], problem.node_ids[t], case]
-                      for gi, gj, t, case in units.pairs_added],
-        "units": [[problem.kg_ids[k] for k in g] for g in groups.values()],
-    }
-    # a proven lower bound on the load distance under the same budget (issue 16.3): the ungrouped problem's
+    details = _details(problem, units, pairs, attempts, level, max_ld, ld_pct, plan.status)
+    # a proven lower bound on the load distance under the same budget: the ungrouped problem's
     # (a grouped solve's bound is one of a restricted problem and may exceed the optimum), from the time left
     lb = proven_bound(problem, seconds=max(0.0, min(0.2 * time_limit, deadline - time.perf_counter())))
     d = metrics.load_distance(problem, a)
@@ -354,6 +348,21 @@ def albic(problem: Problem, *, time_limit: float = 1.0, max_ld: float = 10.0, ma
     t = metrics.target(problem, metrics.node_loads(problem, a))
     status = "optimal" if d <= lb + OPTIMALITY_TOL * max(t, 1e-300) else "feasible"
     return Plan("albic", a, status=status, lower_bound=float(lb), seconds=time.perf_counter() - t0, details=details)
+
+
+def _details(problem: Problem, units: CollocationUnits, pairs: Pairs, attempts: list[dict[str, Any]], level: float,
+             max_ld: float, ld_pct: float, milp_status: str) -> dict[str, Any]:
+    """The plan's ``details``: the level chosen, every attempt, the counts of step 1-3 and the multi-key-group units."""
+    groups: dict[int, list[int]] = {}
+    counts = np.bincount(units.unit_of, minlength=1) if problem.n_key_groups else np.zeros(0, dtype=np.int64)
+    for k in np.flatnonzero(counts[units.unit_of] >= 2):
+        groups.setdefault(int(units.unit_of[k]), []).append(int(k))
+    return {"max_pl": level, "max_ld": max_ld, "load_distance_pct": round(ld_pct, 4), "milp_status": milp_status,
+            "attempts": attempts, "candidate_pairs": len(pairs), "collocated_pairs": int(pairs.collocated.sum()),
+            "sets": units.n_sets, "set_parts": units.n_set_parts,
+            "new_pairs": [[problem.kg_ids[gi], problem.kg_ids[gj], problem.node_ids[t], case]
+                          for gi, gj, t, case in units.pairs_added],
+            "units": [[problem.kg_ids[k] for k in g] for g in groups.values()]}
 
 
 @register(

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import heapq
 import math
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,6 +61,7 @@ class PairState:
     max_bytes: float | None
     pin: str = "paper"
     goal: np.ndarray | None = None  # pair_order="target": the goal node of every key group
+    deadline: float | None = None  # a time.perf_counter() time: no move is searched for after it
     target: dict[int, int] = field(default_factory=dict)
     choice: dict[int, list[int]] = field(default_factory=dict)
     added: list[tuple[int, int, int, int]] = field(default_factory=list)
@@ -73,6 +76,10 @@ class PairState:
 
     def budget_full(self) -> bool:
         return self.max_moves is not None and self.moves >= self.max_moves
+
+    def out_of_time(self) -> bool:
+        """Past the deadline: the moves taken so far stand (each kept the plan valid), no more are searched for."""
+        return self.deadline is not None and time.perf_counter() > self.deadline
 
 
 @dataclass
@@ -124,7 +131,7 @@ def evaluate(st: PairState, u: int, mem: np.ndarray, s: int, v: int, t: int) -> 
     after = abs(us + delta[s] - T) + abs(ut + delta[t] - T)
     scale = abs(delta[s]) + abs(delta[t])
     bal = (before - after) / scale if scale > _EPS else 0.0
-    return Move(u, mem, s, v, t, r_t - r_s, d_moves, d_bytes, delta, bal, future_gain(st, mem, t))
+    return Move(u, mem, s, v, t, r_t - r_s, d_moves, d_bytes, delta, bal, future_gain(st, cols, data, t))
 
 
 def fits(st: PairState, mv: Move, use_band: bool, free: bool = False) -> str:
@@ -243,8 +250,9 @@ def add_pairs_gain(st: PairState, src: np.ndarray, dst: np.ndarray, limit: float
     when both nodes end within the band (a swap of collocation moves keeps balance)."""
     heap: list[tuple[float, int, int]] = []
     by_node: dict[int, list[tuple[int, int]]] = {}
-    keys = [(p, k) for p in range(src.size) for k in (0, 1)] + free_candidates(st, np.concatenate([src, dst]))
-    for p, k in keys:
+    for p, k in _candidates(st, src, dst):
+        if st.out_of_time():
+            break
         mv = _cand(st, src, dst, p, k)
         sc = -math.inf if mv is None else _score(mv)
         if mv is not None and sc > -math.inf:
@@ -255,7 +263,7 @@ def add_pairs_gain(st: PairState, src: np.ndarray, dst: np.ndarray, limit: float
     fallback: tuple[float, int, int] | None = None
     # compensation searches cost O(candidates per node) evaluations each: at most this many per level
     tries = COMPENSATION_TRIES * (st.max_moves if st.max_moves is not None else 20)
-    while heap and len(st.added) < limit and not st.budget_full():
+    while heap and len(st.added) < limit and not st.budget_full() and not st.out_of_time():
         neg, p, k = heapq.heappop(heap)
         mv = _cand(st, src, dst, p, k)
         if mv is None:
@@ -283,6 +291,14 @@ def add_pairs_gain(st: PairState, src: np.ndarray, dst: np.ndarray, limit: float
             _take(st, got, p, src, dst)
 
 
+def _candidates(st: PairState, src: np.ndarray, dst: np.ndarray) -> Iterator[tuple[int, int]]:
+    """The two moves of every pair, then the single key groups' (built only when the pairs' are all seen)."""
+    for p in range(src.size):
+        yield p, 0
+        yield p, 1
+    yield from free_candidates(st, np.concatenate([src, dst]))
+
+
 def _take(st: PairState, mv: Move, p: int, src: np.ndarray, dst: np.ndarray) -> None:
     if p >= 0:
         _commit_pair(st, mv, int(src[p]), int(dst[p]))
@@ -306,6 +322,8 @@ def _compensated(st: PairState, mv: Move, p: int, src: np.ndarray, dst: np.ndarr
     seen: set[tuple[int, int]] = set()
     for nd in (mv.t, mv.s):
         for p2, k2 in by_node.get(nd, ()):
+            if st.out_of_time():
+                break
             if (p2, k2) in seen:
                 continue
             seen.add((p2, k2))
@@ -347,13 +365,15 @@ def balance_hint(st: PairState, max_moves: int | None, max_bytes: float | None) 
         return 0
     T = st.t_util
     made = 0
-    while max_moves is None or st.moves < max_moves:
+    while (max_moves is None or st.moves < max_moves) and not st.out_of_time():
         ua = st.util[active]
         hi, lo = int(active[int(np.argmax(ua))]), int(active[int(np.argmin(ua))])
         worst = max(abs(float(st.util[hi]) - T), abs(float(st.util[lo]) - T))
         best: tuple[float, Move] | None = None
         seen: set[int] = set()
         for k in np.flatnonzero(st.hint == hi).tolist():
+            if st.out_of_time():
+                break
             u, mem, node = st.unit(k)
             if u in seen or u in st.target or node != hi:
                 continue

@@ -19,7 +19,7 @@ def add_pairs_paper(st: PairState, order: np.ndarray, src: np.ndarray, dst: np.n
     fallback."""
     banded: list[int] = []
     for p in order.tolist():
-        if len(st.added) >= limit or st.budget_full():
+        if len(st.added) >= limit or st.budget_full() or st.out_of_time():
             break
         if _paper_pair(st, int(src[p]), int(dst[p]), True) == "band":
             banded.append(p)

@@ -1,4 +1,4 @@
-"""Single-key-group collocation moves of ALBIC's step 3 beyond the paper's candidate pairs (issue 13.2), used by
+"""Single-key-group collocation moves of ALBIC's step 3 beyond the paper's candidate pairs, used by
 :func:`solvers.albic.collocation_moves.add_pairs_gain`.
 
 * ``pair_order="gain"``: a key group not in a pair moves towards the node holding more of its traffic (the fully
@@ -55,13 +55,10 @@ def free_candidates(st: PairState, ends: np.ndarray) -> list[tuple[int, int]]:
     return [(-1 - int(g), int(t[g])) for g in ok]
 
 
-def future_gain(st: PairState, mem: np.ndarray, t: int) -> float:
-    """Traffic of ``mem`` to key groups outside it whose goal is ``t`` but which are planned elsewhere: what the
-    move to ``t`` prepares (0 without a goal)."""
+def future_gain(st: PairState, cols: np.ndarray, data: np.ndarray, t: int) -> float:
+    """Traffic of a unit to key groups outside it (its external edges: neighbours ``cols``, rates ``data``) whose
+    goal is ``t`` but which are planned elsewhere: what the unit's move to ``t`` prepares (0 without a goal)."""
     if st.goal is None:
         return 0.0
-    ip, ix, dx = st.adj.indptr, st.adj.indices, st.adj.data
-    cols = np.concatenate([ix[ip[k]:ip[k + 1]] for k in mem.tolist()])
-    data = np.concatenate([dx[ip[k]:ip[k + 1]] for k in mem.tolist()])
-    sel = (st.goal[cols] == t) & (st.hint[cols] != t) & ~np.isin(cols, mem)
+    sel = (st.goal[cols] == t) & (st.hint[cols] != t)
     return float(data[sel].sum())

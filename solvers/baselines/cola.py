@@ -12,7 +12,7 @@ Here, on key groups (``method="split"``, the default, follows that description):
    (pymetis; vertex weight = load, edge weight = out(gi, gj) + out(gj, gi), so the cut traffic is minimal).
 2. Once there are at least |A| partitions, pack them onto the active nodes after every split (LPT: heaviest
    partition first onto the node with the lowest utilisation after it) and stop at the first packing whose load
-   distance (DESIGN.md, communication cost of cut edges included) is at most ``max_ld`` percent of the target
+   distance (docs/design.md, communication cost of cut edges included) is at most ``max_ld`` percent of the target
    utilisation — "a sufficient load balance". The best packing seen is kept if none is.
 3. Nodes of equal capacity are relabelled by a maximum-weight matching (Hungarian algorithm, scipy) on the key
    groups (ties: state bytes) already on them, so as much as possible stays in place; balance is unchanged.
@@ -22,18 +22,22 @@ imbalance tolerance tightened from loose to strict until the load distance is �
 nodes the same way.
 
 The migration budget is ignored (``details["ignores_budget"] = True``); ``details["migrations"]`` reports the
-moves. Complexity: O(P) METIS bisections and packings for P final partitions (≈ |A| to a few |A|), matching O(|A|³).
+moves. The time limit holds: a METIS partitioning is started only when it is expected to end in time
+(:func:`solvers.albic.collocation_sets.metis_fits`), a bisection that cannot is made by load alone. Complexity:
+O(P) METIS bisections and packings for P final partitions (≈ |A| to a few |A|), matching O(|A|³).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from solvers import metrics
+from solvers.albic.collocation_sets import metis_fits
 from solvers.graph_partitioning import metis_parts, symmetric_traffic
 from solvers.model import Plan, Problem
 from solvers.registry import Param, register
@@ -42,14 +46,20 @@ from solvers.registry import Param, register
 UFACTORS = (300, 200, 100, 50, 30, 10, 1)
 
 
+def _columns(problem: Problem, nodes: np.ndarray) -> np.ndarray:
+    """(n,) the position of each node in ``nodes``, -1 for the others."""
+    col = np.full(problem.n_nodes, -1, dtype=np.int64)
+    col[nodes] = np.arange(len(nodes))
+    return col
+
+
 def map_parts_to_nodes(problem: Problem, part: np.ndarray, nodes: np.ndarray, same_capacity_only: bool = False
                        ) -> np.ndarray:
     """Map part p (0..len(nodes)-1) to a distinct node of ``nodes`` keeping as many key groups (then bytes) in
     place as possible; returns the (m,) assignment."""
     k = len(nodes)
-    col = {int(n): j for j, n in enumerate(nodes)}
     overlap = np.zeros((k, k))
-    on = np.array([col.get(int(c), -1) for c in problem.current], dtype=np.int64)
+    on = _columns(problem, nodes)[problem.current]
     ok = on >= 0
     total_bytes = float(problem.state_bytes.sum()) or 1.0
     np.add.at(overlap, (part[ok], on[ok]), 1.0 + problem.state_bytes[ok] / (total_bytes + 1.0))
@@ -85,9 +95,21 @@ def _ld_pct(problem: Problem, a: np.ndarray) -> float:
 def _relabel(problem: Problem, a: np.ndarray, nodes: np.ndarray) -> np.ndarray:
     """Permute the nodes of equal capacity among themselves so that as many key groups as possible stay in place
     (the balance is unchanged)."""
-    col = {int(n): j for j, n in enumerate(nodes)}
-    src = np.array([col[int(x)] for x in a], dtype=np.int64)
+    src = _columns(problem, nodes)[a]
     return map_parts_to_nodes(problem, src, nodes, same_capacity_only=True)
+
+
+def _halve(problem: Problem, adj: Callable[[], Any], mem: np.ndarray, seed: int, deadline: float | None
+           ) -> tuple[list[np.ndarray], bool]:
+    """``mem`` split in two by METIS (minimum traffic cut, balanced load) when it is expected to end before the
+    deadline (:func:`metis_fits`), else by load alone: sorted by load, alternately to either side (each side stays
+    sorted, so splitting it again sorts in linear time). Returns the two sides and whether METIS split them."""
+    nnz = 2 * problem.comm.nnz * mem.size // max(problem.n_key_groups, 1)  # the part's share of the edges
+    if metis_fits(mem.size, nnz, deadline):
+        half = metis_parts(adj()[mem][:, mem], 2, problem.load[mem], seed=seed)
+        return [mem[half == 0], mem[half == 1]], True
+    ranked = mem[np.argsort(-problem.load[mem], kind="stable")]
+    return [ranked[0::2], ranked[1::2]], False
 
 
 def cola_split(problem: Problem, *, max_ld: float = 10.0, seed: int = 0, deadline: float | None = None
@@ -96,14 +118,24 @@ def cola_split(problem: Problem, *, max_ld: float = 10.0, seed: int = 0, deadlin
     in two by METIS (min traffic cut) again and again; after each split (once there are ≥ |A| partitions) the
     partitions are packed onto the active nodes (LPT) and the loop stops at the first packing whose load
     distance is ≤ ``max_ld`` percent of the target. Nodes of equal capacity are then relabelled to keep key groups
-    in place."""
+    in place.
+
+    ``deadline``: once it has passed the best packing so far is returned; before the first packing, a split that
+    METIS could not finish in time is made by load alone (:func:`_halve`), so the time limit holds on any graph
+    (``details["load_splits"]`` counts those)."""
     nodes = np.flatnonzero(problem.active)
     m = problem.n_key_groups
-    adj = symmetric_traffic(problem)
+    cache: list[Any] = []
+
+    def adj() -> Any:
+        if not cache:
+            cache.append(symmetric_traffic(problem))
+        return cache[0]
+
     parts: list[np.ndarray] = [np.arange(m, dtype=np.int64)]
     loads = [float(problem.load.sum())]
     best: tuple[float, np.ndarray, int] | None = None
-    splits = 0
+    splits = by_load = 0
     while True:
         if len(parts) >= len(nodes):
             pl = np.array(loads)
@@ -129,9 +161,9 @@ def cola_split(problem: Problem, *, max_ld: float = 10.0, seed: int = 0, deadlin
             break
         mem = parts.pop(big)
         loads.pop(big)
-        half = metis_parts(adj[mem][:, mem], 2, problem.load[mem], seed=seed + splits)
-        for side in (0, 1):
-            sub = mem[half == side]
+        sides, metis = _halve(problem, adj, mem, seed + splits, deadline)
+        by_load += not metis
+        for sub in sides:
             if sub.size:
                 parts.append(sub)
                 loads.append(float(problem.load[sub].sum()))
@@ -144,7 +176,8 @@ def cola_split(problem: Problem, *, max_ld: float = 10.0, seed: int = 0, deadlin
         splits += 1
     assert best is not None
     a = _relabel(problem, best[1], nodes)
-    return a, {"method": "split", "partitions": best[2], "load_distance_pct": round(best[0], 4)}
+    return a, {"method": "split", "partitions": best[2], "load_distance_pct": round(best[0], 4),
+               "load_splits": by_load}
 
 
 def cola_kway(problem: Problem, *, max_ld: float = 10.0, seed: int = 0, deadline: float | None = None
@@ -153,6 +186,9 @@ def cola_kway(problem: Problem, *, max_ld: float = 10.0, seed: int = 0, deadline
     loose to strict until the load distance is ≤ ``max_ld`` percent; parts mapped to nodes keeping key groups in
     place."""
     nodes = np.flatnonzero(problem.active)
+    if not metis_fits(problem.n_key_groups, 2 * problem.comm.nnz, deadline):  # no time for one k-way partitioning
+        a, info = cola_split(problem, max_ld=max_ld, seed=seed, deadline=deadline)
+        return a, {**info, "method": "kway", "fallback": "split"}
     adj = symmetric_traffic(problem)
     cap = problem.capacity[nodes]
     tpw = None if np.allclose(cap, cap[0]) else cap

@@ -4,7 +4,7 @@
 suitable data partition at the first node to the last one in the list, so that load-variance is decreased. If
 necessary, it also moves a partition at the second node to the second last one in the list, and so on."
 
-Here, generalised to the DESIGN.md load model:
+Here, generalised to the docs/design.md load model:
 
 1. Drain: key groups on removing nodes (set B) move, heaviest first, to the active node whose utilisation after
    the move is lowest, while the budget allows.

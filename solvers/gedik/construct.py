@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from solvers.gedik.model import Config, beta, theta, utility
+from solvers.gedik.readjust import Readjustment
 
 __all__ = ["Instance", "scan", "redist", "readj", "construct", "ALGORITHMS"]
 
@@ -206,27 +207,6 @@ def redist(inst: Instance, cfg: Config) -> np.ndarray:
     return b.out
 
 
-def _top3(L: np.ndarray, largest: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Top-3 (or bottom-3) values and indices per row of a (K, N) matrix, padded with ∓inf / -1."""
-    K, n = L.shape
-    order = np.argsort(-L if largest else L, axis=1)[:, :3]
-    vals = np.take_along_axis(L, order, axis=1)
-    if n < 3:
-        pad = 3 - n
-        vals = np.concatenate([vals, np.full((K, pad), -np.inf if largest else np.inf)], axis=1)
-        order = np.concatenate([order, np.full((K, pad), -1)], axis=1)
-    return vals, order
-
-
-def _excl(vals: np.ndarray, idx: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """Per candidate (i, j): first of the top-3 values whose channel is neither i nor j → (K, C)."""
-    out = vals[:, 2:3] + 0.0 * i[None, :]
-    for r in (1, 0):
-        ok = (idx[:, r:r + 1] != i[None, :]) & (idx[:, r:r + 1] != j[None, :])
-        out = np.where(ok, vals[:, r:r + 1], out)
-    return out
-
-
 def readj(inst: Instance, cfg: Config, stats: dict[str, Any] | None = None) -> np.ndarray:
     """Algorithm 4 (readj, §4.2.4): start from the old placement and apply moves ⟨i, d1, j, ∅⟩ and swaps
     ⟨i, d1, j, d2⟩ (Eq. 21) while one of them strictly reduces the balance penalty ρ; among those, apply the one
@@ -254,101 +234,15 @@ def readj(inst: Instance, cfg: Config, stats: dict[str, Any] | None = None) -> n
     start = ch.copy()
     steps = 0
     trace = stats.setdefault("readj_trace", []) if (stats is not None and stats.get("trace")) else None
-    if ctx.K == 0 or R == 0 or n == 1:
-        if stats is not None:
-            stats["readj_steps"], stats["readj_start"] = 0, start
-        return ch
-    f, B, s, old = inst.freqs, ctx.B, ctx.s, ctx.old
-    K = ctx.K
-    L = np.array([np.bincount(ch, weights=B[k], minlength=n) for k in range(K)])
-    total = L.sum(axis=1)
-    with np.errstate(divide="ignore"):
-        scale = np.where(total > 0, 1.0 / (ctx.theta * total / n), 0.0)
-    sc3 = scale[:, None, None]
-    m = ctx.m0 + (float(s[ch != old].sum()) if ctx.mig else 0.0)
-    rho_cur = float(ctx.combine((L.max(axis=1) - L.min(axis=1)) * scale))
-    u_cur = float(utility(ctx.U, rho_cur, ctx.gamma(m)))
-    moves = np.zeros(R, dtype=np.int64)
-    lanes = np.arange(n)
-    tol = 1e-12
-    zcol = np.zeros((K, 1))
-    while True:
-        free = moves < cfg.move_limit
-        Lmax, Lmin = L.max(axis=1), L.min(axis=1)
-        S = np.zeros(n, dtype=bool)
-        for k in range(K):
-            S |= (L[k] >= Lmax[k] - tol * abs(Lmax[k])) | (L[k] <= Lmin[k] + tol * abs(Lmin[k]))
-        tv, ti = _top3(L, True)
-        bv, bi = _top3(L, False)
-        best = None  # (gain, a, u', M, d1, d2, i, j, dvec)
-        for i in np.flatnonzero(S).tolist():
-            D1 = np.flatnonzero(free & (ch == i))
-            colmask = free & (ch != i) & (~S[ch] | (ch > i))
-            D2 = np.flatnonzero(colmask)
-            jv = lanes[lanes != i]
-            V1 = np.concatenate([B[:, D1], zcol], axis=1)                   # (K, r): last row = ∅
-            V2 = np.concatenate([B[:, D2], np.zeros((K, n - 1))], axis=1)   # (K, c): empty slot per channel
-            jcol = np.concatenate([ch[D2], jv])
-            # max / min of the channels other than i and j, per j
-            exmax = _excl(tv, ti, np.full(n, i), lanes)[:, jcol]           # (K, c)
-            exmin = _excl(bv, bi, np.full(n, i), lanes)[:, jcol]
-            delta = V1[:, :, None] - V2[:, None, :]                         # (K, r, c): leaves i, arrives at j
-            new_i = L[:, i][:, None, None] - delta
-            new_j = delta + L[:, jcol][:, None, :]
-            nmax = np.maximum(new_i, new_j)
-            np.maximum(nmax, exmax[:, None, :], out=nmax)
-            nmin = np.minimum(new_i, new_j, out=new_i)
-            np.minimum(nmin, exmin[:, None, :], out=nmin)
-            nmax -= nmin
-            nmax *= sc3
-            a = ctx.combine(nmax)                                           # (r, c)
-            rr, cc = np.nonzero(a < rho_cur * (1 - tol) - tol)
-            if len(rr) == 0:
-                continue
-            d1 = np.where(rr < len(D1), D1[np.minimum(rr, len(D1) - 1)] if len(D1) else -1, -1)
-            d2 = np.where(cc < len(D2), D2[np.minimum(cc, len(D2) - 1)] if len(D2) else -1, -1)
-            jj = jcol[cc]
-            av = a[rr, cc]
-            f1 = np.where(d1 >= 0, f[np.maximum(d1, 0)], 0.0)
-            f2 = np.where(d2 >= 0, f[np.maximum(d2, 0)], 0.0)
-            if ctx.mig:
-                s1 = np.where(d1 >= 0, s[np.maximum(d1, 0)], 0.0)
-                s2 = np.where(d2 >= 0, s[np.maximum(d2, 0)], 0.0)
-                o1 = np.where(d1 >= 0, old[np.maximum(d1, 0)], -1)
-                o2 = np.where(d2 >= 0, old[np.maximum(d2, 0)], -1)
-                M = s1 * (o1 == i) - s1 * (o1 == jj) + s2 * (o2 == jj) - s2 * (o2 == i)   # Eq. 22
-            else:
-                M = np.zeros(len(rr))
-            u_new = utility(ctx.U, av, ctx.gamma(m + M))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                gain = (u_cur - u_new) / np.abs(f1 - f2)
-            if cfg.readj_require_gain:
-                gain = np.where(u_new < u_cur - tol, gain, -np.inf)
-            bidx = int(np.argmax(gain))
-            if not np.isfinite(gain[bidx]) and gain[bidx] < 0:
-                continue
-            if best is None or gain[bidx] > best[0]:
-                best = (float(gain[bidx]), float(av[bidx]), float(u_new[bidx]), float(M[bidx]), int(d1[bidx]),
-                        int(d2[bidx]), i, int(jj[bidx]), delta[:, rr[bidx], cc[bidx]].copy())
-        if best is None:
-            break
-        _, a_b, u_b, M_b, x, y, i, j, dvec = best
-        L[:, i] -= dvec
-        L[:, j] += dvec
-        if x >= 0:
-            ch[x] = j
-            moves[x] += 1
-        if y >= 0:
-            ch[y] = i
-            moves[y] += 1
-        if trace is not None:
-            trace.append((x, y, i, j) if x >= 0 else (y, -1, j, i))
-        m += M_b
-        rho_cur, u_cur = a_b, u_b
-        steps += 1
+    if not (ctx.K == 0 or R == 0 or n == 1):
+        search = Readjustment(inst, ctx, ch)
+        while (step := search.best_step()) is not None:
+            search.apply(step)
+            if trace is not None:
+                trace.append(step.traced())
+            steps += 1
     if stats is not None:
-        stats["readj_steps"] = steps
-        stats["readj_start"] = start
+        stats["readj_steps"], stats["readj_start"] = steps, start
     return ch
 
 

@@ -125,6 +125,18 @@ def _int(x: object) -> TypeGuard[int]:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
+def _check_seed(seed: object, path: str) -> int:
+    if not _int(seed) or not (0 <= seed < 2**64):
+        raise InvalidInput(path, "must be an integer in [0, 2**64)")
+    return seed
+
+
+def _check_replicas(replicas: object, path: str) -> int:
+    if not _int(replicas) or not (1 <= replicas <= 100_000):
+        raise InvalidInput(path, "must be an integer in [1, 100000]")
+    return replicas
+
+
 def load_function(doc: Any, where: str = "function") -> PartitionFunction:
     """Validate a function document and load it (InvalidInput with a field path when malformed)."""
     if isinstance(doc, PartitionFunction):
@@ -142,17 +154,13 @@ def load_function(doc: Any, where: str = "function") -> PartitionFunction:
         raise InvalidInput(f"{where}.hash", "must be an object")
     if h.get("function", HASH_NAME) != HASH_NAME:
         raise InvalidInput(f"{where}.hash.function", f"unsupported hash function (only {HASH_NAME})")
-    seed = h.get("seed", DEFAULT_SEED)
-    if not _int(seed) or not (0 <= seed < 2**64):
-        raise InvalidInput(f"{where}.hash.seed", "must be an integer in [0, 2**64)")
+    seed = _check_seed(h.get("seed", DEFAULT_SEED), f"{where}.hash.seed")
     replicas = None
     if lookup != "uniform":
         ch = doc.get("consistent_hash")
         if not isinstance(ch, dict):
             raise InvalidInput(f"{where}.consistent_hash", "must be an object with replicas and seed")
-        replicas = ch.get("replicas", DEFAULT_REPLICAS)
-        if not _int(replicas) or not (1 <= replicas <= 100_000):
-            raise InvalidInput(f"{where}.consistent_hash.replicas", "must be an integer in [1, 100000]")
+        replicas = _check_replicas(ch.get("replicas", DEFAULT_REPLICAS), f"{where}.consistent_hash.replicas")
         if ch.get("seed", seed) != seed:
             raise InvalidInput(f"{where}.consistent_hash.seed", "must equal hash.seed")
     explicit = doc.get("explicit", {}) or {}
@@ -174,27 +182,24 @@ def load_function(doc: Any, where: str = "function") -> PartitionFunction:
     return fn
 
 
-def validate_spec(spec: Any) -> dict[str, Any]:
-    """Check a build spec (the format of ``partition build``) and return it normalised with defaults."""
-    if not isinstance(spec, dict):
-        raise InvalidInput("", "the spec must be a JSON object")
-    for k in spec:
-        if k not in SPEC_FIELDS:
-            raise InvalidInput(str(k), f"unknown field (expected one of {', '.join(sorted(SPEC_FIELDS))})")
-    out: dict[str, Any] = {}
-    alg = spec.get("algorithm", "readj")
-    if alg not in ALGORITHMS:
-        raise InvalidInput("algorithm", f"unknown algorithm {alg!r} (one of {', '.join(ALGORITHMS)})")
-    out["algorithm"] = alg
+def _given(spec: dict[str, Any], name: str, default: Any) -> Any:
+    """``spec[name]``, or ``default`` when it is missing or null."""
+    value = spec.get(name, default)
+    return default if value is None else value
+
+
+def _spec_channels(spec: dict[str, Any]) -> int:
     n = spec.get("channels")
     if not _int(n) or n < 1:
         raise InvalidInput("channels", "must be an integer >= 1")
     if n > MAX_CHANNELS:
         raise InvalidInput("channels", f"must be <= {MAX_CHANNELS}")
-    out["channels"] = n
-    freqs = spec.get("frequencies", {})
-    if freqs is None:
-        freqs = {}
+    return n
+
+
+def _spec_frequencies(spec: dict[str, Any]) -> dict[str, float]:
+    """The tracked relative frequencies: each in [0, 1], summing to at most 1."""
+    freqs = _given(spec, "frequencies", {})
     if not isinstance(freqs, dict):
         raise InvalidInput("frequencies", "must be an object {key: relative frequency}")
     total = 0.0
@@ -208,15 +213,21 @@ def validate_spec(spec: Any) -> dict[str, Any]:
         total += float(f)
     if total > 1 + FREQ_TOLERANCE:
         raise InvalidInput("frequencies", f"relative frequencies sum to {total:.6g} > 1")
-    out["frequencies"] = {str(k): float(v) for k, v in freqs.items()}
-    dom = spec.get("domain_size", DEFAULT_DOMAIN_SIZE)
-    if dom is None:
-        dom = DEFAULT_DOMAIN_SIZE
+    return {str(k): float(v) for k, v in freqs.items()}
+
+
+def _spec_domain_size(spec: dict[str, Any]) -> int:
+    known = len(_given(spec, "frequencies", {}))
+    dom = _given(spec, "domain_size", DEFAULT_DOMAIN_SIZE)
     if not _num(dom) or not math.isfinite(dom) or dom < 1 or dom != int(dom):
         raise InvalidInput("domain_size", "must be an integer >= 1")
-    if dom < len(freqs):
-        raise InvalidInput("domain_size", f"must be >= the number of keys with a frequency ({len(freqs)})")
-    out["domain_size"] = int(dom)
+    if dom < known:
+        raise InvalidInput("domain_size", f"must be >= the number of keys with a frequency ({known})")
+    return int(dom)
+
+
+def _spec_resources(spec: dict[str, Any]) -> dict[str, str]:
+    """The resource function of state, computation and communication, defaults filled in."""
     res = spec.get("resources", {}) or {}
     if not isinstance(res, dict):
         raise InvalidInput("resources", "must be an object {state|computation|communication: function}")
@@ -226,10 +237,12 @@ def validate_spec(spec: Any) -> dict[str, Any]:
             raise InvalidInput(f"resources.{k}", f"unknown resource (one of {', '.join(RESOURCES)})")
         if v not in FUNCTIONS:
             raise InvalidInput(f"resources.{k}", f"unknown resource function {v!r} (one of {', '.join(FUNCTIONS)})")
-    out["resources"] = {k: res.get(k, defaults[k]) for k in RESOURCES}
-    tol = spec.get("imbalance_tolerance", 1.2)
-    if tol is None:
-        tol = 1.2
+    return {k: res.get(k, defaults[k]) for k in RESOURCES}
+
+
+def _spec_tolerances(spec: dict[str, Any]) -> dict[str, float]:
+    """α_k of each resource (Eq. 2): one number for all, or one per resource (1.2 where not given)."""
+    tol = _given(spec, "imbalance_tolerance", 1.2)
     if isinstance(tol, dict):
         for k in tol:
             if k not in RESOURCES:
@@ -242,40 +255,50 @@ def validate_spec(spec: Any) -> dict[str, Any]:
     for k, a in alphas.items():
         if not _num(a) or not math.isfinite(a) or a <= 1:
             raise InvalidInput(paths[k], "must be a finite number > 1 (α_k, Eq. 2)")
-    out["imbalance_tolerance"] = {k: float(a) for k, a in alphas.items()}
-    sigma = spec.get("sigma", 0.1)
-    if sigma is None:
-        sigma = 0.1
+    return {k: float(a) for k, a in alphas.items()}
+
+
+def _spec_sigma(spec: dict[str, Any]) -> float:
+    sigma = _given(spec, "sigma", 0.1)
     if not _num(sigma) or not math.isfinite(sigma) or not (0 < sigma <= 1):
         raise InvalidInput("sigma", "must be in (0, 1] (§4.1.3)")
-    out["sigma"] = float(sigma)
-    util = spec.get("utility", "APM")
-    if util is None:
-        util = "APM"
+    return float(sigma)
+
+
+def _spec_utility(spec: dict[str, Any]) -> str:
+    util = _given(spec, "utility", "APM")
     if isinstance(util, str) and util.upper().removeprefix("U^") in UTILITIES:
-        util = util.upper().removeprefix("U^")
-    else:
-        raise InvalidInput("utility", f"unknown utility {util!r} (one of {', '.join(UTILITIES)})")
-    out["utility"] = util
+        return util.upper().removeprefix("U^")
+    raise InvalidInput("utility", f"unknown utility {util!r} (one of {', '.join(UTILITIES)})")
+
+
+def validate_spec(spec: Any) -> dict[str, Any]:
+    """Check a build spec (the format of ``partition build``) and return it normalised with defaults."""
+    if not isinstance(spec, dict):
+        raise InvalidInput("", "the spec must be a JSON object")
+    for k in spec:
+        if k not in SPEC_FIELDS:
+            raise InvalidInput(str(k), f"unknown field (expected one of {', '.join(sorted(SPEC_FIELDS))})")
+    alg = spec.get("algorithm", "readj")
+    if alg not in ALGORITHMS:
+        raise InvalidInput("algorithm", f"unknown algorithm {alg!r} (one of {', '.join(ALGORITHMS)})")
+    out: dict[str, Any] = {"algorithm": alg, "channels": _spec_channels(spec)}
+    out["frequencies"] = _spec_frequencies(spec)
+    out["domain_size"] = _spec_domain_size(spec)
+    out["resources"] = _spec_resources(spec)
+    out["imbalance_tolerance"] = _spec_tolerances(spec)
+    out["sigma"] = _spec_sigma(spec)
+    out["utility"] = _spec_utility(spec)
     ml = spec.get("move_limit", 5)
     if not _int(ml) or ml < 1:
         raise InvalidInput("move_limit", "must be an integer >= 1")
     out["move_limit"] = ml
     prev = spec.get("previous")
-    out["previous"] = None if prev is None else load_function(prev, "previous")
-    seed = spec.get("seed")
-    if seed is None:
-        seed = out["previous"].seed if out["previous"] is not None else DEFAULT_SEED
-    if not _int(seed) or not (0 <= seed < 2**64):
-        raise InvalidInput("seed", "must be an integer in [0, 2**64)")
-    out["seed"] = seed
-    rep = spec.get("replicas")
-    if rep is None:
-        p = out["previous"]
-        rep = p.replicas if (p is not None and p.replicas) else DEFAULT_REPLICAS
-    if not _int(rep) or not (1 <= rep <= 100_000):
-        raise InvalidInput("replicas", "must be an integer in [1, 100000]")
-    out["replicas"] = rep
+    out["previous"] = p = None if prev is None else load_function(prev, "previous")
+    # the consistent hash's seed and replicas: the spec's, else the previous function's, else the defaults
+    out["seed"] = _check_seed(_given(spec, "seed", p.seed if p is not None else DEFAULT_SEED), "seed")
+    out["replicas"] = _check_replicas(_given(spec, "replicas", p.replicas if (p is not None and p.replicas)
+                                             else DEFAULT_REPLICAS), "replicas")
     return out
 
 

@@ -1,4 +1,4 @@
-"""Stream-grouping metrics (DESIGN.md "Metric definitions"), one implementation used by the simulator and the CLI.
+"""Stream-grouping metrics (docs/design.md "Metric definitions"), one implementation used by the simulator and the CLI.
 
 * imbalance I = max_w L_w − avg_w L_w with L_w the FRACTION of the messages routed to worker w (D-C paper §II-B,
   "L_w(t) = |{messages routed to w up to t}| / m"); :func:`imbalance_messages` is the same in messages;

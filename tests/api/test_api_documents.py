@@ -1,4 +1,4 @@
-"""One contract: every wire document is defined once (:mod:`clients.python.contract`). The API validates bodies
+"""One contract: every wire document is defined once (:mod:`rebalancer_client.contract`). The API validates bodies
 against it, derives its OpenAPI schema from it and answers with it; ``rebalancer evaluate`` and
 ``POST /v1/evaluate`` return the same document."""
 
@@ -11,8 +11,8 @@ import json
 import pytest
 
 from cli.main import main as cli_main
-from clients.python import contract as c
-from clients.python.wire import wire_name
+from rebalancer_client import contract as c
+from rebalancer_client.wire import wire_name
 
 BASE = {
     "nodes": [{"id": "w0", "capacity": 1, "removing": False, "limits": {"memory": 8}}, {"id": "w1"}, {"id": "w2"}],

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from clients.python.contract import Stats
 from controller.edge import Invalid, parse
 from controller.errors import TooLarge
 from controller.stats import batch_of
+from rebalancer_client.contract import Stats
 from solvers.errors import InvalidInput
 from tests.api.api_helpers import new_id, register
 

@@ -97,9 +97,6 @@ def test_collocation_generators_feed_albic(tmp_path, gen):
     assert plan["metrics"]["after"]["collocation_factor"] >= plan["metrics"]["before"]["collocation_factor"]
 
 
-@pytest.mark.xfail(strict=True, reason="cli/plan.py reads the problem with solvers.documents.problem_from_dict "
-                   "(wire.read: types only): a misspelt field is ignored and an id of any length accepted, where "
-                   "POST /v1/plans refuses both (422 naming the field)")
 @pytest.mark.parametrize("mutation, field", [
     (lambda d: d["key_groups"][0].update(state_byte=100), "key_groups[0].state_byte"),  # a typo, silently 0 bytes
     (lambda d: d.update(bugdet={"max_migrations": 0}), "bugdet"),  # the budget ignored: any number of moves

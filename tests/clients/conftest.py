@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +84,21 @@ def spark():
 @pytest.fixture
 def unused_port() -> int:
     return free_port()
+
+
+@pytest.fixture
+def settle() -> Callable[..., None]:
+    """``settle(client, job_id)``: wait until no automatic round of the job is being solved, so that a Spark test
+    whose next batch must see a round's placement does not depend on how fast the machine solves (a stream whose
+    batches take longer than a solve)."""
+
+    def wait(client: Any, job_id: str, timeout: float = 120.0) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            d = client.get_job(job_id).decision
+            if d is None or d.reason != "started":
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"the automatic round of {job_id} did not finish within {timeout} s")
+
+    return wait

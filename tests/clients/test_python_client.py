@@ -8,7 +8,7 @@ import uuid
 import httpx
 import pytest
 
-from clients.python import (
+from rebalancer_client import (
     ConflictError,
     ControllerUnavailable,
     NotFoundError,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
-from clients.python import (
+from rebalancer_client import (
     ControllerUnavailable,
     NotFoundError,
     RebalancerClient,

@@ -1,4 +1,4 @@
-"""The client reads every answer with the one generic reader (:func:`clients.python.wire.read`) into the contract's
+"""The client reads every answer with the one generic reader (:func:`rebalancer_client.wire.read`) into the contract's
 documents: here on the REAL controller's answers, one endpoint after another.
 
 For every answer: the JSON object of each document has exactly the document's fields (nothing the client drops,
@@ -25,8 +25,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import httpx
 import pytest
 
-from clients.python import MalformedResponse, RebalancerClient, contract
-from clients.python.wire import RESPONSE, dump, read, wire_name
+from rebalancer_client import MalformedResponse, RebalancerClient, contract
+from rebalancer_client.wire import RESPONSE, dump, read, wire_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = {"nodes": [{"id": "w0"}, {"id": "w1"}, {"id": "w2", "removing": True}],
@@ -261,7 +261,7 @@ def test_an_integer_beyond_a_float_is_malformed_not_an_overflow():
 
 
 def test_client_imports_only_httpx_and_the_standard_library():
-    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import clients.python"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import rebalancer_client"], cwd=ROOT,
                          capture_output=True, text=True, check=True)
     modules = {line.split("|")[-1].strip().split(".")[0] for line in out.stderr.splitlines() if "|" in line}
     heavy = {"fastapi", "pydantic", "starlette", "numpy", "scipy", "ortools", "pulp", "sqlalchemy", "pymetis",

@@ -1,4 +1,4 @@
-"""Two keyed operators in one query as two operators of one controller job (issue 15): per-user aggregates feeding
+"""Two keyed operators in one query as two operators of one controller job: per-user aggregates feeding
 per-region aggregates, the communication between them counted, a plan applied to both, a restart, and a
 controller that is down — real local Spark and a real controller over HTTP."""
 
@@ -15,9 +15,10 @@ import pytest
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
 
-from clients.python import RebalancerClient  # noqa: E402
-from clients.spark.chain import OperatorChain  # noqa: E402
-from clients.spark.routing import KG_COL, key_group_column  # noqa: E402
+from rebalancer_client import RebalancerClient  # noqa: E402
+from rebalancer_client.spark.chain import OperatorChain  # noqa: E402
+from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig  # noqa: E402
+from rebalancer_client.spark.routing import KG_COL, key_group_column  # noqa: E402
 
 USERS = {"operator": "users", "key": "user", "key_groups": 12,
          "aggregations": {"region": ("max", "region"), "clicks": ("count", None)}}
@@ -63,9 +64,11 @@ def _placed_exactly(stage):
 
 
 def _chain(spark, client, job_id, chk, **kw):
-    return OperatorChain(spark, stages=[USERS, REGIONS], client=client, job_id=job_id, partitions=3,
-                         checkpoint_location=str(chk), algorithm="albic", budget={"max_migrations": 4},
-                         window_batches=1, min_gain=0.0, noise_sigmas=None, async_plans=False, **kw)
+    config = ControllerConfig(client, job_id, algorithm="albic", budget={"max_migrations": 4}, window_batches=1,
+                              policy={"noise_sigmas": None, "min_gain": 0.0, "cooldown_batches": 0}, auto=False,
+                              async_plans=False, **kw)
+    return OperatorChain(spark, stages=[USERS, REGIONS], partitions=3, controller=config,
+                         durability=DurabilityConfig(str(chk)))
 
 
 def test_two_operators_share_one_job_communication_is_counted_and_plans_move_both(spark, controller, tmp_path):
@@ -74,8 +77,8 @@ def test_two_operators_share_one_job_communication_is_counted_and_plans_move_bot
     chain = _chain(spark, rc, jid, tmp_path / "chk")
     assert chain.start()
     job = rc.get_job(jid)
-    assert sorted({k.split("/")[0] for k in job.assignment}) == ["regions", "users"]
-    assert len(job.assignment) == 12 + 6
+    assert job.key_groups == [*(f"users/{k}" for k in range(12)), *(f"regions/{k}" for k in range(6))]
+    assert chain.link.order is not None and chain.link.order.index is not None   # statistics go as arrays
     rng = np.random.default_rng(5)
     frames = []
     for b in range(5):
@@ -87,15 +90,15 @@ def test_two_operators_share_one_job_communication_is_counted_and_plans_move_bot
         assert [s.epoch for s in rep.stages] == [rep.epoch, rep.epoch]
     # the controller planned with the communication: its proposal sees a collocation factor
     prop = rc.create_proposal(jid, wait_s=10)
-    assert prop.plan is not None and prop.plan.metrics["before"].get("collocation_factor") is not None
+    assert prop.plan is not None and prop.plan.metrics.before.collocation_factor is not None
     # plans were executed and applied to the stages at batch boundaries; placement stays exact in both
     moved = {s_i: sum(r.stages[s_i].migrations for r in chain.reports) for s_i in (0, 1)}
     assert moved[0] + moved[1] >= 1, moved
     assert chain.epoch >= 1 and all(_placed_exactly(st) for st in chain.stages)
     job = rc.get_job(jid)
-    layout = {**chain.stages[0].routing.assignment(), **chain.stages[1].routing.assignment()}
-    if chain.pending is None:
-        assert (job.epoch, job.assignment) == (chain.epoch, layout)
+    layout = [*chain.stages[0].routing.partition_of.tolist(), *chain.stages[1].routing.partition_of.tolist()]
+    if chain.link.pending is None:
+        assert (job.epoch, job.placement) == (chain.epoch, layout)
     regions = chain.stages[1].state_frame().toPandas().set_index("region")
     assert {r: (int(v.updates), int(v.top_clicks)) for r, v in regions.iterrows()} == _expected_regions(frames)
     chain.close()

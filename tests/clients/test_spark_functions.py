@@ -1,4 +1,4 @@
-"""The pandas function API (issue 15): sessionisation and top-N against pandas references on the same input,
+"""The pandas function API: sessionisation and top-N against pandas references on the same input,
 event-time and processing-time timeouts, a restart on the durable state (a replayed batch's output rewritten, not
 recomputed), and a routing change in the middle."""
 
@@ -10,10 +10,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from clients.spark.driver import RebalancingDriver  # noqa: E402
-from clients.spark.functions import KeyedFunction  # noqa: E402
-from clients.spark.recipes import sessions, top_n  # noqa: E402
-from clients.spark.sink import BatchIdSink  # noqa: E402
+from rebalancer_client.spark.config import DurabilityConfig  # noqa: E402
+from rebalancer_client.spark.driver import RebalancingDriver  # noqa: E402
+from rebalancer_client.spark.functions import KeyedFunction  # noqa: E402
+from rebalancer_client.spark.recipes import sessions, top_n  # noqa: E402
+from rebalancer_client.spark.sink import BatchIdSink  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -56,7 +57,7 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
 
 def _driver(spark, tmp_path, function, **kw):
     return RebalancingDriver(spark, key="user", function=function, key_groups=12, partitions=3,
-                             state_dir=str(tmp_path / "state"), **kw)
+                             durability=DurabilityConfig(state_dir=str(tmp_path / "state")), **kw)
 
 
 def _emitted(spark, out) -> pd.DataFrame:
@@ -141,8 +142,9 @@ def test_processing_time_timeout_and_a_routing_change_keep_every_key(spark, tmp_
     d = _driver(spark, tmp_path, f)
     frames = _clicks(batches=2, seed=2)
     d.process(spark.createDataFrame(frames[0]), 0)
-    moved = {kg: f"p{(int(kg.split('/')[1]) + 1) % 3}" for kg in d.kg_ids[:4]}
-    d.pending = (1, {**d.routing.assignment(), **moved})  # a plan applied at the next boundary
+    moved = d.routing.partition_of.copy()
+    moved[:4] = (moved[:4] + 1) % 3
+    d.place(moved, epoch=1)  # a placement applied at the next boundary
     d.process(spark.createDataFrame(frames[1]), 1)
     every = pd.concat(frames)
     got = d.state_frame().toPandas().set_index("user")["n"].sort_index()
@@ -151,7 +153,7 @@ def test_processing_time_timeout_and_a_routing_change_keep_every_key(spark, tmp_
     # (3 partitions here while spark.sql.shuffle.partitions is 4)
     from pyspark.sql import functions as F
 
-    from clients.spark.routing import KG_COL
+    from rebalancer_client.spark.routing import KG_COL
 
     placed = d.state.df.select(KG_COL, F.spark_partition_id().alias("p")).collect()
     assert placed and all(d.routing.partition_of[r[KG_COL]] == r["p"] for r in placed)
@@ -166,13 +168,36 @@ def test_processing_time_timeout_and_a_routing_change_keep_every_key(spark, tmp_
 def test_stored_output_rows_of_both_formats_are_read(spark, tmp_path):
     """A version's output is one JSON array per key (this format) or one JSON object per output row (stores written
     by the first release of the function API): a replay reads both, row for row."""
-    from clients.spark.functions import DATA_COL, KIND_COL, OUTPUT
+    from rebalancer_client.spark.functions import DATA_COL, KIND_COL, OUTPUT
 
-    driver = RebalancingDriver(spark, key="user", function=top_n("user", "v", 2), key_groups=12, partitions=3,
-                               state_dir=str(tmp_path / "s"))
+    driver = RebalancingDriver(spark, key="user", function=top_n("user", "v", 2), key_groups=12, partitions=3)
     rows = [("a", OUTPUT, '[{"user":"a","rank":1,"value":9.5},{"user":"a","rank":2,"value":3.0}]'),
             ("b", OUTPUT, '{"user":"b","rank":1,"value":7.25}'),
             ("c", "s", '[{"value":1.0}]')]
     df = spark.createDataFrame(rows, f"user string, {KIND_COL} string, {DATA_COL} string")
     got = sorted(tuple(r) for r in driver.state.output_frame(df).collect())
     assert got == [("a", 1, 9.5), ("a", 2, 3.0), ("b", 1, 7.25)]
+
+
+def test_a_key_group_with_state_and_no_rows_in_the_batch_passes_its_state_on_without_a_warning():
+    """The per-route function of a batch (what each co-group task runs): a key group with state but no records in
+    the batch gets its state rows back, unchanged and unmarked, and pandas warns about nothing (an empty frame in
+    a concatenation printed a FutureWarning in every batch)."""
+    import warnings
+
+    from rebalancer_client.spark.functions import ACT_COL, DATA_COL, KIND_COL, STATE, _make_apply
+    from rebalancer_client.spark.routing import B_COL, KG_COL, ROUTE_COL, TOUCHED_COL
+
+    f = KeyedFunction(lambda k, rows, st: (None, st), output_schema="user string, n long", state_schema="n long",
+                      timeout_s=3600)
+    apply = _make_apply(f, ["user"], ["user", "ts", "v"], ["n"], 1000.0, None, ["user", "n"])
+    batch = pd.DataFrame({c: pd.Series(dtype=t) for c, t in
+                          [(ROUTE_COL, "int32"), (KG_COL, "int32"), ("user", object), ("ts", float), ("v", "int64"),
+                           (B_COL, "int64")]})
+    state = pd.DataFrame({ROUTE_COL: [5, 5], KG_COL: [5, 5], "user": ["a", "b"], KIND_COL: [STATE, STATE],
+                          DATA_COL: ['[{"n":1}]', '[{"n":2}]'], ACT_COL: [999.0, 998.0], TOUCHED_COL: [True, False]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = apply(batch, state)
+    assert out.user.tolist() == ["a", "b"] and out[DATA_COL].tolist() == state[DATA_COL].tolist()
+    assert not out[TOUCHED_COL].any()

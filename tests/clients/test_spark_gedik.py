@@ -10,8 +10,8 @@ pytestmark = pytest.mark.spark  # starts a local Spark session (make test-fast s
 pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 
-from clients.python import RebalancerClient  # noqa: E402
-from clients.spark.gedik import CHANNEL_COL, GedikPartitioner, build_spec  # noqa: E402
+from rebalancer_client import RebalancerClient  # noqa: E402
+from rebalancer_client.spark.gedik import CHANNEL_COL, GedikPartitioner, build_spec  # noqa: E402
 from solvers.gedik import route_keys  # noqa: E402
 
 

@@ -13,9 +13,10 @@ import pytest
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
 
-from clients.python import RebalancerClient  # noqa: E402
-from clients.spark.driver import RebalancingDriver  # noqa: E402
-from clients.spark.progress import RebalancerProgressListener  # noqa: E402
+from rebalancer_client import RebalancerClient  # noqa: E402
+from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig  # noqa: E402
+from rebalancer_client.spark.driver import RebalancingDriver  # noqa: E402
+from rebalancer_client.spark.progress import RebalancerProgressListener  # noqa: E402
 
 
 def test_every_progress_event_carries_the_report_of_its_own_batch(spark, controller, tmp_path):
@@ -27,10 +28,11 @@ def test_every_progress_event_carries_the_report_of_its_own_batch(spark, control
         ranks = np.minimum(rng.zipf(1.2, n), 80)
         pd.DataFrame({"key": [f"k{r}" for r in ranks]}).to_parquet(src / f"part-{i}.parquet", index=False)
     client = RebalancerClient(controller.url, timeout=10, retries=1)
-    driver = RebalancingDriver(spark, key="key", client=client, job_id="prog-" + uuid.uuid4().hex[:8],
-                               key_groups=12, partitions=3, algorithm="flux", budget={"max_migrations": 3},
-                               window_batches=1, min_gain=0.0, noise_sigmas=None, async_plans=False,
-                               checkpoint_location=str(tmp_path / "chk"))
+    driver = RebalancingDriver(spark, key="key", key_groups=12, partitions=3,
+                               controller=ControllerConfig(client, "prog-" + uuid.uuid4().hex[:8], algorithm="flux",
+                                                           budget={"max_migrations": 3}, window_batches=1,
+                                                           policy={"noise_sigmas": None, "min_gain": 0.0}),
+                               durability=DurabilityConfig(str(tmp_path / "chk")))
     driver.start()
     seen = []
     listener = RebalancerProgressListener(driver, sink=seen.append, query_name="progress-test")

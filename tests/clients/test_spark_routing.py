@@ -12,9 +12,17 @@ pytestmark = pytest.mark.spark  # starts a local Spark session (make test-fast s
 pytest.importorskip("pyspark")
 from pyspark.sql import functions as F  # noqa: E402
 
-from clients.spark.routing import KG_COL, ROUTE_COL, RoutingTable, hash_preimages, key_group_column, spark_hash_int  # noqa: E402
-from clients.spark.state import KeyedState  # noqa: E402
-from clients.spark.stats import communication_stats, key_group_stats, partition_record_counts  # noqa: E402
+from rebalancer_client.spark.routing import (  # noqa: E402
+    KG_COL,
+    ROUTE_COL,
+    RoutingTable,
+    hash_preimages,
+    key_group_column,
+    partition_ids,
+    spark_hash_int,
+)
+from rebalancer_client.spark.state import KeyedState  # noqa: E402
+from rebalancer_client.spark.stats import communication_stats, key_group_stats, partition_record_counts  # noqa: E402
 
 
 def _zipf_frame(spark, rng, rows, keys=400, z=1.3):
@@ -111,7 +119,8 @@ def _flux_routing(table, loads, state_bytes, budget, epoch):
 
     problem = Problem.from_arrays(load=loads, current=table.partition_of, capacity=np.ones(table.n_partitions),
                                   state_bytes=state_bytes, max_migrations=budget,
-                                  node_ids=table.node_ids, kg_ids=[f"agg/{k}" for k in range(table.key_groups)])
+                                  node_ids=partition_ids(table.n_partitions),
+                                  kg_ids=[f"agg/{k}" for k in range(table.key_groups)])
     plan = registry.solve("flux", problem)
     return RoutingTable("agg", plan.assignment, table.n_partitions, epoch=epoch)
 

@@ -12,11 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from clients.python import RebalancerClient
-from clients.python import contract as c
 from controller import policy
 from controller.windows import Batch, Window
 from evaluation.rebalancing import run, stream
+from rebalancer_client import RebalancerClient
+from rebalancer_client import contract as c
 from solvers import documents
 from solvers.model import Plan, Problem
 from tests.helpers.server import InProcessServer
@@ -191,7 +191,7 @@ def test_execute_refuses_a_plan_not_worth_it_unless_forced(server: InProcessServ
         prop = rc.create_proposal("refuse", algorithm="flux")
         assert prop.decision is not None and not prop.decision.worth
         if prop.plan is not None and prop.plan.moves:
-            from clients.python import ConflictError
+            from rebalancer_client import ConflictError
 
             with pytest.raises(ConflictError, match="not worth"):
                 rc.execute_proposal("refuse", prop.id)
@@ -217,3 +217,12 @@ def test_the_last_plans_fit_bias_is_taken_off_the_gain_and_no_round_before_it_is
     assert verdict is not None and verdict.reason == "cooldown" and "2 of 5" in verdict.message
     # without the noise guard neither applies (the rounds of a policy that only asks for improvement)
     assert policy.screen(c.Policy(noise_sigmas=None), settling, batch_id=20, last_round_batch=None) is None
+
+
+def test_a_proposal_judged_not_worth_it_starts_the_cooldown(server: InProcessServer) -> None:
+    with _client(server) as rc:
+        run(rc, "paced", stream("steady", batches=WINDOW, seed=9), auto=False, window_batches=WINDOW)
+        prop = rc.create_proposal("paced", algorithm="flux")
+        assert prop.decision is not None and not prop.decision.worth
+        ack = rc.post_stats("paced", batch_id=WINDOW, epoch=0, load=next(stream("steady", batches=1)).tolist())
+        assert ack.decision is not None and ack.decision.reason == "cooldown"

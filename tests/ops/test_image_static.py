@@ -246,6 +246,24 @@ def test_the_build_context_leaves_out_what_it_must() -> None:
                 assert not ignored(source, rules), f"line {ins.line}: {source} is left out by .dockerignore"
 
 
+def test_compose_runs_the_image_on_postgresql_with_a_volume() -> None:
+    import yaml
+
+    from controller.settings import Settings
+
+    services = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]
+    pg, ctl = services["postgres"], services["controller"]
+    assert re.fullmatch(r"postgres:\d+\.\d+(-[a-z0-9]+)?", pg["image"]), f"unpinned {pg['image']}"
+    assert any(v.endswith(":/var/lib/postgresql/data") and not v.startswith((".", "/")) for v in pg["volumes"]), \
+        "PostgreSQL's data is not in a named volume"
+    assert ctl["build"] == "." and ctl["depends_on"]["postgres"]["condition"] == "service_healthy"
+    url = re.sub(r"\$\{(\w+):-([^}]*)\}", r"\2", ctl["environment"]["REBALANCER_DATABASE_URL"])
+    assert url.startswith("postgresql+psycopg://") and "@postgres:5432/" in url, url
+    assert Settings(database_url=url).sqlalchemy_url() == url
+    port = ctl["environment"]["PORT"]
+    assert any(mapping.endswith(f":{port}") for mapping in ctl["ports"]), "the published port is not $PORT"
+
+
 def test_the_dockerignore_reader_follows_dockers_rules() -> None:
     rules = ignore_rules("*\n!api/\n**/__pycache__\n!keep.txt\n")
     assert ignored("x.py", rules) and ignored("deep/x.py", rules)

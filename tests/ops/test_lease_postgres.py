@@ -1,8 +1,13 @@
-"""One server per database on PostgreSQL: the session advisory lock."""
+"""The replicas' lease on PostgreSQL (controller/leadership.py), without servers: one leader at a time, a standby
+that knows where it is, and a leader whose session ends (kill -9) replaced at once, long before its lease expires."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,49 +15,64 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "api"))
 from test_api_postgres import pg_url  # noqa: E402,F401  (the throwaway cluster fixture)
 
-from controller.lease import LeaseHeld, ServerLease  # noqa: E402
+from controller import repository as repo  # noqa: E402
+from controller.leadership import ReplicaLeadership  # noqa: E402
+from controller.lease import ServerLease  # noqa: E402
 from controller.settings import Settings  # noqa: E402
 
 pytestmark = pytest.mark.postgres
 
+ROOT = Path(__file__).parents[2]
+#: an hour-long lease: whatever happens below happens without waiting for an expiry
+SLOW = {"lease_ttl_s": 3600.0, "lease_renew_s": 1.0}
 
-def test_second_lease_on_one_postgres_database_is_refused(pg_url: str) -> None:  # noqa: F811
-    url = Settings(database_url=pg_url).sqlalchemy_url()
-    first = ServerLease(url, None).acquire()
+
+def settings(pg_url: str, name: str) -> Settings:  # noqa: F811
+    return Settings(database_url=pg_url, advertised_url=f"http://{name}:8000", **SLOW)
+
+
+def test_postgres_servers_are_replicas_and_one_leads(pg_url: str) -> None:  # noqa: F811
+    s = settings(pg_url, "a")
+    url = s.sqlalchemy_url()
+    ServerLease(url, None).acquire().release()  # no one-server lock on PostgreSQL: replicas share the database
+    engine = repo.make_engine(url)
+    a, b = ReplicaLeadership(url, s), ReplicaLeadership(url, settings(pg_url, "b"))
     try:
-        with pytest.raises(LeaseHeld, match=r"in use by another rebalancer server \(rebalancer pid \d+"):
-            ServerLease(url, None).acquire()
+        a.migrate(lambda: repo.create_schema(engine))
+        first = a.step()
+        assert first is not None and b.step() is None and b.leader_url == "http://a:8000"
+        assert a.step() == first and b.step() is None  # renewed; still standing by
+        a.stop()  # a graceful stop hands the lease over at once
+        assert b.step() == first + 1 and b.leader_url == "http://b:8000"
     finally:
-        first.release()
-    again = ServerLease(url, None).acquire()  # released: the next server takes it
-    again.release()
+        a.stop()
+        b.stop()
+        engine.dispose()
 
 
-def test_a_killed_holder_frees_the_postgres_lease(pg_url: str) -> None:  # noqa: F811
-    import os
-    import signal
-    import subprocess
-    import time
-
-    url = Settings(database_url=pg_url).sqlalchemy_url()
-    root = Path(__file__).parents[2]
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from controller.lease import ServerLease; "
-         "ServerLease(sys.argv[1], None).acquire(); print('held', flush=True); time.sleep(600)", url],
-        cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.PIPE, text=True)
+def test_a_killed_leader_is_replaced_before_its_lease_expires(pg_url: str) -> None:  # noqa: F811
+    s = settings(pg_url, "b")
+    url = s.sqlalchemy_url()
+    code = ("import sys, time; from controller.leadership import ReplicaLeadership; "
+            "from controller.settings import Settings; from controller import repository as repo; "
+            "s = Settings(database_url=sys.argv[1], advertised_url='http://a:8000', lease_ttl_s=3600, "
+            "lease_renew_s=1); l = ReplicaLeadership(s.sqlalchemy_url(), s); "
+            "l.migrate(lambda: repo.create_schema(repo.make_engine(s.sqlalchemy_url()))); "
+            "print('term', l.step(), flush=True); time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, pg_url], cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, text=True)
+    b = ReplicaLeadership(url, s)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with pytest.raises(LeaseHeld):
-            ServerLease(url, None).acquire()
+        assert holder.stdout is not None
+        term = int(holder.stdout.readline().split()[1])
+        assert b.step() is None and b.leader_url == "http://a:8000"
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=30)
-        deadline = time.time() + 30
-        while True:  # the server notices the closed connection and ends the session (and its lock)
-            try:
-                ServerLease(url, None).acquire().release()
-                break
-            except LeaseHeld:
-                assert time.time() < deadline, "the killed holder's lease was never released"
-                time.sleep(0.2)
+        deadline = time.monotonic() + 60
+        while b.step() is None:  # the database ends the dead session (and its advisory lock) at once
+            assert time.monotonic() < deadline, "the killed leader was not replaced"
+            time.sleep(0.1)
+        assert b.term == term + 1
     finally:
         holder.kill()
+        b.stop()

@@ -9,9 +9,7 @@ from pathlib import Path
 import pytest
 
 from controller.solving import SolveCancelled, SolverPool
-from tests.ops.test_pool_fairness import Gate, queued
-from tests.ops.test_pool_recovery import EVENT_TIMEOUT_S, until
-from tests.ops.test_solver_pool import run
+from tests.ops.test_solver_pool import EVENT_TIMEOUT_S, Gate, queued, run, until
 
 
 def test_cancel_drops_the_queued_solves_of_an_owner_and_frees_their_slots(tmp_path: Path) -> None:
@@ -64,5 +62,20 @@ def test_cancel_frees_the_unused_slots_of_the_owners_tickets() -> None:
         ticket.release()
         assert await pool.call("time", "sleep", 0, ticket=other) is None
         assert pool.in_flight == 0
+
+    run(body, workers=1)
+
+
+def test_a_solve_whose_request_went_away_leaves_the_queue(tmp_path: Path) -> None:
+    async def body(pool: SolverPool) -> None:
+        gate = Gate(tmp_path)
+        held = asyncio.ensure_future(gate.hold(pool))
+        gone = asyncio.ensure_future(pool.call("time", "sleep", 0))  # a client that disconnects while queued
+        await queued(pool, 1)
+        gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+        assert pool.queued == 0 and pool.in_flight == 1
+        await gate.open()
+        assert await held == ""
 
     run(body, workers=1)

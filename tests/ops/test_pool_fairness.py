@@ -4,37 +4,12 @@ never stuck behind all of a big one's solves; automatic rounds are still served 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from controller.solving import SolverPool
-from tests.ops.test_solver_pool import run
-
-
-class Gate:
-    """A solve that holds its worker until the test opens the gate: the worker blocks opening a FIFO for reading
-    until the test opens it for writing. Lets a test queue solves behind a busy worker without timing."""
-
-    def __init__(self, tmp: Path, name: str = "gate"):
-        self.path = tmp / name
-        os.mkfifo(self.path)
-
-    def hold(self, pool: SolverPool, **kw: Any) -> Awaitable[Any]:
-        return pool.submit(Path.read_text, self.path, raw=True, **kw)
-
-    async def open(self) -> None:
-        await asyncio.to_thread(lambda: open(self.path, "w").close())  # waits for the worker to be reading
-
-
-async def queued(pool: SolverPool, n: int) -> None:
-    """Let the submitted coroutines run up to their queueing (bounded: they queue in one pass of the loop)."""
-    for _ in range(1000):
-        if pool.queued == n:
-            return
-        await asyncio.sleep(0)
-    raise AssertionError(f"{pool.queued} solves queued, expected {n}")
+from tests.ops.test_solver_pool import Gate, queued, run
 
 
 def record(order: list[str], tag: str, solve: Callable[[], Awaitable[Any]]) -> asyncio.Future[Any]:

@@ -12,20 +12,7 @@ import pytest
 
 from controller.solving import PoolBroken, SolverPool, WorkerDied
 from tests.helpers.procs import alive
-from tests.ops.test_solver_pool import run, small_problem
-
-#: generous bounds on events (a start takes ~2 s on an idle machine): a test never waits this long when it passes
-EVENT_TIMEOUT_S = 120.0
-
-
-async def until(cond: object, what: str) -> None:
-    """Poll ``cond()`` on the event loop until it is true (bounded: a pool that never gets there fails the test)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + EVENT_TIMEOUT_S
-    while not cond():  # type: ignore[operator]
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
+from tests.ops.test_solver_pool import EVENT_TIMEOUT_S, run, small_problem, until
 
 
 async def kill_a_starting_worker(pool: SolverPool) -> None:
@@ -102,3 +89,20 @@ def test_a_worker_that_dies_while_idle_is_replaced_without_a_request() -> None:
         assert await pool.call("time", "sleep", 0) is None
 
     run(body, workers=2)
+
+
+def test_a_solve_sent_to_a_worker_that_dies_before_receiving_it_goes_to_another_worker() -> None:
+    # the death comes after the pool's last look at the idle worker: stopped (alive, its pipe open), handed the
+    # solve, then killed before it could acknowledge it
+    async def body(pool: SolverPool) -> None:
+        (victim,) = pool.pids()
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            solve = asyncio.ensure_future(pool.call("time", "sleep", 0))
+            await until(lambda: pool.queued == 0 and pool.in_flight == 1, "the solve to be handed to the worker")
+        finally:
+            os.kill(victim, signal.SIGKILL)
+        assert await asyncio.wait_for(solve, EVENT_TIMEOUT_S) is None  # run by the replacement
+        assert victim not in pool.pids() and pool.died == 0 and pool.health()["idle_died"] == 1
+
+    run(body, workers=1)

@@ -1,6 +1,6 @@
 """The solver pool with real worker processes: the time limit is enforced by killing the overrunning worker only,
-a crashed worker fails only its request, admission reserves a share for automatic rounds, import errors surface
-(issue 12 items 7 and 9, issue 11 §5)."""
+a crashed worker fails only its request, admission reserves a share for automatic rounds, import errors surface.
+Also the helpers of the other ``test_pool_*`` modules (:func:`run`, :class:`Gate`, :func:`until`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,10 @@ from solvers.model import Problem
 
 
 def run(body: Callable[[SolverPool], Awaitable[Any]], **kw: Any) -> Any:
+    """``body(pool)`` on a warm pool of real workers. The kill deadline of a solve is a minute unless the test sets
+    ``kill_grace_s``: a loaded machine must not turn a quick solve into a timeout."""
+    kw.setdefault("kill_grace_s", 60.0)
+
     async def main() -> Any:
         pool = SolverPool(kw.pop("workers", 2), kw.pop("max_concurrent", 8), kw.pop("max_time_limit", 0.5), **kw)
         try:
@@ -35,6 +40,44 @@ def small_problem() -> Problem:
                               "key_groups": [{"id": f"k{i}", "node": "a", "load": 1 + i} for i in range(6)]})
 
 
+#: generous bounds on events (a worker starts in ~2 s on an idle machine): a passing test never waits this long
+EVENT_TIMEOUT_S = 120.0
+
+
+async def until(cond: Callable[[], object], what: str) -> None:
+    """Poll ``cond()`` on the event loop until it is true (bounded: a pool that never gets there fails the test)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + EVENT_TIMEOUT_S
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+class Gate:
+    """A solve that holds its worker until the test opens the gate: the worker blocks opening a FIFO for reading
+    until the test opens it for writing. Lets a test queue solves behind a busy worker without timing."""
+
+    def __init__(self, tmp: Path, name: str = "gate"):
+        self.path = tmp / name
+        os.mkfifo(self.path)
+
+    def hold(self, pool: SolverPool, **kw: Any) -> Awaitable[Any]:
+        return pool.submit(Path.read_text, self.path, raw=True, time_limit=3600, **kw)  # never killed
+
+    async def open(self) -> None:
+        await asyncio.to_thread(lambda: open(self.path, "w").close())  # waits for the worker to be reading
+
+
+async def queued(pool: SolverPool, n: int) -> None:
+    """Let the submitted coroutines run up to their queueing (bounded: they queue in one pass of the loop)."""
+    for _ in range(1000):
+        if pool.queued == n:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{pool.queued} solves queued, expected {n}")
+
+
 def test_an_overrunning_solve_is_killed_and_the_others_finish() -> None:
     async def body(pool: SolverPool) -> None:
         before = pool.pids()
@@ -46,12 +89,9 @@ def test_an_overrunning_solve_is_killed_and_the_others_finish() -> None:
         assert isinstance(res[0], SolveTimeout), res
         assert "time limit" in str(res[0])
         assert res[1:] == [None, None, None]
-        assert took < 20, took  # killed at 2 × 0.5 s + 0.5 s, not after 60 s
+        assert took < 50, took  # killed at 2 × 0.5 s + 0.5 s, not after 60 s
         assert pool.killed == 1
-        for _ in range(100):  # the replacement starts in the background
-            if len(pool.pids()) == 2:
-                break
-            await asyncio.sleep(0.2)
+        await until(lambda: pool.state == "ready", "the replacement")  # it starts in the background
         assert len(pool.pids()) == 2 and pool.pids() != before
         solved = await pool.solve("flux", small_problem(), 0.5, {})  # the pool still solves
         assert set(solved.plan.assignment) == {f"k{i}" for i in range(6)}
@@ -100,21 +140,23 @@ def test_admission_reserves_a_share_for_automatic_rounds() -> None:
     run(body, max_concurrent=6, reserved_auto=2)
 
 
-def test_auto_solves_jump_the_queue() -> None:
+def test_auto_solves_jump_the_queue(tmp_path: Path) -> None:
     async def body(pool: SolverPool) -> None:
         done: list[str] = []
 
-        async def job(tag: str, kind: str, secs: float) -> None:
-            await pool.call("time", "sleep", secs, kind=kind, admit=False)  # type: ignore[arg-type]
+        async def job(tag: str, kind: str) -> None:
+            await pool.call("time", "sleep", 0, kind=kind, admit=False)  # type: ignore[arg-type]
             done.append(tag)
 
-        first = asyncio.ensure_future(job("running", "adhoc", 0.4))  # occupies the only worker
-        await asyncio.sleep(0.1)
-        queued = [asyncio.ensure_future(job(f"adhoc{i}", "adhoc", 0.01)) for i in range(3)]
-        await asyncio.sleep(0.05)
-        auto = asyncio.ensure_future(job("auto", "auto", 0.01))
-        await asyncio.gather(first, *queued, auto)
-        assert done[:2] == ["running", "auto"], done
+        gate = Gate(tmp_path)
+        first = asyncio.ensure_future(gate.hold(pool))  # occupies the only worker
+        adhoc = [asyncio.ensure_future(job(f"adhoc{i}", "adhoc")) for i in range(3)]
+        await queued(pool, 3)
+        auto = asyncio.ensure_future(job("auto", "auto"))  # queued last
+        await queued(pool, 4)
+        await gate.open()
+        await asyncio.gather(first, *adhoc, auto)
+        assert done[0] == "auto", done
 
     run(body, workers=1)
 

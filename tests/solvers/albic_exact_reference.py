@@ -1,20 +1,21 @@
 """An exact reference for the ALBIC load-balancing MILP (Madsen, Zhou, Cao, §4.3.1), independent of the planner.
 
-Written straight from the paper (and DESIGN.md's metrics), sharing no code with :mod:`solvers.albic.milp`:
+Written straight from the paper (and docs/design.md's metrics), sharing no code with :mod:`solvers.albic.milp`:
 
 - binary ``x[k, j]``: key group ``k`` ends on node ``j``; (1) ``Σ_j x[k, j] = 1``; nothing moves onto a removing
   node (Lemma 1; the planner's contract);
 - (2) the migration budget: ``Σ_k (1 − x[k, cur_k]) ≤ maxMigrations`` and ``Σ_k σ_k (1 − x[k, cur_k]) ≤ maxBytes``;
 - (3)(4) every active node ``j``: ``|L_j / c_j − t| ≤ d`` with ``t = Σ_j L_j / Σ_{j∈A} c_j``;
-- communication (DESIGN.md): an edge ``s → r`` with rate ``ρ`` adds ``cc·ρ`` to the node of ``s`` and of ``r`` when
+- communication (docs/design.md): an edge ``s → r`` with rate ``ρ`` adds ``cc·ρ`` to the node of ``s`` and of ``r`` when
   they differ, linearised exactly: ``z = x[s, j] ∧ ¬x[r, j]`` (``z ≥ x[s,j] − x[r,j]``, ``z ≤ x[s,j]``,
   ``z ≤ 1 − x[r,j]``), the load of ``j`` gains ``cc·ρ·(z_src + z_dst)`` and the total ``2·cc·ρ·Σ_j z_src``;
 - extra resources ("Extending to Multi-Dimensional Load"): ``Σ_k r_k x[k, j] ≤ max(limit_j, usage now_j)``;
 - minimise ``d``.
 
-Every number is turned into an exact integer first (``fractions.Fraction`` of the float, scaled by the least
-common denominator), so CP-SAT's optimum is the exact optimum of the problem as given — no rounding anywhere. Meant
-for small instances (≤ ~10 nodes × ~20 key groups).
+The distance rows are scaled and rounded with their rounding error tracked exactly, the optimum CP-SAT reports is
+verified without presolve, and the answer is the exact (rational) distance of a certified plan
+(:func:`optimum_interval`); budgets and resource limits are exact decimal knapsacks. Meant for small instances
+(≤ ~10 nodes × ~20 key groups). :func:`enumerate_plans` is the brute force the reference itself is checked against.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from ortools.sat.python import cp_model
 from solvers.model import Problem
 
 
-def _frac(x: float) -> Fraction:
-    return Fraction(float(x)).limit_denominator(1 << 20)
+def _dec(x: float) -> Fraction:
+    """A budget or resource number as the decimal it prints as (0.1 is 1/10): sums of decimal byte counts equal to
+    a decimal budget stay within it, as ``metrics.within_budget`` means them to."""
+    return Fraction(repr(float(x)))
 
 
 def _lcm_den(values: list[Fraction]) -> int:
@@ -41,57 +44,174 @@ def _lcm_den(values: list[Fraction]) -> int:
     return out
 
 
+#: bits of the largest scaled coefficient of a distance row; the rows' rounding error is tracked exactly
+SCALE_BITS = 40
+#: the largest scaled knapsack row (budgets, resources) the reference builds; beyond it it answers None
+KNAPSACK_MAX = 1 << 60
+#: distance rows with a coefficient above this are solved without presolve (below it no wrong OPTIMAL was seen)
+PRESOLVE_MAX = 1 << 24
+
+
+@dataclasses.dataclass
+class Certificate:
+    """What :func:`optimum_interval` found: ``lo ≤ OPT ≤ hi`` (exact rationals), ``hi`` the distance of ``plan``;
+    ``presolve``: whether CP-SAT's presolve (less its inclusion step) was used."""
+    lo: Fraction
+    hi: Fraction
+    plan: np.ndarray
+    presolve: bool
+
+
 def exact_optimum(p: Problem, time_limit: float = 20.0) -> Fraction | None:
-    """The smallest load distance of ``p`` over every plan within the budget, exactly; ``None`` if CP-SAT does not
-    prove it within ``time_limit``."""
+    """The smallest load distance of ``p`` over every plan within the budget: the exact distance of a plan whose
+    optimality is certified to within the rows' rounding (``hi − lo`` ≤ ~10^-10 of the largest coefficient, see
+    :func:`optimum_interval`); ``None`` if CP-SAT does not prove it within ``time_limit``."""
+    cert = optimum_interval(p, time_limit)
+    return None if cert is None else cert.hi
+
+
+def optimum_interval(p: Problem, time_limit: float = 20.0) -> Certificate | None:
+    """A certified interval around the optimum.
+
+    The distance rows ``|u_j − t| ≤ d`` are scaled by their common denominator when that keeps every coefficient
+    below ``2^SCALE_BITS`` (exact: no rounding), else by a power of two ``s`` so that their largest coefficient is
+    about ``2^SCALE_BITS``, and rounded; the rounding error ``e_j`` of each row (the sum of its terms' errors, an
+    exact rational) bounds how far the model's ``d`` is from ``s·d`` of the same plan. CP-SAT minimises the
+    model's ``d`` (optimum ``v``); then ``lo = (v − max e_j)/s ≤ OPT ≤ hi =`` the exact distance of the plan found.
+    Budgets and resource limits are exact (decimal) knapsack rows.
+
+    Presolve: OR-tools 9.15 with its presolve returned a wrong OPTIMAL on 24 of 300 tiny instances whose
+    coefficients reach 2^40 (13 of 600 at 2^32, none at 2^24; without its inclusion step 0 of the 10 tried) and
+    ran out of time on others that it solves in 10 ms without presolve. Rows with a coefficient above
+    ``PRESOLVE_MAX`` are therefore solved without presolve; below it presolve runs, less its inclusion step."""
+    built = _model(p)
+    if built is None:
+        return None
+    s, err, top = built[3], built[4], built[5]
+    presolve = top <= PRESOLVE_MAX
+    st, v, plan = _minimise(p, time_limit, presolve)
+    if st != cp_model.OPTIMAL:
+        return None
+    return Certificate((Fraction(v) - err) / s, exact_distance(p, plan), plan, presolve)
+
+
+def _minimise(p: Problem, time_limit: float, presolve: bool) -> tuple[int, int, np.ndarray]:
+    """(CP-SAT status, the model's least ``d``, its plan) of :func:`_model`."""
+    built = _model(p)
+    if built is None:
+        return cp_model.MODEL_INVALID, 0, np.zeros(0, dtype=np.int64)
+    model, x, d = built[:3]
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = float(time_limit)
+    solver.parameters.num_workers = 1
+    solver.parameters.cp_model_presolve = presolve
+    solver.parameters.presolve_inclusion_work_limit = 0
+    st = solver.solve(model)
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return st, 0, np.zeros(0, dtype=np.int64)
+    plan = np.array([next(j for j, var in enumerate(row) if var is not None and solver.boolean_value(var))
+                     for row in x], dtype=np.int64)
+    return st, int(solver.value(d)), plan
+
+
+def exact_distance(p: Problem, plan: np.ndarray) -> Fraction:
+    """The load distance of ``plan`` in exact rational arithmetic on the problem's floats (docs/design.md)."""
+    n = p.n_nodes
+    loads = [Fraction(0)] * n
+    for k, j in enumerate(plan.tolist()):
+        loads[j] += Fraction(float(p.load[k]))
+    if p.communication_cost > 0:
+        cc = Fraction(float(p.communication_cost))
+        for s, r, rate in zip(*p.edges(), strict=True):
+            if plan[s] != plan[r]:
+                for j in (int(plan[s]), int(plan[r])):
+                    loads[j] += cc * Fraction(float(rate))
+    act = [j for j in range(n) if p.active[j]]
+    t = sum(loads, Fraction(0)) / sum((Fraction(float(p.capacity[j])) for j in act), Fraction(0))
+    return max(abs(loads[j] / Fraction(float(p.capacity[j])) - t) for j in act)
+
+
+def _knapsack(model: cp_model.CpModel, terms: list[tuple[Fraction, object]], room: Fraction) -> bool:
+    """``Σ a·v ≤ room`` exactly (common denominator); False when it does not fit ``KNAPSACK_MAX``."""
+    den = _lcm_den([a for a, _ in terms] + [room])
+    if den * (sum(abs(a) for a, _ in terms) + abs(room)) > KNAPSACK_MAX:
+        return False
+    model.add(sum(int(a * den) * v for a, v in terms) <= int(room * den))
+    return True
+
+
+def _model(p: Problem) -> tuple[cp_model.CpModel, list[list], object, Fraction, Fraction, Fraction] | None:
+    """(model, x[k][j] (None: not allowed), d, the rows' scale s, their largest rounding error, their largest
+    scaled coefficient); None when a knapsack row does not fit."""
     m, n = p.n_key_groups, p.n_nodes
     act = [bool(a) for a in p.active]
     cur = [int(c) for c in p.current]
-    w = [_frac(x) for x in p.load]
-    cap = [_frac(x) for x in p.capacity]
-    src, dst, rate = p.edges()
-    cc = _frac(p.communication_cost)
-    edges = [(int(s), int(r), _frac(x) * cc) for s, r, x in zip(src, dst, rate, strict=True)] if cc > 0 else []
-    edges = [e for e in edges if e[2] > 0]
+    w = [Fraction(float(v)) for v in p.load]
+    cap = [Fraction(float(v)) for v in p.capacity]
     q = sum((cap[j] for j in range(n) if act[j]), Fraction(0))
-    # u_j − t = L_j / c_j − Tot / Q; multiply by M so that every coefficient is an integer
-    coefs = [wk / cap[j] for wk in w for j in range(n)] + [wk / q for wk in w]
-    coefs += [e[2] / cap[j] for e in edges for j in range(n)] + [2 * e[2] / q for e in edges]
-    big_m = _lcm_den(coefs)
-
     model = cp_model.CpModel()
     x = [[model.new_bool_var(f"x{k}_{j}") if (act[j] or j == cur[k]) else None for j in range(n)] for k in range(m)]
     for k in range(m):
         model.add_exactly_one([v for v in x[k] if v is not None])
-    # (2) budget
     stay = [x[k][cur[k]] for k in range(m)]
     if p.max_migrations is not None:
-        model.add(sum(1 - s for s in stay) <= int(p.max_migrations))
+        model.add(sum(1 - v for v in stay) <= int(p.max_migrations))
     if p.max_migration_bytes is not None:
-        b = [_frac(v) for v in p.state_bytes]
-        budget = _frac(p.max_migration_bytes)
-        sb = _lcm_den(b + [budget])
-        model.add(sum(int(bk * sb) * (1 - s) for bk, s in zip(b, stay, strict=True)) <= int(budget * sb))
-    # resources
+        b = [_dec(v) for v in p.state_bytes]
+        moved = [(bk, 1 - v) for bk, v in zip(b, stay, strict=True)]
+        if not _knapsack(model, moved, _dec(p.max_migration_bytes)):
+            return None
     if p.resource_load is not None and p.resource_limit is not None:
         for r in range(len(p.resource_names)):
-            rl = [_frac(v) for v in p.resource_load[:, r]]
+            rl = [_dec(v) for v in p.resource_load[:, r]]
             for j in range(n):
-                lim = float(p.resource_limit[j, r])
-                if not math.isfinite(lim):
+                if not math.isfinite(float(p.resource_limit[j, r])):
                     continue
                 usage = sum((rl[k] for k in range(m) if cur[k] == j), Fraction(0))
-                cap_r = max(_frac(lim), usage)
-                sr = _lcm_den(rl + [cap_r])
-                terms = [int(rl[k] * sr) * x[k][j] for k in range(m) if x[k][j] is not None]
-                model.add(sum(terms) <= int(cap_r * sr))
-    # communication: z[e][j] = src on j and dst not on j; zd[e][j] = dst on j and src not on j
-    node_extra: list[list] = [[] for _ in range(n)]
-    total_extra = []
-    for ei, (s, r, c) in enumerate(edges):
+                terms = [(rl[k], x[k][j]) for k in range(m) if x[k][j] is not None]
+                if not _knapsack(model, terms, max(_dec(p.resource_limit[j, r]), usage)):
+                    return None
+    node_terms, total_terms = _comm_terms(p, model, x)
+    # u_j − t = Σ_k w_k/c_j·x[k,j] + Σ c/c_j·z − Σ_k w_k/q − Σ 2c/q·z_src
+    rows = [[(w[k] / cap[j], x[k][j]) for k in range(m) if x[k][j] is not None]
+            + [(c / cap[j], z) for c, z in node_terms[j]] for j in range(n)]
+    t_terms = [(2 * c / q, z) for c, z in total_terms]
+    t_const = sum(w, Fraction(0)) / q
+    top = max([abs(a) for row in rows for a, _ in row] + [abs(a) for a, _ in t_terms] + [t_const, Fraction(1, 1 << 60)])
+    den = _lcm_den([a for row in rows for a, _ in row] + [a for a, _ in t_terms] + [t_const])
+    # exact integers when the common denominator keeps them small (no rounding at all), else a power of two
+    s = Fraction(den) if den * top <= 1 << SCALE_BITS else Fraction(2) ** (SCALE_BITS - math.ceil(math.log2(top)))
+    t_int = [(round(a * s), z) for a, z in t_terms]
+    t_err = abs(t_const * s - round(t_const * s)) + sum(abs(a * s - round(a * s)) for a, _ in t_terms)
+    d = model.new_int_var(0, 1 << 56, "d")
+    err = Fraction(0)
+    for j in range(n):
+        if not act[j]:
+            continue
+        u = sum(round(a * s) * v for a, v in rows[j]) - round(t_const * s) - sum(c * z for c, z in t_int)
+        model.add(u <= d)
+        model.add(-u <= d)
+        err = max(err, t_err + sum((abs(a * s - round(a * s)) for a, _ in rows[j]), Fraction(0)))
+    model.minimize(d)
+    return model, x, d, s, err, top * s
+
+
+def _comm_terms(p: Problem, model: cp_model.CpModel, x: list[list]
+                ) -> tuple[list[list[tuple[Fraction, object]]], list[tuple[Fraction, object]]]:
+    """Communication (docs/design.md), linearised exactly: ``z = x[s, j] ∧ ¬x[r, j]`` per edge side and node; per node
+    the cost terms ``(cc·ρ, z)`` and the cut terms of the total (each edge's source side once)."""
+    n = p.n_nodes
+    node_terms: list[list[tuple[Fraction, object]]] = [[] for _ in range(n)]
+    total: list[tuple[Fraction, object]] = []
+    if not p.communication_cost > 0:
+        return node_terms, total
+    cc = Fraction(float(p.communication_cost))
+    for ei, (s, r, rate) in enumerate(zip(*p.edges(), strict=True)):
+        c = cc * Fraction(float(rate))
+        if c <= 0:
+            continue
         for j in range(n):
-            xs, xr = x[s][j], x[r][j]
-            for who, (a, b_) in (("s", (xs, xr)), ("r", (xr, xs))):
+            for who, (a, b_) in (("s", (x[s][j], x[r][j])), ("r", (x[r][j], x[s][j]))):
                 if a is None:
                     continue
                 z = model.new_bool_var(f"z{ei}{who}{j}")
@@ -101,33 +221,16 @@ def exact_optimum(p: Problem, time_limit: float = 20.0) -> Fraction | None:
                     model.add(z <= 1 - b_)
                 else:
                     model.add(z >= a)
-                node_extra[j].append((c, z))
+                node_terms[j].append((c, z))
                 if who == "s":
-                    total_extra.append((2 * c, z))
-    tot_w = sum(w, Fraction(0))
-    t_expr = int(tot_w / q * big_m) + sum(int(c / q * big_m) * z for c, z in total_extra)
-    d = model.new_int_var(0, 1 << 60, "d")
-    for j in range(n):
-        if not act[j]:
-            continue
-        u = sum(int(w[k] / cap[j] * big_m) * x[k][j] for k in range(m) if x[k][j] is not None)
-        u = u + sum(int(c / cap[j] * big_m) * z for c, z in node_extra[j])
-        model.add(u - t_expr <= d)
-        model.add(t_expr - u <= d)
-    model.minimize(d)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = float(time_limit)
-    solver.parameters.num_workers = 1
-    st = solver.solve(model)
-    if st != cp_model.OPTIMAL:
-        return None
-    return Fraction(int(solver.value(d)), big_m)
+                    total.append((c, z))
+    return node_terms, total
 
 
 def enumerate_plans(p: Problem, max_plans: int = 2_000_000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every plan of ``p`` by brute force, vectorised: (plans (P, m), load distance (P,), load on removing nodes
     (P,)) of the assignments that keep the budget (count and bytes), the resource limits (``max(limit, usage
-    now)``) and Lemma 1 (nothing moved onto a removing node), in float arithmetic (DESIGN.md's metrics, written
+    now)``) and Lemma 1 (nothing moved onto a removing node), in float arithmetic (docs/design.md's metrics, written
     again here: communication charged to both ends of a cut edge)."""
     m, n = p.n_key_groups, p.n_nodes
     if n ** m > max_plans:
@@ -240,4 +343,36 @@ def random_drain_problem(rng: np.random.Generator) -> Problem:
         kw["communication_cost"] = float(rng.choice([0.25, 0.5, 1.0]))
     return Problem.from_arrays(load, current, cap, removing=rem, state_bytes=bytes_, max_migrations=mm,
                                max_migration_bytes=mb, **kw)
+
+
+def brute_force_optimum(p: Problem) -> Fraction:
+    """The least load distance over every plan (:func:`enumerate_plans`), each evaluated exactly
+    (:func:`exact_distance`)."""
+    plans, _, _ = enumerate_plans(p)
+    return min(exact_distance(p, a) for a in plans)
+
+
+def random_tiny_problem(rng: np.random.Generator) -> Problem:
+    """A tiny instance (2–3 nodes, 2–6 key groups: at most 729 plans) with loads, rates and bytes of magnitude
+    10^-3 … 10^12: integers, two decimals or arbitrary floats; capacities from {0.5, 1, 1.5, 2, 3}; a removing node
+    in one of three, communication in one of three, both budgets or none."""
+    n = int(rng.integers(2, 4))
+    m = int(rng.integers(2, 7))
+    mag = 10.0 ** rng.uniform(-3, 12)
+    kind = rng.integers(3)
+    unit = rng.uniform(0, 1, size=m)
+    load = (np.ceil(unit * 1000) * mag / 1000 if kind == 0 else np.round(unit * mag, 2) if kind == 1 else unit * mag)
+    rem = np.zeros(n, dtype=bool)
+    rem[0] = rng.random() < 0.3
+    byts = np.round(rng.uniform(0, 10, size=m) * 10.0 ** rng.uniform(0, 11), int(rng.integers(0, 3)))
+    mm = None if rng.random() < 0.5 else int(rng.integers(0, m + 1))
+    mb = None if rng.random() < 0.6 else float(np.round(byts.sum() * rng.uniform(0, 1), 2))
+    kw: dict = {}
+    if rng.random() < 0.3:
+        e = int(rng.integers(1, m + 1))
+        kw["comm"] = sp.csr_matrix((rng.uniform(0, 1, e) * mag, (rng.integers(0, m, e), rng.integers(0, m, e))),
+                                   shape=(m, m))
+        kw["communication_cost"] = float(rng.choice([0.25, 1.0]))
+    return Problem.from_arrays(load, rng.integers(0, n, size=m), rng.choice([0.5, 1.0, 1.5, 2.0, 3.0], size=n),
+                               removing=rem, state_bytes=byts, max_migrations=mm, max_migration_bytes=mb, **kw)
 

@@ -48,7 +48,10 @@ def test_bound_positive_where_the_exact_cut_model_alone_stayed_zero(seed):
     indicators per edge side, no symmetry breaking) was 0 after 2 s: the symmetric model proves the optimum."""
     p = random_problem(np.random.default_rng(seed))
     assert p.communication_cost > 0 and p.comm.nnz
-    opt = float(exact_optimum(p, time_limit=20.0))
+    opt_f = exact_optimum(p, time_limit=60.0)   # ~10 s on a busy machine
+    if opt_f is None:
+        pytest.skip("the exact reference did not prove the optimum in time")
+    opt = float(opt_f)
     lb = comm_proven_bound(p, seconds=3.0)
     assert 0 < lb <= opt + _tol(opt)
     assert proven_bound(p, seconds=3.0) > 0

@@ -13,7 +13,7 @@ import pytest
 import solvers.albic.milp.phases as phases
 from solvers import metrics, registry
 from solvers.albic.milp.bounds import load_left_on_removing
-from solvers.albic.milp.drain import drain_model
+from solvers.albic.milp.levels import full_levels
 from solvers.albic.milp.state import Pool, State, drain_floor
 from solvers.albic.milp.units import build_units
 from solvers.model import Problem
@@ -55,13 +55,13 @@ def lexicographic_check(p: Problem, time_limit: float) -> tuple[str, bool]:
     return plan.status, optimum
 
 
-def test_drain_model_proves_the_issue_case():
+def test_full_levels_prove_the_issue_case():
     p = Problem.from_arrays(**ISSUE28_CASE)
     units = build_units(p)
     t = float(units.load.sum() / p.capacity[p.active].sum())
     pool = Pool(units, drain_floor(units, p.current))
     state = State(units, p.current, t)
-    _, bound, status, proven = drain_model(state, pool, 60.0, 1, 0, 1e-6 * t)
+    _, bound, status, proven = full_levels(state, pool, 60.0, 1, 0, 1e-6 * t)
     assert status == "optimal" and proven and bound is not None and bound <= 3.2142857 + 1e-6
     a = units.assignment(pool.best[1])
     assert metrics.load_on_removing(p, a) == 0.0

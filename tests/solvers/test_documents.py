@@ -12,9 +12,9 @@ import scipy.sparse as sp
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from clients.python import contract as c
-from clients.python.wire import dump
 from controller.edge import Invalid, parse
+from rebalancer_client import contract as c
+from rebalancer_client.wire import dump
 from solvers import documents, registry
 from solvers.errors import InvalidInput
 from solvers.model import MAX_MAGNITUDE, Problem

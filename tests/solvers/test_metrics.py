@@ -1,4 +1,4 @@
-"""Metrics against hand-computed examples (DESIGN.md "Metric definitions")."""
+"""Metrics against hand-computed examples (docs/design.md "Metric definitions")."""
 
 import numpy as np
 import pytest

@@ -7,7 +7,8 @@ File source (one Parquet file per micro-batch, ``availableNow``), a :class:`Reba
 state under ``<chk>/rebalancer-state`` and a :class:`BatchIdSink` output. ``--kill`` names where the whole process
 group (this Python and its JVM) gets SIGKILL: ``between`` (entering batch B, B-1 fully done), ``during-commit``
 (batch B's Parquet renamed, its commit record not written), ``after-commit`` (B committed, Spark's own commit
-not yet), ``migration`` (the first routing switch at or after batch B, done in memory, nothing committed).
+not yet), ``migration`` (every key group moved to the next partition at batch B's boundary: the switch done in
+memory, nothing committed).
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from clients.python import RebalancerClient
-    from clients.spark.driver import RebalancingDriver
-    from clients.spark.sink import BatchIdSink
+    from rebalancer_client import RebalancerClient
+    from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig
+    from rebalancer_client.spark.driver import RebalancingDriver
+    from rebalancer_client.spark.sink import BatchIdSink
 
     spark = (SparkSession.builder.master(args.master).appName("recovery-job").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
@@ -72,11 +74,14 @@ def main() -> int:
             _die(marker, f"{point}:{version}")
 
     client = RebalancerClient(args.controller, timeout=3, connect_timeout=1, retries=0) if args.controller else None
-    driver = RebalancingDriver(spark, key="key", aggregations={"count": ("count", None), "total": ("sum", "v")},
-                               client=client, job_id=args.job_id, key_groups=12, partitions=3, algorithm="flux",
-                               budget={"max_migrations": 3}, window_batches=1, min_gain=0.0,
-                               checkpoint_location=args.chk, snapshot_every=3, output=BatchIdSink(args.out),
-                               on_store_event=store_event, backoff_s=0.5, async_plans=False)
+    # every window is worth a round (no noise guard, no minimum gain, no cooldown): migrations in every run
+    policy = {"noise_sigmas": None, "min_gain": 0.0, "cooldown_batches": 0}
+    driver = RebalancingDriver(
+        spark, key="key", aggregations={"count": ("count", None), "total": ("sum", "v")}, key_groups=12,
+        partitions=3, output=BatchIdSink(args.out),
+        controller=ControllerConfig(client, args.job_id, algorithm="flux", budget={"max_migrations": 3},
+                                    window_batches=1, policy=policy, auto=False, backoff_s=0.5, async_plans=False),
+        durability=DurabilityConfig(args.chk, snapshot_every=3, on_event=store_event))
     if point == "migration":
         original = driver.state.apply_routing
 
@@ -93,6 +98,8 @@ def main() -> int:
     def foreach(df, batch_id):
         if point == "between" and batch_id == at:
             _die(marker, f"between:{batch_id}")
+        if point == "migration" and batch_id == at:  # a routing change at this boundary, whatever the controller says
+            driver.place((driver.routing.partition_of + 1) % driver.partitions)
         driver.foreach_batch(df, batch_id)
         if batch_id == args.kill_executor_after and not killed_executors:
             killed_executors.append(_kill_one_executor())

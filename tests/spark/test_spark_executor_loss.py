@@ -1,5 +1,5 @@
 """An executor JVM killed mid-stream in ``local-cluster[2,1,1024]``: the cached state blocks are gone, the driver
-rebuilds the state from the last committed version and the query finishes with the exact state (issue 15)."""
+rebuilds the state from the last committed version and the query finishes with the exact state."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_an_executor_lost_mid_stream_leaves_the_state_exact(tmp_path):
     rng = np.random.default_rng(12)
     (tmp_path / "src").mkdir()
     frames = []
-    for i in range(4):
+    for i in range(3):  # batch 1's blocks are lost with the executor; batch 2 finds them gone
         ranks = np.minimum(rng.zipf(1.2, 500), 100)
         f = pd.DataFrame({"key": [f"k{r}" for r in ranks], "v": rng.integers(0, 10, 500).astype("int64")})
         f.to_parquet(tmp_path / "src" / f"part-{i:03d}.parquet", index=False)
@@ -48,5 +48,5 @@ def test_an_executor_lost_mid_stream_leaves_the_state_exact(tmp_path):
     assert len(result["killed_executors"]) == 1
     exp = pd.concat(frames).groupby("key")["v"].agg(["size", "sum"])
     assert result["state"] == {k: [int(exp.loc[k, "size"]), int(exp.loc[k, "sum"])] for k in exp.index}
-    assert result["committed"] == 3
+    assert result["committed"] == 2
     assert any(r["recovered"] for r in result["reports"]), "the lost blocks were not noticed"

@@ -1,4 +1,4 @@
-"""Job generations (issue 12): a re-registered job id is a new generation; proposals carry theirs.
+"""Job generations: a re-registered job id is a new generation; proposals carry theirs.
 
 Revision ID: 0002
 Revises: 0001

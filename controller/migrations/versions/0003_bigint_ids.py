@@ -1,4 +1,4 @@
-"""Batch ids and epochs are signed 64-bit integers (issue 12): PostgreSQL's INTEGER columns become BIGINT.
+"""Batch ids and epochs are signed 64-bit integers: PostgreSQL's INTEGER columns become BIGINT.
 
 SQLite's INTEGER already stores 64-bit values (its type affinity ignores the declared width), so nothing changes
 there.

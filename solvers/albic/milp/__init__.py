@@ -23,10 +23,9 @@ inside ``time_limit``:
    when the budget is nearly spent the arrivals come from the nodes that must send anyway — the sender pools);
    Lemma 2 under the budget (load that cannot leave the removing nodes) gives another. Its O(m log m) setup
    cannot stop, so it starts only when it fits in the time left (else the granularity bound stands in).
-3. **Randomised restarts and ruin-and-recreate** (most of the time limit): GRASP restarts of the greedy, and
-   rounds that undo ~30 % of the best plan's migrations and spend the freed budget again — either greedily or
-   with a budget-aware repair that lands each critical node inside a slightly tighter band at the lowest cost.
-   Stops as soon as the plan meets the bound.
+3. **Ruin-and-recreate** (most of the time limit): rounds that undo ~30 % of the best plan's migrations and
+   spend the freed budget again — either with a randomised greedy or with a budget-aware repair that lands each
+   critical node inside a slightly tighter band at the lowest cost. Stops as soon as the plan is proven optimal.
    **3b. Decision model at the bound** (issue 16.2): when the restarts have not reached the bound and only a few
    nodes (≤ ``AT_BOUND_NODES``) lie outside the bound's band in the current assignment, CP-SAT looks for a plan
    with distance ≤ bound that moves only their units (:func:`solvers.albic.milp.submodel.at_bound`; a fixed band
@@ -202,7 +201,7 @@ def _finish(run: Run, t_lin: float, c_start: float) -> Plan:
 @register(
     "albic-milp",
     "ALBIC load-balancing MILP (§4.3.1): minimise the load distance within the migration budget, drain removing "
-    "nodes gradually; greedy/Flux warm start, randomised restarts and ruin-and-recreate, a proven analytic bound, "
+    "nodes gradually; greedy/Flux warm start, ruin-and-recreate, a proven analytic bound, "
     "CP-SAT/CBC for the exact model of small instances and neighbourhood search with long time limits.",
     params=[
         Param("backend", str, "cpsat", "MILP backend", choices=BACKENDS),

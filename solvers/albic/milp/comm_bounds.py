@@ -1,6 +1,6 @@
 """Proven bounds and the exact cut model of the ALBIC MILP (§4.3.1) with communication costs (issue 16, item 3).
 
-Communication cost is our extension of §4.3.1 (DESIGN.md): node ``i`` carries ``Σ loads + cc × rate`` of every
+Communication cost is our extension of §4.3.1 (docs/design.md): node ``i`` carries ``Σ loads + cc × rate`` of every
 edge with exactly one end on ``i``, and the target ``t = Σ_i load_i / Σ_{j∈A} c_j`` counts every cut edge twice,
 so ``t`` depends on the plan. The exact cut model (:func:`solvers.albic.milp.scaled.build` with ``exact_comm=True``)
 has an LP relaxation of 0 — fractional placements balance perfectly — so its bound only rises as CP-SAT's search

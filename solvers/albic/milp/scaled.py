@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -181,8 +182,11 @@ def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False
     if exact_comm:
         u_max = max(u_max, float((p.load.sum() + 2 * p.communication_cost * prate.sum()) / cap[p.active].sum()))
     u_max = max(u_max, t, float(state.util()[p.active].max(initial=0.0)), 1e-300)
+    vals = load_c[cand] if not exact_comm else np.concatenate([load_c[cand], p.communication_cost * prate])
+    S_exact = exact_util_scale(np.concatenate([vals, L_fixed]), cap[nodes], float(cap[p.active].sum()), t,
+                               2.0 ** 29 / u_max)
     S = min((2 + kmax) * SCALE_MEAN / max(t, 1e-300), 2.0 ** 29 / u_max)
-    S = max(S, 1e3 / max(t, 1e-300))
+    S = S_exact or max(S, 1e3 / max(t, 1e-300))
     coef = np.rint(S * load_c[cand][:, None] / cap[nodes][None, :]).astype(np.int64)
     cc, cb_real = U.cost_matrix(cand, nodes)
     base = np.rint(S * L_fixed / cap[nodes]).astype(np.int64)
@@ -197,7 +201,8 @@ def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False
         t_coef = np.rint(S * 2 * cost / q).astype(np.int64)
     d_fixed, hi_fixed, lo_fixed = _fixed_band(state, nodes, S)
     cb, room_c, room_b, res_coef, res_room = _rooms(state, cand, nodes, cb_real, fixed_units, in_sub, cur_pos, relax)
-    tol = float((2 + kmax) / (2 * S))
+    # exact scale: integral coefficients, only float noise; else each node's distance is off by ≤ (2 + k)/(2S)
+    tol = 1e-9 * max(t, 1e-300) if S_exact else float((2 + kmax) / (2 * S))
     sm = SubModel(cand, nodes, mask, coef, cc, cb, base, T, S, d_fixed, hi_fixed, lo_fixed, room_c, room_b,
                   res_coef, res_room, tol, edges, comm_coef, t_coef)
     sm.sym = node_symmetry(sm, p.active[nodes]) if exact_comm else None
@@ -206,6 +211,29 @@ def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False
         sm.perm = True
         sm.home_pos = np.searchsorted(nodes, U.home[cand])
     return sm
+
+
+def exact_util_scale(values: np.ndarray, caps: np.ndarray, q: float, t: float, s_max: float) -> float | None:
+    """A scale ``S ≤ s_max`` that makes every ``S·value/cap`` and ``S·t`` an integer when the values and capacities
+    are short decimals (denominators ≤ 10^6): ``lcm(value denominators) · lcm(capacity numerators, numerator of
+    Σ active capacities)``; None otherwise. With it the scaled model is exact (no rounding of utilisations), and its
+    coefficients are often far smaller than those of the rounding scale (awkward capacities like 1.3, 0.3, 2.9)."""
+    dens = 1
+    nums = 1
+    for x in np.unique(np.asarray(values, dtype=np.float64)).tolist():
+        f = Fraction(repr(x))
+        if f.denominator > 10**6:
+            return None
+        dens = math.lcm(dens, f.denominator)
+    for x in [*np.unique(caps).tolist(), q]:
+        f = Fraction(repr(float(x)))
+        if f.denominator > 10**6:
+            return None
+        nums = math.lcm(nums, f.numerator)
+        if dens * nums > s_max:
+            return None
+    S = float(dens * nums)
+    return S if S <= s_max and S * t < 2.0 ** 52 else None
 
 
 def _fixed_band(state: State, nodes: np.ndarray, S: float) -> tuple[int, int | None, int | None]:

@@ -18,6 +18,7 @@ from solvers.albic.milp.state import State, drain_floor
 
 EPS = 1e-12
 SWAP_PAIRS_MAX = 200_000   # unit pairs scored per swap step
+PICK_KEEP = 64             # improving candidates ordered in full per step (the rest by new distance only)
 
 
 def _rest(dev: np.ndarray, h: int, nodes: np.ndarray) -> np.ndarray:
@@ -69,6 +70,9 @@ def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: 
         return None, False
     flat = np.flatnonzero(improving.ravel())
     nd = newd.ravel()[flat]
+    if flat.size > PICK_KEEP:  # only the PICK_KEEP lowest new distances can be among the few best
+        keep = nd <= np.partition(nd, PICK_KEEP - 1)[PICK_KEEP - 1]
+        flat, nd = flat[keep], nd[keep]
     if rng is not None and topk > 1 and flat.size > 1:
         # quantise d so that near-ties are ordered by budget use and Σc·dev²
         q = np.round(nd / (1e-6 * scale))
@@ -260,63 +264,62 @@ def _drain_step(s: State, u: np.ndarray, dev: np.ndarray, limit: float, room_c: 
 def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_c: float, room_b: float,
                k: int, scale: float, rng: np.random.Generator | None = None, topk: int = 1,
                target: float | None = None) -> tuple[tuple[Any, ...] | None, bool]:
-    """Best swap of a unit on the critical node ``h`` with a unit on one of the ``k`` most opposite nodes."""
+    """Best swap of a unit on the critical node ``h`` with a unit on one of the ``k`` most opposite nodes.
+
+    Only pairs whose net load keeps ``h`` within ``d`` of the target are scored — any other leaves ``h`` at a
+    distance ≥ d, so it can neither improve nor tie: with the partners' units sorted by load, each unit of ``h``
+    has a window of partner loads (a few percent of them when ``d`` is small)."""
     U = s.units
     W = U.load
     cap = s.cap
     act_nodes = np.flatnonzero(s.act)
-    hot = u[h] > s.t
     others = act_nodes[act_nodes != h]
-    if others.size == 0:
+    R = np.flatnonzero(s.place == h)
+    if others.size == 0 or R.size == 0:
         return None, False
     order = np.argsort(u[others])
-    partners = others[order[:k]] if hot else others[order[::-1][:k]]
-    R = np.flatnonzero(s.place == h)
-    if R.size and partners.size > 1:
-        # keep the R × Q matrix small on big instances: fewer partner nodes when they hold many units
+    partners = others[order[:k]] if u[h] > s.t else others[order[::-1][:k]]
+    if partners.size > 1:  # keep the pairs bounded on big instances: fewer partner nodes when they hold many units
         counts = np.bincount(s.place, minlength=s.n)[partners]
         keep = np.searchsorted(np.cumsum(counts), SWAP_PAIRS_MAX // max(1, R.size), side="right")
         partners = partners[: max(1, int(keep))]
     Q = np.flatnonzero(np.isin(s.place, partners))
-    if R.size == 0 or Q.size == 0:
+    if Q.size == 0:
         return None, False
-    jq = s.place[Q]
-    net = W[R][:, None] - W[Q][None, :]          # load leaving h
+    # net = W[r] − W[q] leaves h; inside the band iff (u_h − t − d)·c_h ≤ net ≤ (u_h − t + d)·c_h
+    slack = 1e-9 * scale * cap[h]
+    qo = Q[np.argsort(W[Q], kind="stable")]
+    lo = np.searchsorted(W[qo], W[R] - (u[h] - s.t + d) * cap[h] - slack, side="left")
+    hi = np.searchsorted(W[qo], W[R] - (u[h] - s.t - d) * cap[h] + slack, side="right")
+    cnt = np.maximum(hi - lo, 0)
+    if not cnt.any():
+        return None, False
+    ri = np.repeat(np.arange(R.size), cnt)
+    r_ = R[ri]
+    q_ = qo[np.repeat(lo, cnt) + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)]
+    jq = s.place[q_]
+    net = W[r_] - W[q_]
     uh = u[h] - net / cap[h]
-    uj = u[jq][None, :] + net / cap[jq][None, :]
-    newd = np.maximum(np.maximum(_rest(dev, h, jq)[None, :], np.abs(uh - s.t)), np.abs(uj - s.t))
-    cR_h = U.cost_count_to(R, h)
-    bR_h = U.cost_bytes_to(R, h)
-    cQ_j = U.cost_count_to(Q, jq)
-    bQ_j = U.cost_bytes_to(Q, jq)
-    ccR, cbR = U.cost_matrix(R, partners)       # R -> partner nodes
-    pos = np.searchsorted(partners, jq) if np.all(np.diff(partners) > 0) else None
-    if pos is None:
-        sp = np.argsort(partners)
-        partners_sorted = partners[sp]
-        pos = sp[np.searchsorted(partners_sorted, jq)]
-    cRj = ccR[:, pos]
-    bRj = cbR[:, pos]
-    cQh = U.cost_count_to(Q, h)
-    bQh = U.cost_bytes_to(Q, h)
-    dc = cRj - cR_h[:, None] + (cQh - cQ_j)[None, :]
-    db = bRj - bR_h[:, None] + (bQh - bQ_j)[None, :]
+    uj = u[jq] + net / cap[jq]
+    newd = np.maximum(np.maximum(_rest(dev, h, jq), np.abs(uh - s.t)), np.abs(uj - s.t))
+    dc = U.cost_count_to(r_, jq) - U.cost_count_to(r_, h) + U.cost_count_to(q_, h) - U.cost_count_to(q_, jq)
+    db = U.cost_bytes_to(r_, jq) - U.cost_bytes_to(r_, h) + U.cost_bytes_to(q_, h) - U.cost_bytes_to(q_, jq)
     ok = (dc <= room_c) & (db <= room_b)
     if U.allowed:
-        ok &= U.allowed_mask(R, partners)[:, pos] & U.allowed_mask(Q, np.array([h]))[:, 0][None, :]
+        ps = np.argsort(partners)
+        pos = ps[np.searchsorted(partners[ps], jq)]
+        ok &= U.allowed_mask(R, partners)[ri, pos] & U.allowed_mask(q_, np.array([h]))[:, 0]
     if s.res is not None:
-        rl = U.res_load
-        lim = U.res_limit
+        rl, lim = U.res_load, U.res_limit
         assert rl is not None and lim is not None
-        after_h = s.res[h][None, None, :] - rl[R][:, None, :] + rl[Q][None, :, :]
-        after_j = s.res[jq][None, :, :] + rl[R][:, None, :] - rl[Q][None, :, :]
-        ok &= np.all(after_h <= lim[h] + 1e-9, axis=2) & np.all(after_j <= lim[jq][None, :, :] + 1e-9, axis=2)
-    dss = cap[h] * ((uh - s.t) ** 2 - (u[h] - s.t) ** 2) + cap[jq][None, :] * (
-        (uj - s.t) ** 2 - (u[jq] - s.t)[None, :] ** 2)
+        after_h = s.res[h][None, :] - rl[r_] + rl[q_]
+        after_j = s.res[jq] + rl[r_] - rl[q_]
+        ok &= np.all(after_h <= lim[h] + 1e-9, axis=1) & np.all(after_j <= lim[jq] + 1e-9, axis=1)
+    dss = cap[h] * ((uh - s.t) ** 2 - (u[h] - s.t) ** 2) + cap[jq] * ((uj - s.t) ** 2 - (u[jq] - s.t) ** 2)
     land = None
     if target is not None:
-        land = (np.abs(uh - s.t) <= target) & (np.abs(uj - s.t) <= np.maximum(target, dev[jq])[None, :])
+        land = (np.abs(uh - s.t) <= target) & (np.abs(uj - s.t) <= np.maximum(target, dev[jq]))
     idx, landed = _pick(newd, dc, dss, ok, d, scale, rng, topk, land)
     if idx is None:
         return None, False
-    return ("swap", int(R[idx[0]]), int(Q[idx[1]])), landed
+    return ("swap", int(r_[idx[0]]), int(q_[idx[0]])), landed

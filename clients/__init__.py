@@ -1,1 +1,0 @@
-"""Python HTTP client and the PySpark integration. Never imports api/ or controller/."""

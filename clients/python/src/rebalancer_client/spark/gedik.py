@@ -1,0 +1,119 @@
+"""Adapter for Gedik's partitioning function ⟨H_p, H_c⟩ (B. Gedik, "Partitioning functions for stateful data
+parallelism in stream processing", §4.1, Algorithm 1) on Spark DataFrames.
+
+A function document (``rebalancer partition build`` or ``POST /v1/partitioning``; format
+``rebalancer.gedik-function/1``, fields documented in :mod:`solvers.gedik.function`) maps a key to a channel:
+the **explicit map** H_p for the heavy keys (frequency ≥ δ), and the **consistent hash** H_c (a ring of
+``replicas`` points per channel over ``hash64``) for everything else. Here channel ``c`` is Spark partition
+``c``:
+
+* H_p runs in the JVM: a literal ``map`` column ``element_at(map(k1, c1, …), key)`` (the explicit map holds only
+  the heavy keys, a few hundred at most);
+* H_c needs the project's seeded ``hash64`` and the ring, which Spark does not have; it runs as a *vectorised*
+  pandas UDF over Arrow batches (one Python call per batch of thousands of rows, never per row) on the rows the
+  explicit map did not resolve, calling :func:`solvers.gedik.route_keys` so the channel is exactly the one the
+  document defines (the test compares every key against it);
+* placement: ``repartition(N, pre-image of the channel)``, as for the routing table
+  (:mod:`rebalancer_client.spark.routing`), so every record lands exactly on its channel's partition.
+
+Frequencies for a new function come from Spark too: :func:`key_frequencies` (top keys of a DataFrame as relative
+frequencies) feeds a build spec; :func:`build_spec` assembles it.
+"""
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from rebalancer_client.spark.routing import ROUTE_COL, hash_preimages
+
+# (no ``from __future__ import annotations`` here: pandas_udf reads the inner function's type hints at run time)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+CHANNEL_COL = "_rb_channel"
+
+
+class GedikPartitioner:
+    """Apply a Gedik function document to DataFrames.
+
+    Args:
+        function: the function document (a dict).
+    """
+
+    def __init__(self, function: Mapping[str, Any]):
+        if not isinstance(function, Mapping) or "channels" not in function:
+            raise ValueError("expected a Gedik function document with 'channels'")
+        self.function = dict(function)
+        self.channels = int(function["channels"])
+        self.explicit = {str(k): int(v) for k, v in (function.get("explicit") or {}).items()}
+
+    def _explicit_column(self, key_col: "Column") -> "Column":
+        from pyspark.sql import functions as F
+
+        if not self.explicit:
+            return F.lit(None).cast("int")
+        items = []
+        for k, c in self.explicit.items():
+            items += [F.lit(k), F.lit(c)]
+        return F.element_at(F.create_map(*items), key_col.cast("string"))
+
+    def _consistent_udf(self) -> "Callable[[Column], Column]":
+        import pandas as pd
+        from pyspark.sql.pandas.functions import pandas_udf
+
+        doc = self.function
+
+        def consistent_channel(keys: pd.Series) -> pd.Series:
+            from solvers.gedik import route_keys
+
+            if len(keys) == 0:
+                return pd.Series([], dtype="int32")
+            return pd.Series(route_keys(doc, keys.astype(str).tolist()), dtype="int32")
+
+        # (the overloads of pandas_udf's stub do not cover a Series -> Series function given by value)
+        return cast("Callable[[Column], Column]", cast(Any, pandas_udf)(consistent_channel, "int"))
+
+    def channel_column(self, key: str) -> "Column":
+        """Column: the channel of a row's key (explicit map in the JVM, then the consistent hash)."""
+        from pyspark.sql import functions as F
+
+        kc = F.col(key)
+        return F.coalesce(self._explicit_column(kc), self._consistent_udf()(kc.cast("string")))
+
+    def assign(self, df: "DataFrame", key: str) -> "DataFrame":
+        """``df`` with ``_rb_channel`` (the channel) and ``_rb_route`` (its hash pre-image) added."""
+        from pyspark.sql import functions as F
+
+        pre = F.array(*[F.lit(v) for v in hash_preimages(self.channels)])
+        out = df.withColumn(CHANNEL_COL, self.channel_column(key))
+        return out.withColumn(ROUTE_COL, F.element_at(pre, F.col(CHANNEL_COL) + 1))
+
+    def partition(self, df: "DataFrame", key: str) -> "DataFrame":
+        """Place every row on the Spark partition of its channel (``channels`` partitions)."""
+        return self.assign(df, key).repartition(self.channels, ROUTE_COL)
+
+
+def key_frequencies(df: "DataFrame", key: str, top: int = 1000) -> tuple[dict[str, float], int]:
+    """The ``top`` most frequent keys of ``df`` as relative frequencies, and the number of distinct keys
+    (two Spark aggregations)."""
+    from pyspark.sql import functions as F
+
+    counts = df.groupBy(F.col(key).cast("string").alias("k")).agg(F.count(F.lit(1)).alias("n"))
+    total = df.count()
+    rows = counts.orderBy(F.desc("n"), "k").limit(top).collect()
+    distinct = counts.count()
+    if total == 0:
+        return {}, 0
+    return {r["k"]: r["n"] / total for r in rows}, int(distinct)
+
+
+def build_spec(df: "DataFrame", key: str, channels: int, *, algorithm: str = "redist", top: int = 1000,
+               previous: Mapping[str, Any] | None = None, **params: Any) -> dict[str, Any]:
+    """A build spec for ``POST /v1/partitioning`` (or ``rebalancer partition build``) from a DataFrame."""
+    freqs, distinct = key_frequencies(df, key, top)
+    spec: dict[str, Any] = {"algorithm": algorithm, "channels": int(channels), "frequencies": freqs,
+                            "domain_size": max(distinct, len(freqs), 1)}
+    if previous is not None:
+        spec["previous"] = dict(previous)
+    spec.update(params)
+    return spec

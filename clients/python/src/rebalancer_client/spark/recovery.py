@@ -1,0 +1,146 @@
+"""A driver's durable side: what a restart finds in the state store, the routing it resumes with (another
+partition count included), restoring the committed state, and a replayed batch.
+
+A commit record holds the routing epoch, the partition of every key group, the query's nodes (its partitions, in
+order), and each key group's state bytes and latest load. A restart reads the record first — no Spark job — so
+that the controller can place the key groups for the query's partition count before the state is read; the stored
+rows are then placed under that routing in the one shuffle a restore costs anyway. With another partition count
+and no controller to ask, the key groups are placed by the latest loads
+(:func:`rebalancer_client.spark.layout.rescaled`). The number of key groups is fixed for a state directory (like Flink's
+maximum parallelism).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from rebalancer_client.spark.control import ControllerLink
+from rebalancer_client.spark.layout import node_list, rescaled
+from rebalancer_client.spark.reports import BatchReport, StateMismatchError
+from rebalancer_client.spark.routing import RoutingTable, partition_ids
+from rebalancer_client.spark.store import Commit, StateStore
+
+if TYPE_CHECKING:
+    from rebalancer_client.spark.functions import FunctionState
+    from rebalancer_client.spark.state import KeyedState
+
+log = logging.getLogger("rebalancer.spark")
+
+
+class Durable:
+    """Restart and replay of :class:`rebalancer_client.spark.driver.RebalancingDriver` (see the module docstring)."""
+
+    store: StateStore | None
+    state: KeyedState | FunctionState
+    link: ControllerLink | None
+    routing: RoutingTable
+    keys: list[str]
+    operator: str
+    G: int
+    n: int
+    committed: int | None
+    reports: list[BatchReport]
+    output: Callable[[Any, int], None] | None
+    on_batch: Callable[[BatchReport], None] | None
+    _state_b: tuple[int, np.ndarray] | None
+    _local_nodes: list[str]
+    _prepared: bool = False
+    _recovered: bool = False
+
+    @property
+    def epoch(self) -> int:
+        return int(self.routing.epoch)
+
+    def _prepare(self) -> None:
+        """Read the latest commit record (once) and route as it did, for this query's partition count."""
+        if self.store is None or self._prepared:
+            return
+        self._prepared = True
+        rec = self._read_commit()
+        if rec is not None:
+            self._committed_routing(rec)
+
+    def _read_commit(self) -> Commit | None:
+        """The latest commit record, checked against this driver; sets ``committed``."""
+        assert self.store is not None
+        rec = self.store.latest()
+        if rec is None:
+            return None
+        if len(rec.partition_of) != self.G:
+            raise StateMismatchError(
+                f"the state in {self.store.root} has {len(rec.partition_of)} key groups; this driver has "
+                f"key_groups={self.G}. The number of key groups is fixed for a state directory (like Flink's maximum "
+                f"parallelism): change the partition count instead, or start the query on a new checkpoint")
+        if rec.keys != self.keys:
+            raise StateMismatchError(f"the state in {self.store.root} was written with keys {rec.keys}; this driver "
+                                     f"has keys {self.keys}")
+        self.committed = int(rec.version)
+        return rec
+
+    def _committed_routing(self, rec: Commit) -> None:
+        """The routing of version ``rec``, or — with another partition count — its key groups placed on this
+        query's partitions by the latest loads until the controller places them."""
+        parts = np.asarray(rec.partition_of, dtype=np.int64)
+        before = rec.partitions or int(parts.max()) + 1
+        nodes = list(rec.nodes or partition_ids(before))
+        if before != self.n or int(parts.max()) >= self.n:
+            weights = np.asarray(rec.extra.get("load") or np.ones(self.G), dtype=np.float64) + 1e-9
+            parts = rescaled(parts, self.n, weights)
+            nodes = node_list(nodes, self.n)
+            log.info("state version %d ran on %d partitions, this query runs %d: key groups placed by the latest "
+                     "loads until the controller places them", rec.version, before, self.n)
+        self.routing = RoutingTable(self.operator, parts, self.n, int(rec.epoch))
+        self._local_nodes = nodes
+        if self.link is not None:
+            self.link.nodes = list(nodes)
+
+    def _recover(self, force: bool = False) -> None:
+        """Load the last committed version and place it under the routing in force (once; ``force``: again, after
+        lost blocks). The state bytes per key group come from the record (no job to measure them)."""
+        if self.store is None or (self._recovered and not force):
+            return
+        self._prepare()
+        self._recovered = True
+        t0 = time.perf_counter()
+        if force:
+            self.store._latest_read = False
+            self._read_commit()
+        df, rec = self.store.load(dedup=False)
+        if rec is None or df is None:
+            if force:
+                self.state.unpersist()
+            return
+        self.state.restore_extra(rec.extra)
+        self.state.restore(df, self.routing, dedup=True)
+        sizes = rec.extra.get("state_bytes")
+        self._state_b = None if sizes is None else (int(rec.version), np.asarray(sizes, dtype=np.int64))
+        log.info("state version %d (epoch %d) loaded from %s in %.2f s, placed on %d partitions (epoch %d)",
+                 rec.version, rec.epoch, self.store.root, time.perf_counter() - t0, self.n, self.epoch)
+
+    def _check_version(self, batch_id: int) -> None:
+        expected = 0 if self.committed is None else self.committed + 1
+        if self.store is not None and batch_id > expected:
+            raise StateMismatchError(
+                f"batch {batch_id} arrived but the state in {self.store.root} is committed up to "
+                f"{'no version' if self.committed is None else f'version {self.committed}'}: the state of "
+                f"batches {expected}..{batch_id - 1} is missing (was the state directory changed or removed "
+                f"while the query's checkpoint was kept?)")
+
+    def _replay(self, batch_id: int, t0: float) -> BatchReport:
+        log.warning("batch %d is a replay: state version %d is committed, not applied again", batch_id,
+                    self.committed)
+        if self.output is not None and self.store is not None:
+            self.output(self.state.output_frame(self.store.read_delta(batch_id)), batch_id)
+        report = BatchReport(batch_id=batch_id, epoch=self.epoch, records=0, partition_records=[],
+                             rebalanced_max_over_mean=math.nan, controller="replayed", state_version=self.committed,
+                             replayed=True, seconds=time.perf_counter() - t0)
+        self.reports.append(report)
+        if self.on_batch is not None:
+            self.on_batch(report)
+        return report
