@@ -1,16 +1,13 @@
-"""Authentication on (REBALANCER_API_TOKENS) and off, and the request size caps (413)."""
+"""Authentication on (REBALANCER_API_TOKENS) and off, and the request size caps (413): the app's middleware, in
+process (no request here needs a solver worker)."""
 
 from __future__ import annotations
 
 import importlib.util
-import sys
-from pathlib import Path
 
-import httpx
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from conftest import Server  # noqa: E402
+from tests.helpers.server import InProcessServer
 
 TOKENS = ("s3cret-a", "s3cret-b")
 
@@ -18,11 +15,9 @@ TOKENS = ("s3cret-a", "s3cret-b")
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory):
     d = tmp_path_factory.mktemp("secured")
-    srv = Server(f"sqlite:///{d}/db.sqlite", log_path=d / "server.log",
-                 env={"REBALANCER_API_TOKENS": ",".join(TOKENS), "REBALANCER_MAX_BODY_BYTES": "200000",
-                      "REBALANCER_MAX_KEY_GROUPS": "500", "REBALANCER_MAX_EDGES": "100"}).start()
-    yield srv
-    srv.stop()
+    with InProcessServer(database_url=f"sqlite:///{d}/db.sqlite", warm=False, api_tokens=",".join(TOKENS),
+                         max_body_bytes=200_000, max_key_groups=500, max_edges=100).start() as srv:
+        yield srv
 
 
 ROUTES = [("GET", "/v1/jobs"), ("GET", "/v1/jobs/j1"), ("PUT", "/v1/jobs/j1"), ("DELETE", "/v1/jobs/j1"),
@@ -36,7 +31,7 @@ OPEN = ["/healthz", "/readyz", "/docs", "/redoc", "/openapi.json", "/docs-assets
 
 @pytest.mark.parametrize("method, path", ROUTES)
 def test_every_route_but_healthz_needs_a_token(secured, method, path):
-    with httpx.Client(base_url=secured.url, timeout=30) as c:
+    with secured.client(timeout=30) as c:
         r = c.request(method, path, json={} if method in ("POST", "PUT") else None)
         assert r.status_code == 401, (path, r.status_code)
         assert r.headers["www-authenticate"] == "Bearer"
@@ -50,25 +45,27 @@ def test_every_route_but_healthz_needs_a_token(secured, method, path):
 
 @pytest.mark.parametrize("path", OPEN)
 def test_probes_and_docs_are_open(secured, path):
-    r = httpx.get(secured.url + path, timeout=30)
-    assert r.status_code in (200, 503), (path, r.status_code)  # /readyz: 503 while the workers warm up
+    with secured.client(timeout=30) as c:
+        r = c.get(path)
+    assert r.status_code in (200, 503), (path, r.status_code)  # /readyz: 503 while no solver worker is ready
 
 
 def test_openapi_declares_the_bearer_scheme(secured):
     """/docs is usable with tokens: an Authorize button (securitySchemes), the probes marked open, and the
     Swagger UI assets served by this server, not a CDN."""
-    doc = httpx.get(secured.url + "/openapi.json").json()
+    c = secured.client()
+    doc = c.get("/openapi.json").json()
     assert doc["components"]["securitySchemes"]["bearer"] == {
         "type": "http", "scheme": "bearer", "description": "one of REBALANCER_API_TOKENS"}
     assert doc["security"] == [{"bearer": []}]
     assert doc["paths"]["/healthz"]["get"]["security"] == []
     assert doc["paths"]["/readyz"]["get"]["security"] == []
     assert "security" not in doc["paths"]["/v1/plans"]["post"]  # the global requirement applies
-    page = httpx.get(secured.url + "/docs").text
+    page = c.get("/docs").text
     if importlib.util.find_spec("fastapi_offline") is None:
         pytest.skip("fastapi-offline (the Swagger UI assets) is not installed: /docs uses the CDN")
     assert 'src="/docs-assets/swagger-ui-bundle.js"' in page and "cdn" not in page.lower()
-    redoc = httpx.get(secured.url + "/redoc").text
+    redoc = c.get("/redoc").text
     assert 'src="/docs-assets/redoc.standalone.js"' in redoc and "cdn" not in redoc.lower()
 
 
@@ -79,7 +76,7 @@ def test_auth_off_by_default(client):
 
 def test_body_and_count_caps(secured):
     h = {"Authorization": f"Bearer {TOKENS[0]}"}
-    with httpx.Client(base_url=secured.url, timeout=30, headers=h) as c:
+    with secured.client(timeout=30, headers=h) as c:
         # body bytes: Content-Length over the cap
         big = {"problem": {"nodes": [{"id": f"n{i:07d}"} for i in range(20000)]}}
         assert c.post("/v1/plans", json=big).status_code == 413

@@ -15,7 +15,8 @@ from evaluation.generators import albic_synthetic
 from solvers.documents import problem_to_dict
 from tests.helpers.server import InProcessServer
 
-pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+# kills a solver worker and waits for its replacement to start
+pytestmark = [pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL"), pytest.mark.slow]
 
 
 def _kill_worker_during(srv: InProcessServer, body: dict[str, Any]) -> Any:

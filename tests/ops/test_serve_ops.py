@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "api"))
 from api_helpers import register, skewed_stats  # noqa: E402
 from procs import ROOT, Serve, free_port  # noqa: E402
 
+from tests.helpers.cli import run_cli  # noqa: E402
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="flock, /proc")
 
 
@@ -41,7 +43,7 @@ def wait_ready(url: str, timeout: float = 120.0) -> dict:
 
 
 def test_unknown_setting_is_an_error() -> None:
-    r = serve_once("--port", "0", env={"REBALANCER_MAX_TIME_LIMIT": "30"})
+    r = run_cli("serve", "--port", "0", env={**os.environ, "REBALANCER_MAX_TIME_LIMIT": "30"})  # exits at once
     assert r.returncode == 2, r.stderr[-800:]
     last = r.stderr.strip().splitlines()[-1]
     assert "unknown setting REBALANCER_MAX_TIME_LIMIT" in last and "REBALANCER_MAX_TIME_LIMIT_S" in last, last
@@ -70,7 +72,7 @@ def test_busy_port_fails_before_loading_the_database(tmp_path: Path) -> None:
         s.listen()
         port = s.getsockname()[1]
         db = tmp_path / "never" / "x.db"
-        r = serve_once("--port", str(port), "--database", f"sqlite:///{db}")
+        r = run_cli("serve", "--port", str(port), "--database", f"sqlite:///{db}")  # exits at once
     assert r.returncode == 2
     assert "already in use" in r.stderr.strip().splitlines()[-1]
     assert not db.parent.exists()  # refused before the database was touched

@@ -4,15 +4,12 @@ leak), lists only its own jobs, a read token cannot change anything, /metrics is
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import httpx
 import pydantic
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from procs import Serve  # noqa: E402
+from tests.helpers.server import InProcessServer
 
 ADMIN, A, A_READ, B = "admin-tok", "tok-a", "tok-a-read", "tok-b"
 SCOPES = {A: {"prefixes": ["tenant-a."], "access": "write"},
@@ -25,19 +22,16 @@ STATS = {"batch_id": 1, "epoch": 0, "key_groups": [{"id": "op/0", "load": 5}, {"
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     d = tmp_path_factory.mktemp("tenants")
-    s = Serve(d, env={"REBALANCER_API_TOKENS": ADMIN, "REBALANCER_TOKEN_SCOPES": json.dumps(SCOPES),
-                      "REBALANCER_SOLVER_WORKERS": "1"})
-    try:
-        yield s.wait_healthy()
-    finally:
-        s.cleanup()
+    with InProcessServer(database_url=f"sqlite:///{d}/db.sqlite", warm=False, api_tokens=ADMIN,
+                         token_scopes=SCOPES).start() as s:
+        yield s
 
 
-def client(srv: Serve, token: str) -> httpx.Client:
-    return httpx.Client(base_url=srv.url, timeout=60, headers={"Authorization": f"Bearer {token}"})
+def client(srv: InProcessServer, token: str) -> httpx.Client:
+    return srv.client(headers={"Authorization": f"Bearer {token}"})
 
 
-def test_tenants_see_only_their_jobs(srv: Serve) -> None:
+def test_tenants_see_only_their_jobs(srv: InProcessServer) -> None:
     with client(srv, A) as a, client(srv, B) as b, client(srv, ADMIN) as admin, client(srv, A_READ) as ar:
         assert a.put("/v1/jobs/tenant-a.clicks", json=JOB).status_code == 201
         assert b.put("/v1/jobs/tenant-b.orders", json=JOB).status_code == 201
@@ -87,7 +81,7 @@ def test_tenants_see_only_their_jobs(srv: Serve) -> None:
         # /metrics names every job: admin only
         assert a.get("/metrics").status_code == 403
         assert admin.get("/metrics").status_code == 200
-        assert httpx.get(srv.url + "/v1/jobs", headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert client(srv, "nope").get("/v1/jobs").status_code == 401
         assert a.delete("/v1/jobs/tenant-a.clicks").status_code in (200, 204)
 
 
