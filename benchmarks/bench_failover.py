@@ -379,7 +379,7 @@ def plot(bench: Bench, trials: list[dict[str, Any]]) -> None:
                 continue
             ax.plot([x + random.uniform(-0.15, 0.15) for _ in ys], ys, "o", alpha=0.6, label=f"{sc} ({len(ys)})")
             ax.plot([x - 0.3, x + 0.3], [float(np.median(ys))] * 2, "-", color="black",
-                    label="median" if x == 0 else f"median {sc}")
+                    label=f"median {sc}")
         ax.axhline(2.0, ls="--", color="tab:green", label="target p50 2 s")
         ax.axhline(5.0, ls=":", color="tab:red", label="target max 5 s")
         ax.set_xticks(range(len(SCENARIOS)), SCENARIOS)
