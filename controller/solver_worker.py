@@ -26,7 +26,7 @@ PRELOAD = ["controller.forkserver_lifeline", "numpy", "scipy.sparse", "solvers.m
 
 
 def _import_planners() -> list[str]:
-    """Import every planner module; an import error is a bug of this build and propagates (issue 11, §5)."""
+    """Import every planner module; an import error is a bug of this build and propagates."""
     from solvers import registry
 
     for module in registry.PLANNER_MODULES.values():
