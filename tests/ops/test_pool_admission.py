@@ -35,7 +35,7 @@ def test_concurrent_what_ifs_never_take_more_slots_than_the_share() -> None:
         assert max(peak) <= pool.capacity("adhoc"), peak
         assert pool.in_flight == 0
 
-    run(body, max_concurrent=6, reserved_auto=2)
+    run(body, workers=1, max_concurrent=6, reserved_auto=2)
 
 
 def test_concurrent_single_solve_requests_get_exactly_the_slots_there_are() -> None:
@@ -48,7 +48,7 @@ def test_concurrent_single_solve_requests_get_exactly_the_slots_there_are() -> N
         auto = pool.admit(2, kind="auto")
         auto.release()
 
-    run(body, max_concurrent=6, reserved_auto=2)
+    run(body, workers=1, max_concurrent=6, reserved_auto=2)
 
 
 def test_a_ticket_gives_back_what_it_did_not_use() -> None:

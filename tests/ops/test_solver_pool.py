@@ -210,7 +210,7 @@ def test_pools_started_on_other_threads_do_not_take_each_other_down() -> None:
 
 
 def test_a_solve_over_the_memory_limit_fails_alone() -> None:
-    """Issue 12 item 6: a request that would take the machine's memory gets a clear error; the worker lives on."""
+    """A request that would take the machine's memory gets a clear error; the worker lives on."""
     import resource
 
     async def body(pool: SolverPool) -> None:
