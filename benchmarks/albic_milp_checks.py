@@ -1,12 +1,12 @@
-"""Sections of :mod:`benchmarks.bench_albic_milp` for issue 28: a cold process, the drain objective, the reference.
+"""Sections of :mod:`benchmarks.bench_albic_milp`: a cold process, the drain objective, the reference.
 
 - :func:`run_cold` — ``rebalancer plan --algorithm albic-milp --time-limit T`` in a fresh process (T = 0.2, 1, 2)
   on four problem documents, as the machine is and under a parallel load of 2 × the cores (busy loops this
   benchmark starts and stops): process wall time, the solver's ``details``, and the plan against complete Flux.
   The start-up of a fresh process is measured alongside (``rebalancer plan --algorithm flux`` on the same file).
 - :func:`run_drain` — random small instances with removing nodes, every plan enumerated: ``optimal`` must be the
-  lexicographic optimum (``max(d, F)``, load left on removing nodes, ``d``); the issue's example must be
-  ``optimal`` with nothing left on its removing node.
+  lexicographic optimum (``max(d, F)``, load left on removing nodes, ``d``); the drain example (four nodes,
+  one removing) must be ``optimal`` with nothing left on its removing node.
 - :func:`run_oracle` — the exact reference of ``tests/solvers/albic_exact_reference.py`` against brute force on
   tiny instances with magnitudes up to 10^12.
 - :func:`run_awkward` — capacities ``[1.3, 0.3, 2.9]``: plan and bound at 1 s against the exact optimum.
@@ -32,20 +32,20 @@ from solvers import documents, metrics, registry
 from solvers.model import Problem
 
 ROOT = Path(__file__).resolve().parent.parent
-ISSUE16_KEY_GROUPS = [(101, 3.5), (96, 7.5), (103, 4.5), (104, 6.5), (105, 4.5), (100, 4.5), (103, 3.5)]
-ISSUE16 = {"nodes": [{"id": f"w{i}"} for i in range(5)],
-           "key_groups": [{"id": f"k{i}", "node": "w3", "load": w, "state_bytes": b}
-                          for i, (w, b) in enumerate(ISSUE16_KEY_GROUPS)],
-           "budget": {"max_migrations": 15, "max_migration_bytes": 21}}
-#: issue 28.2: capacities [0.5, 1, 2, 0.5], w3 removing; d = 3.2143 is reachable with 0.0 left on w3
-DRAIN28 = dict(load=[0, 1, 13.25, 6, 5.5, 1.25], current=[0, 0, 0, 3, 0, 2], capacity=[0.5, 1, 2, 0.5],
-               removing=[False, False, False, True])
+BYTE_BUDGET_KEY_GROUPS = [(101, 3.5), (96, 7.5), (103, 4.5), (104, 6.5), (105, 4.5), (100, 4.5), (103, 3.5)]
+BYTE_BUDGET_CASE = {"nodes": [{"id": f"w{i}"} for i in range(5)],
+                    "key_groups": [{"id": f"k{i}", "node": "w3", "load": w, "state_bytes": b}
+                                   for i, (w, b) in enumerate(BYTE_BUDGET_KEY_GROUPS)],
+                    "budget": {"max_migrations": 15, "max_migration_bytes": 21}}
+#: the drain example: capacities [0.5, 1, 2, 0.5], w3 removing; d = 3.2143 is reachable with 0.0 left on w3
+DRAIN_CASE = dict(load=[0, 1, 13.25, 6, 5.5, 1.25], current=[0, 0, 0, 3, 0, 2], capacity=[0.5, 1, 2, 0.5],
+                  removing=[False, False, False, True])
 
 
 def cold_documents() -> dict[str, Problem]:
-    return {"issue16 (5 nodes, byte budget)": Problem.from_dict(ISSUE16),
+    return {"fractional bytes (5 nodes, byte budget)": Problem.from_dict(BYTE_BUDGET_CASE),
             "README (20 x 400, 10 migrations, seed 7)": albic_synthetic(20, 20, 0.5, 7, 10),
-            "issue28 drain (4 nodes, removing)": Problem.from_arrays(**DRAIN28),
+            "drain example (4 nodes, removing)": Problem.from_arrays(**DRAIN_CASE),
             "grid 40 x 800 / 20 / 0.3 / seed 0": albic_synthetic(40, 20, 0.3, 0, 20)}
 
 
@@ -103,7 +103,7 @@ def run_cold(limits: list[float], log: Callable[[str], None], loaded: bool = Tru
 
 
 def cold_targets(rows: list[dict[str, Any]]) -> list[tuple[str, Any, Any, bool | None, str]]:
-    """(target, value, threshold, holds, note) of the cold section (issue 28 "done when")."""
+    """(target, value, threshold, holds, note) of the cold section: the planner's acceptance checks."""
     out: list[tuple[str, Any, Any, bool | None, str]] = []
     quiet = [r for r in rows if r["load"] == "quiet"]
     loaded = [r for r in rows if r["load"] == "loaded"]
@@ -126,7 +126,7 @@ def cold_targets(rows: list[dict[str, Any]]) -> list[tuple[str, Any, Any, bool |
 
 
 def run_drain(instances: int, time_limit: float, log: Callable[[str], None]) -> dict[str, Any]:
-    """The lexicographic check on ``instances`` random instances with removing nodes, and the issue's case."""
+    """The lexicographic check on ``instances`` random instances with removing nodes, and the drain example."""
     from tests.solvers.albic_exact_reference import enumerate_plans, lexicographic_best, random_drain_problem
     violations, not_optimum, optimal = [], 0, 0
     for seed in range(instances):
@@ -144,12 +144,12 @@ def run_drain(instances: int, time_limit: float, log: Callable[[str], None]) -> 
             violations.append(seed)
         if seed % 500 == 499:
             log(f"[drain] {seed + 1}/{instances}: {len(violations)} violations")
-    p = Problem.from_arrays(**DRAIN28)
+    p = Problem.from_arrays(**DRAIN_CASE)
     plan = registry.solve("albic-milp", p, time_limit=2.0)
     case = {"status": plan.status, "load_distance": metrics.load_distance(p, plan.assignment),
             "left_on_removing": metrics.load_on_removing(p, plan.assignment)}
     return {"instances": instances, "time_limit": time_limit, "violations": violations,
-            "not_the_lexicographic_optimum": not_optimum, "optimal": optimal, "issue_case": case}
+            "not_the_lexicographic_optimum": not_optimum, "optimal": optimal, "drain_example": case}
 
 
 def _floor(p: Problem) -> float:
@@ -194,7 +194,7 @@ def run_oracle(instances: int, log: Callable[[str], None]) -> dict[str, Any]:
 
 def awkward_problem(seed: int = 0) -> Problem:
     """Three nodes of capacities 1.3, 0.3 and 2.9 with 8–29 key groups of load 1–119 anywhere, a count budget on
-    even seeds (issue 28.5: the weighted full model proved nothing on such instances in 10 s)."""
+    even seeds (instances on which the weighted full model proved nothing in 10 s)."""
     rng = np.random.default_rng(seed)
     m = int(rng.integers(8, 30))
     return Problem.from_arrays(rng.integers(1, 120, m).astype(float), rng.integers(0, 3, m), [1.3, 0.3, 2.9],

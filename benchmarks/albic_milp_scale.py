@@ -1,11 +1,11 @@
 """Sections of :mod:`benchmarks.bench_albic_milp` beyond the grid: exact checks, large instances, scale-in.
 
-- :func:`run_exact` (issue 16): random small instances (3–6 nodes, 4–14 key groups; fractional and integral bytes,
+- :func:`run_exact`: random small instances (3–6 nodes, 4–14 key groups; fractional and integral bytes,
   both budgets, removing nodes, capacities, an extra resource, communication) against the exact reference of
   ``tests/solvers/albic_exact_reference.py``: violations of ``lower_bound ≤ OPT ≤ plan`` and
   ``optimal ⇒ plan = OPT``; the optimum rate at 1 s where the reference proves it in ≤ 50 ms; with communication:
   plan ≤ 1.1 × OPT, bound > 0 where OPT > 0, median gap.
-- :func:`run_big` (issues 16.4, 28.5): two 1,000 × 100,000 instances at 0.2, 1 and 2 s against complete Flux, wall
+- :func:`run_big`: two 1,000 × 100,000 instances at 0.2, 1 and 2 s against complete Flux, wall
   over the limit with the CPU seconds and the load average.
 - :func:`run_scale` (one instance per process): 200 × 20,000 and 1,000 × 100,000 (Zipf loads, capacities from
   {0.5, 1, 2}): time to the first improved plan, load distance against Flux, gap to the bound, peak memory.
@@ -137,7 +137,7 @@ def run_scalein(time_limit: float, max_rounds: int = 40) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------- exact checks (issue 16)
+# ---------------------------------------------------------------------- exact checks
 def run_exact(instances: int, time_limit: float = 1.0, seed0: int = 0) -> dict:
     from tests.solvers.albic_exact_reference import exact_optimum, random_problem
     rows = []
@@ -193,7 +193,7 @@ def run_exact(instances: int, time_limit: float = 1.0, seed0: int = 0) -> dict:
     return {"rows": rows, "summary": summary}
 
 
-# ---------------------------------------------------------------------- the issue's 1,000 × 100,000 instances
+# ---------------------------------------------------------------------- the 1,000 × 100,000 instances
 def run_big(limits: list[float]) -> list[dict]:
     cases = [("albic-synthetic 1000x100, budget 1000",
               lambda: albic_synthetic(1000, key_groups_per_node=100, max_migrations=1000)),

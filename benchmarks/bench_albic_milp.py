@@ -1,4 +1,4 @@
-"""Benchmark of the ALBIC MILP planner (issues 3, 16, 28): the issue's "done when" checks in one run, JSON + PNG.
+"""Benchmark of the ALBIC MILP planner: the planner's acceptance checks in one run, JSON + PNG.
 
     python -m benchmarks.bench_albic_milp                   # every section, bench-results/albic_milp.json (+ PNG)
     python -m benchmarks.bench_albic_milp --quick           # reduced: a smoke test of every section
@@ -12,15 +12,15 @@ Sections (``--only``, repeatable; see :mod:`benchmarks.albic_milp_checks`, :mod:
   is and under a parallel load of 2 × the cores: wall ≤ T + 0.3 s (quiet machine), ≤ 1.1 T + the start-up of a
   fresh process (loaded), never worse than complete Flux, ``details`` that say where the time went;
 - drain: 2,000 small instances with removing nodes, every plan enumerated: ``optimal`` is the lexicographic
-  optimum (0 violations), and the issue's case is ``optimal`` with 0.0 on its removing node;
+  optimum (0 violations), and the drain example is ``optimal`` with 0.0 on its removing node;
 - oracle: the exact reference against brute force on ≥ 200 tiny instances with magnitudes up to 10^12;
 - grid: the paper's 108 instances at 1 s (and 0.5, 2 s): ≥ 95 % within max(5 %, 0.02 points) of the stored best
   known (``benchmarks/data/albic_milp_best_known.json``), never worse than complete Flux, plan − bound ≤ 0.1 on
   ≥ 90 %;
 - big: 1,000 × 100,000 at 0.2, 1, 2 s: wall ≤ 1.1 T, no worse than complete Flux;
 - awkward: capacities 1.3, 0.3, 2.9: proven optimal at 1 s;
-- exact, scale, scalein: the checks of issues 16 and 3 (bounds and proofs against the exact reference, large
-  instances in their own process, Figure 5's scale-in).
+- exact, scale, scalein: bounds and proofs against the exact reference, large instances in their own process,
+  Figure 5's scale-in.
 
 Load distances are in percent of the mean node load. Timing depends on the machine: the JSON records the load
 average at the start and the end, and the cold section the load average of every run.
@@ -44,7 +44,7 @@ SECTIONS = ("cold", "drain", "oracle", "grid", "big", "awkward", "exact", "scale
 
 
 def _targets(bench: Bench, res: dict[str, Any]) -> None:
-    """The issue's targets, side by side with what this run measured."""
+    """The planner's targets, side by side with what this run measured."""
     for name, value, threshold, holds, note in checks.cold_targets(res.get("cold", [])) if "cold" in res else []:
         bench.target(name, value, threshold, holds, note)
     if "drain" in res:
@@ -53,8 +53,8 @@ def _targets(bench: Bench, res: dict[str, Any]) -> None:
         bench.target("drain: optimal = the lexicographic optimum (>= 2,000 instances)", len(dr["violations"]), 0,
                      (not dr["violations"] and enough) if enough or dr["violations"] else None,
                      f"{dr['instances']} instances, {dr['optimal']} optimal, seeds {dr['violations'][:5]}")
-        case = dr["issue_case"]
-        bench.target("drain: the issue's case optimal with 0.0 on the removing node", case, "optimal, 0.0",
+        case = dr["drain_example"]
+        bench.target("drain: the drain example optimal with 0.0 on the removing node", case, "optimal, 0.0",
                      case["status"] == "optimal" and case["left_on_removing"] == 0.0)
     if "oracle" in res:
         orc = res["oracle"]

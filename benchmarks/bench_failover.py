@@ -1,9 +1,10 @@
 """Failover of the controller's replicas on PostgreSQL: ``python -m benchmarks.bench_failover [--quick]``.
 
 Starts a throwaway PostgreSQL cluster (or uses ``--database``) and ``--replicas`` real servers
-(:class:`tests.helpers.server.ServerProcess`), each reaching the database through its own TCP proxy in this process
-(so that one replica's connection can be cut). A driver posts statistics continuously with the Python client given
-every replica's URL (a fresh job per trial). At a random point of the writes the leader is hit by one of:
+(:class:`tests.helpers.server.ServerProcess`), each reaching the database through its own TCP proxy
+(:mod:`benchmarks.failover_faults`, so that one replica's connection can be cut). A driver posts statistics
+continuously with the Python client given every replica's URL (a fresh job per trial). At a random point of the
+writes the leader is hit by one of:
 
 * ``kill9``: kill -9 of its process group (the replica is then started again, as a standby);
 * ``sigstop``: SIGSTOP; SIGCONT once another replica leads;
@@ -18,23 +19,21 @@ retries). Writes ``<out>/failover.json`` and ``<out>/failover.png``.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
-import shutil
 import signal
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 
+from benchmarks.failover_faults import Proxies, postgres
 from benchmarks.harness import Bench
 from tests.helpers.server import HOST, ServerProcess, free_port
 
@@ -43,116 +42,6 @@ KEY_GROUPS = 64
 JOB = {"nodes": [f"n{i}" for i in range(4)], "operators": [{"id": "op", "key_groups": KEY_GROUPS}],
        "algorithm": "flux", "window_batches": 1000}
 PROBE_BASE = 10**9  # batch ids of the posts sent to the old leader directly
-
-
-# ---------------------------------------------------------------------- the database and the proxies
-@contextmanager
-def postgres(base: Path) -> Iterator[str]:
-    """A throwaway PostgreSQL cluster (initdb as ``postgres`` when running as root); its URL."""
-    bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
-    initdb = shutil.which("initdb") or str(bins[-1] / "initdb")
-    pg_ctl = shutil.which("pg_ctl") or str(bins[-1] / "pg_ctl")
-    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    data = base / "pg"
-    data.mkdir()
-    if prefix:
-        shutil.chown(base, "postgres")
-        shutil.chown(data, "postgres")
-    port = free_port()
-    subprocess.run([*prefix, initdb, "-D", str(data), "-A", "trust", "-U", "rebalancer", "--no-sync"], check=True,
-                   capture_output=True)
-    opts = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c max_connections=200"
-    subprocess.run([*prefix, pg_ctl, "-D", str(data), "-o", opts, "-l", str(data / "log"), "-w", "start"],
-                   check=True, capture_output=True)
-    try:
-        yield f"postgresql://rebalancer@127.0.0.1:{port}/postgres"
-    finally:
-        subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
-
-
-def serve_proxies(target_port: int, ports: list[int]) -> None:
-    """The proxies' process: TCP proxies from ``ports`` to the database; reads ``cut I`` / ``restore I`` lines on
-    stdin (a cut proxy closes its connections and refuses new ones) and answers ``ok`` on stdout."""
-    import sys
-
-    cut_off = [False] * len(ports)
-    conns: list[set[asyncio.StreamWriter]] = [set() for _ in ports]
-
-    async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        try:
-            while data := await r.read(65536):
-                w.write(data)
-                await w.drain()
-        except OSError:
-            pass
-        finally:
-            w.close()
-
-    def handler(i: int) -> Any:
-        async def handle(cr: asyncio.StreamReader, cw: asyncio.StreamWriter) -> None:
-            if cut_off[i]:
-                cw.transport.abort()
-                return
-            try:
-                sr, sw = await asyncio.open_connection(HOST, target_port)
-            except OSError:
-                cw.transport.abort()
-                return
-            conns[i].update((cw, sw))
-            await asyncio.gather(pipe(cr, sw), pipe(sr, cw))
-            conns[i].difference_update((cw, sw))
-        return handle
-
-    async def main() -> None:
-        for i, port in enumerate(ports):
-            await asyncio.start_server(handler(i), HOST, port)
-        loop = asyncio.get_running_loop()
-        print("ok", flush=True)
-        while line := await loop.run_in_executor(None, sys.stdin.readline):
-            what, i = line.split()
-            cut_off[int(i)] = what == "cut"
-            if what == "cut":
-                for w in list(conns[int(i)]):
-                    w.transport.abort()
-            print("ok", flush=True)
-
-    asyncio.run(main())
-
-
-class Proxies:
-    """A TCP proxy to the database per replica, in a process of their own (the benchmark's threads do not slow
-    the replicas' database traffic down); :meth:`cut` closes one proxy's connections and makes it refuse new ones
-    until :meth:`restore`."""
-
-    def __init__(self, target_port: int, n: int):
-        import sys
-
-        self.ports = [free_port() for _ in range(n)]
-        code = f"from benchmarks.bench_failover import serve_proxies; serve_proxies({target_port}, {self.ports})"
-        self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, cwd=Path(__file__).resolve().parents[1])
-        self._ok()
-
-    def _ok(self) -> None:
-        assert self.proc.stdout is not None
-        if self.proc.stdout.readline().strip() != "ok":
-            raise RuntimeError("the database proxies did not start")
-
-    def _say(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-        self._ok()
-
-    def cut(self, i: int) -> None:
-        self._say(f"cut {i}")
-
-    def restore(self, i: int) -> None:
-        self._say(f"restore {i}")
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
 
 
 # ---------------------------------------------------------------------- the replicas

@@ -35,11 +35,11 @@ from typing import Any
 import httpx
 import numpy as np
 
+from benchmarks.api_load import open_loop
 from benchmarks.bench_api import (
     StatsWorkload,
     big_plan_body,
     make_jobs,
-    open_loop,
     rss_bytes,
     stats_bodies,
     wait_workers,

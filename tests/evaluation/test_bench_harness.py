@@ -139,14 +139,24 @@ def test_bench_api_quick_run_against_a_real_server(tmp_path):
     from benchmarks.bench_api import main
 
     argv = ["--quick", "--seconds", "1", "--soak-seconds", "2", "--clients", "4", "--key-groups", "50",
-            "--workers", "1", "--plan-seconds", "2", "--mixed-plan-key-groups", "2000", "--mixed-plan-edges", "4000",
-            "--whatif", "1", "--whatif-candidates", "4,5", "--out", str(tmp_path)]
+            "--workers", "1", "--plan-seconds", "2", "--out", str(tmp_path)]
     assert main(argv) == 0
     doc = json.loads((tmp_path / "api.json").read_text())
+    assert doc["benchmark"] == "api" and doc["quick"] is True
     assert doc["config"]["stats_form"] == "dense"  # what the clients send
     assert doc["plans_40x800"]["requests"] > 0 and doc["plans_40x800"]["errors"] == 0
     assert doc["healthz"]["requests"] > 0 and doc["healthz"]["errors"] == 0
     assert doc["stats_saturation"]["requests"] > 0 and doc["stats_saturation"]["errors"] == 0
-    assert doc["soak"]["errors"] == 0
-    assert len(doc["targets"]) == 5 and (tmp_path / "api_soak.png").exists()
-    assert doc["mixed"]["stats"]["errors"] == 0 and doc["mixed"]["heavy"]  # the mixed-load phase ran
+    assert doc["stats_at_rate"]["requests"] > 0
+    assert doc["soak"]["errors"] == 0 and doc["soak"]["rss_samples"]
+    # the four targets: stats throughput, stats p99 at the offered rate, soak errors, soak memory growth
+    names = [t["target"] for t in doc["targets"]]
+    assert len(names) == 4, names
+    assert names[0].startswith("stats throughput") and names[1].startswith("stats p99")
+    assert names[2] == "soak: no errors" and names[3].startswith("soak: server RSS growth")
+    assert all(isinstance(t["value"], (int, float)) and not isinstance(t["value"], bool) for t in doc["targets"])
+    assert [t["value"] for t in doc["targets"]] == [doc["stats_saturation"]["throughput_rps"],
+                                                   doc["stats_at_rate"]["p99_ms"], doc["soak"]["errors"],
+                                                   doc["soak"]["memory_growth"]]
+    assert "mixed" not in doc  # the mixed-load phase is benchmarks.bench_mixed_load's
+    assert (tmp_path / "api_soak.png").exists()
