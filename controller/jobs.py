@@ -107,6 +107,16 @@ def topology(spec: c.JobSpec, s: Settings) -> Topology:
     return Topology(nodes, registration, problem)
 
 
+def same_topology(job: Job, registration: dict[str, Any]) -> bool:
+    """Whether a registration names the job's topology: the one it was registered with, or, for a job registered
+    by operators, its operators on the nodes it has now (after a scale or node change a restarted client
+    registers with the current nodes)."""
+    if compact(job.registration) == registration:
+        return True
+    current = {**job.registration, "nodes": dump([nd.doc() for nd in job.nodes])}
+    return "operators" in registration and current == registration
+
+
 def digest(items: list[dict[str, Any]]) -> dict[str, Any]:
     """What a registration keeps of its explicit key groups: their count and a SHA-256 of their canonical JSON
     (enough to tell the same topology again; the list itself would hold hundreds of bytes per key group)."""
@@ -265,7 +275,7 @@ class Jobs:
         async with job.lock:
             if self.ctx.jobs.get(job.job_id) is not job:
                 raise Conflict(f"job {job.job_id!r} changed concurrently; retry")
-            if compact(job.registration) != registration:
+            if not same_topology(job, registration):
                 raise Conflict(f"job {job.job_id!r} exists with another topology (nodes/key groups); DELETE it "
                                f"first or use POST /v1/jobs/{job.job_id}/nodes to scale")
             if job.config != config:

@@ -163,6 +163,13 @@ def test_put_is_idempotent_and_topology_conflicts(client):
     assert again.status_code == 200 and again.json()["window_batches"] == 9
     other = client.put(f"/v1/jobs/{jid}", json={"nodes": ["w0"], "operators": [{"id": "agg", "key_groups": 12}]})
     assert other.status_code == 409
+    # after a node change, a client restarted on the job's current nodes registers the same job
+    assert client.post(f"/v1/jobs/{jid}/nodes", json={"add": ["w3"]}).status_code == 200
+    current = client.put(f"/v1/jobs/{jid}", json={"nodes": ["w0", "w1", "w2", "w3"],
+                                                 "operators": [{"id": "agg", "key_groups": 12}], "window_batches": 9})
+    assert current.status_code == 200 and len(current.json()["nodes"]) == 4, current.text
+    assert client.put(f"/v1/jobs/{jid}", json={"nodes": ["w0", "w1", "w3"],
+                                               "operators": [{"id": "agg", "key_groups": 12}]}).status_code == 409
     assert client.delete(f"/v1/jobs/{jid}").status_code == 204
     assert client.get(f"/v1/jobs/{jid}").status_code == 404
     assert client.delete(f"/v1/jobs/{jid}").status_code == 404
