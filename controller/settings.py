@@ -87,6 +87,7 @@ class Settings(BaseSettings):
     #: request bodies held in memory (from their first byte, or their Content-Length, to their answer): by all
     #: requests together (503 beyond) and by one client, its bearer token or else its address (429 beyond).
     max_upload_bytes: int = Field(default=256 * 1024 * 1024, ge=1024)
+    #: request bodies one client (its bearer token, or else its address) may have in memory at once (429 beyond).
     max_client_upload_bytes: int = Field(default=128 * 1024 * 1024, ge=1024)
     #: a request's headers must arrive within ``header_timeout_s`` of its first byte (or of the connection); its
     #: body within ``body_timeout_s``, with no pause longer than ``body_idle_timeout_s`` (the connection is

@@ -38,7 +38,8 @@ def main(work: str | None = None) -> None:
     spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "8")
              .config("spark.ui.enabled", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    client = RebalancerClient(os.environ.get("REBALANCER_URL", "http://127.0.0.1:8000"), timeout=5, retries=2)
+    client = RebalancerClient(os.environ.get("REBALANCER_URL", "http://127.0.0.1:8000"),
+                              token=os.environ.get("REBALANCER_TOKEN"), timeout=5, retries=2)
 
     def run_stream() -> RebalancingDriver:
         driver = RebalancingDriver(
@@ -48,7 +49,7 @@ def main(work: str | None = None) -> None:
                                         window_batches=2),      # automatic rounds, judged by the controller
             durability=DurabilityConfig(f"{work}/checkpoint"),  # state: <checkpoint>/rebalancer-state
             output=BatchIdSink(f"{work}/out"))                  # changed rows per batch, exactly once
-        driver.start()  # loads the last committed state version, then PUT /v1/jobs/clicks
+        driver.start()  # reads the last commit record, PUT /v1/jobs/clicks, then loads the committed state
         print(f"driver started: state version {driver.committed} (epoch {driver.epoch}) loaded from the checkpoint"
               if driver.committed is not None else "driver started: no committed state yet")
         events = (spark.readStream.schema("user string, amount long").option("maxFilesPerTrigger", 1)

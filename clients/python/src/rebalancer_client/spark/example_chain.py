@@ -40,7 +40,8 @@ def main(work: str | None = None) -> None:
     spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "8")
              .config("spark.ui.enabled", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    client = RebalancerClient(os.environ.get("REBALANCER_URL", "http://127.0.0.1:8000"), timeout=5, retries=2)
+    client = RebalancerClient(os.environ.get("REBALANCER_URL", "http://127.0.0.1:8000"),
+                              token=os.environ.get("REBALANCER_TOKEN"), timeout=5, retries=2)
     chain = OperatorChain(
         spark, partitions=8,
         stages=[{"operator": "users", "key": "user", "key_groups": 120,

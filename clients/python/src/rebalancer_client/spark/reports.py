@@ -26,7 +26,7 @@ class BatchReport:
     moved_rows: int = 0
     moved_bytes: int = 0
     state_bytes: int = 0
-    controller: str = "ok"            # ok | down | skipped | conflict | refused | disabled | replayed
+    controller: str = "ok"            # ok | down | skipped | conflict | disabled | replayed
     controller_seconds: float = 0.0   # time the batch spent talking to the controller (statistics, answers)
     plan_received: bool = False       # a plan to apply at the next boundary arrived in this batch
     state_version: int | None = None  # the committed state version (durable mode)
