@@ -26,7 +26,7 @@ inside ``time_limit``:
 3. **Ruin-and-recreate** (most of the time limit): rounds that undo ~30 % of the best plan's migrations and
    spend the freed budget again — either with a randomised greedy or with a budget-aware repair that lands each
    critical node inside a slightly tighter band at the lowest cost. Stops as soon as the plan is proven optimal.
-   **3b. Decision model at the bound** (issue 16.2): when the restarts have not reached the bound and only a few
+   **3b. Decision model at the bound**: when the restarts have not reached the bound and only a few
    nodes (≤ ``AT_BOUND_NODES``) lie outside the bound's band in the current assignment, CP-SAT looks for a plan
    with distance ≤ bound that moves only their units (:func:`solvers.albic.milp.submodel.at_bound`; a fixed band
    makes the model a small subset sum, which CP-SAT settles in milliseconds where it cannot squeeze the min–max
@@ -61,7 +61,7 @@ done — on small instances the search waits for it after the restarts as long a
 heuristic plan; ``details`` say where the time went (``flux_seconds``, ``first_plan_seconds``, ``search_seconds``,
 ``ortools``, ``import_start_seconds``, ``import_seconds``, ``wall_seconds``, ``cpu_seconds``).
 
-Status (issue 16): ``optimal`` only when the plan's distance meets a *valid* lower bound — the analytic bound or
+Status: ``optimal`` only when the plan's distance meets a *valid* lower bound — the analytic bound or
 the full model's proven bound minus its rounding tolerance, both valid for the problem as given (fractional bytes
 included: see :mod:`solvers.albic.milp.scaled`) — within ``OPTIMALITY_TOL`` × the mean utilisation; ``feasible``
 otherwise (the time ran out before plan and bound met). With communication costs the analytic bound is the

@@ -1,4 +1,4 @@
-"""Proven bounds and the exact cut model of the ALBIC MILP (§4.3.1) with communication costs (issue 16, item 3).
+"""Proven bounds and the exact cut model of the ALBIC MILP (§4.3.1) with communication costs.
 
 Communication cost is our extension of §4.3.1 (docs/design.md): node ``i`` carries ``Σ loads + cc × rate`` of every
 edge with exactly one end on ``i``, and the target ``t = Σ_i load_i / Σ_{j∈A} c_j`` counts every cut edge twice,

@@ -104,7 +104,7 @@ def warm_start(run: Run, base_place: np.ndarray, flux: bool, hint: np.ndarray | 
     if flux:
         from solvers.baselines.flux import flux_moves
         # Flux may use the stop margin's share for the search too (not the final checks' share): under a short
-        # limit on a large instance a truncated Flux would make the plan worse than plain Flux (issue 16.4)
+        # limit on a large instance a truncated Flux would make the plan worse than plain Flux
         flux_end = min(run.at(FLUX_SHARE), run.end)
         seconds = math.inf if run.p.n_key_groups <= FLUX_COMPLETE_MAX else max(0.001, flux_end - time.perf_counter())
         fl = flux_moves(run.p, seconds)

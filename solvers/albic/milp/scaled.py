@@ -24,7 +24,7 @@ off by at most ``(2 + k_j)/2`` units, so the model's distance differs from the t
 ``tol = (2 + k)/(2S)`` (≈ 1.3·10^-7 of the mean). Every plan is re-evaluated exactly afterwards, and a bound from the
 model is reported as ``bound − tol``.
 
-Budgets and resource limits (issue 16, items 1 and 5): bytes and resource loads are modelled *exactly* when one
+Budgets and resource limits: bytes and resource loads are modelled *exactly* when one
 scale (1, 2, 4, 8, 10, 16, 100, …, 10^6) makes them integers — integral bytes, halves, quarters, decimals; otherwise
 they are rounded in the direction the model is used for: conservatively for plans (costs up, rooms down — LNS
 sub-models), as a relaxation for proofs (costs down, rooms up — the full model, whose plans are then checked

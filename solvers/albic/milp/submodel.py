@@ -1,8 +1,8 @@
 """The MILP phases of the ALBIC planner (§4.3.1): the full model on small instances, neighbourhood search otherwise.
 
 - :func:`full_model` — the whole §4.3.1 model (every unit, every node) by CP-SAT (or CBC), hinted with the
-  incumbent. With communication costs CP-SAT charges every cut edge exactly (indicator per edge and node, issue 16
-  items 3 and 5; :func:`solvers.albic.milp.comm_bounds.cut_model`: symmetry breaking, the budget through
+  incumbent. With communication costs CP-SAT charges every cut edge exactly (indicator per edge and node;
+  :func:`solvers.albic.milp.comm_bounds.cut_model`: symmetry breaking, the budget through
   permutations), so it optimises the true objective and proves a bound > 0; CBC and very many edges keep the
   pessimistic loads (every edge leaving a unit charged as cut) and prove nothing. It is built as a *relaxation*
   of any byte/resource rounding (:func:`solvers.albic.milp.scaled.build` with ``relax=True``), so its proven
@@ -61,7 +61,7 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
     exact_loads = p.communication_cost == 0 or not p.comm.nnz
     # communication costs: exact cut indicators (CP-SAT) when the model stays small; else the pessimistic loads
     exact_comm = not exact_loads and backend == "cpsat" and _edge_count(units) * p.n_nodes <= EXACT_COMM_MAX
-    if exact_comm:  # the relaxed and the exact cut model (issue 16.3)
+    if exact_comm:  # the relaxed and the exact cut model
         from solvers.albic.milp.comm_bounds import cut_model
         return cut_model(state, pool, seconds, workers, seed)
     sm = build(state, np.arange(units.n_units), np.arange(p.n_nodes), relax=True, exact_comm=exact_comm)
@@ -80,7 +80,7 @@ def needy_nodes(start: State, tau: float) -> np.ndarray:
 
 def at_bound(start: State, pool: Pool, lb: float, best: State, deadline: float, workers: int, seed: int
              ) -> tuple[State, dict[str, Any]]:
-    """Decision models from the current assignment (issue 16.2): is there a plan with distance ≤ τ that moves
+    """Decision models from the current assignment: is there a plan with distance ≤ τ that moves
     only units of the nodes outside the τ band?
 
     τ starts at the proven bound ``lb`` — a plan found there is optimal — and is bisected towards the incumbent's
