@@ -17,6 +17,6 @@ def pyplot() -> Any | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no plots (pip install 'rebalancer[plots]')", file=sys.stderr)
+        print("matplotlib is not installed: no plots (pip install 'rebalancer-server[plots]')", file=sys.stderr)
         return None
     return plt

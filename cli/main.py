@@ -59,9 +59,9 @@ def version() -> str:
     import importlib.metadata
 
     try:
-        return importlib.metadata.version("rebalancer")
+        return importlib.metadata.version("rebalancer-server")
     except importlib.metadata.PackageNotFoundError:
-        return "unknown (the rebalancer distribution is not installed)"
+        return "unknown (the rebalancer-server distribution is not installed)"
 
 
 class VersionAction(argparse.Action):

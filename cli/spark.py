@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from pyspark.sql import SparkSession
     except ImportError:
-        raise CLIError("pyspark is not installed (pip install 'rebalancer[spark]')") from None
+        raise CLIError("pyspark is not installed (pip install 'rebalancer-server[spark]')") from None
     from solvers.model import Problem
 
     key = [c.strip() for c in args.key.split(",") if c.strip()]

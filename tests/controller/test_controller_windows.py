@@ -168,6 +168,7 @@ def test_a_database_of_the_previous_version_gets_the_new_columns_and_loads(tmp_p
             c.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN generation")
         c.exec_driver_sql("ALTER TABLE proposals DROP COLUMN decision")
         c.exec_driver_sql("DROP TABLE alembic_version")
+        c.exec_driver_sql("DROP TABLE leader_lease")
         c.exec_driver_sql(
             "INSERT INTO jobs (job_id, spec, registration, kgs, nodes, assignment, epoch, last_round_batch, "
             "created_at, updated_at) VALUES ('j', '{\"algorithm\": \"flux\", \"params\": {}, \"budget\": {}, "

@@ -96,9 +96,9 @@ def check_upgraded_and_served(url: str) -> None:
 
 def test_a_new_sqlite_database_is_created_at_head_and_equals_the_model(tmp_path):
     engine = db.make_engine(f"sqlite:///{tmp_path}/new.db")
-    assert db.create_schema(engine) == db.head_revision() == "0004"
+    assert db.create_schema(engine) == db.head_revision() == "0005"
     assert schema_differences(engine) == []
-    assert db.create_schema(engine) == "0004"  # idempotent
+    assert db.create_schema(engine) == "0005"  # idempotent
 
 
 def test_the_comparison_sees_a_model_change(tmp_path):
@@ -151,9 +151,9 @@ def test_db_cli_shows_and_upgrades_the_revision(tmp_path):
     r = run_cli("db", "current", "--database", url)
     assert r.returncode == 0 and "none" in r.stdout and "0001" in r.stdout, r  # no history yet; its columns say 0001
     r = run_cli("db", "upgrade", "--database", url)
-    assert r.returncode == 0 and "0004" in r.stdout, r
+    assert r.returncode == 0 and "0005" in r.stdout, r
     r = run_cli("db", "current", "--database", url)
-    assert r.returncode == 0 and "0004 (head)" in r.stdout, r
+    assert r.returncode == 0 and "0005 (head)" in r.stdout, r
     r = run_cli("db", "history")
     assert r.returncode == 0 and all(f"{n:04d}" in r.stdout for n in (1, 2, 3, 4)), r
     r = run_cli("db", "current", "--database", "nosuch://x")

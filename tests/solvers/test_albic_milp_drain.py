@@ -90,8 +90,4 @@ def test_optimal_means_the_lexicographic_optimum(no_restarts, start):
     for seed in range(start, start + 100):
         lexicographic_check(random_drain_problem(np.random.default_rng(seed)), 0.2)
 
-
-@pytest.mark.slow
-def test_optimal_means_the_lexicographic_optimum_many(no_restarts):
-    for seed in range(1000, 3000):
-        lexicographic_check(random_drain_problem(np.random.default_rng(seed)), 0.2)
+# 2,000 more instances: the drain section of benchmarks/bench_albic_milp.py
