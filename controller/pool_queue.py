@@ -37,7 +37,9 @@ class Task:
 
     def __post_init__(self) -> None:
         if self.flow is None:
-            self.flow = self if self.owner is None else ("owner", self.owner)
+            # a task without an owner is a flow of its own; its id, not the task itself (a reference cycle would keep
+            # its arguments, a body of many megabytes, alive until a full garbage collection)
+            self.flow = ("task", id(self)) if self.owner is None else ("owner", self.owner)
 
 
 class FairQueue:
