@@ -47,6 +47,11 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     print(f"{current}{' (head)' if current == head else f' (head is {head})'}")
             return 0
+        if engine.dialect.name == "postgresql":  # replicas share it: migrate under their migration lock
+            from controller.leadership import migrate_alone
+
+            print(f"{migrate_alone(engine, lambda: db.create_schema(engine))} (head)")
+            return 0
         lease = acquire_lease(settings)
         try:
             print(f"{db.create_schema(engine)} (head)")

@@ -76,3 +76,29 @@ def test_a_killed_leader_is_replaced_before_its_lease_expires(pg_url: str) -> No
     finally:
         holder.kill()
         b.stop()
+
+
+def test_db_upgrade_waits_for_the_replicas_migration_lock(pg_url: str) -> None:  # noqa: F811
+    """``rebalancer db upgrade`` beside replicas migrates under their lock: it waits while a replica migrates."""
+    from sqlalchemy import text
+
+    from controller.leadership import MIGRATE_KEYS
+
+    engine = repo.make_engine(Settings(database_url=pg_url).sqlalchemy_url())
+    cmd = [sys.executable, "-m", "cli.main", "db", "upgrade", "--database", pg_url]
+    try:
+        with engine.connect() as conn:  # a replica migrating
+            conn.execute(text("SELECT pg_advisory_lock(:a, :b)"), {"a": MIGRATE_KEYS[0], "b": MIGRATE_KEYS[1]})
+            conn.commit()
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                proc.wait(timeout=8)
+                raise AssertionError(f"db upgrade did not wait for the migration lock: {proc.communicate()}")
+            except subprocess.TimeoutExpired:
+                pass
+            conn.execute(text("SELECT pg_advisory_unlock(:a, :b)"), {"a": MIGRATE_KEYS[0], "b": MIGRATE_KEYS[1]})
+            conn.commit()
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0 and "(head)" in out, (out, err)
+    finally:
+        engine.dispose()
