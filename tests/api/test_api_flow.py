@@ -351,3 +351,15 @@ def test_size_caps_413(client):
     jid = new_id()
     r = client.put(f"/v1/jobs/{jid}", json={"nodes": ["a"], "operators": [{"id": "o", "key_groups": 10_000_000}]})
     assert r.status_code == 413
+
+
+def test_the_default_and_the_cap_of_the_time_limit_are_the_servers_settings(tmp_path):
+    """``REBALANCER_DEFAULT_TIME_LIMIT_S`` applies where a job gives none; ``REBALANCER_MAX_TIME_LIMIT_S`` caps."""
+    from tests.helpers.server import InProcessServer
+
+    with InProcessServer(database_url=f"sqlite:///{tmp_path}/t.db", default_time_limit_s=0.25,
+                         max_time_limit_s=3.0).start() as srv, srv.client() as c:
+        spec = {"nodes": ["w0", "w1"], "operators": [{"id": "agg", "key_groups": 4}]}
+        assert c.put("/v1/jobs/dflt", json=spec).json()["time_limit_s"] == 0.25
+        assert c.put("/v1/jobs/capd", json={**spec, "time_limit_s": 60}).json()["time_limit_s"] == 3.0
+        assert c.put("/v1/jobs/own", json={**spec, "time_limit_s": 2}).json()["time_limit_s"] == 2.0
