@@ -41,6 +41,9 @@ DETAIL = {
     "advertised_url": "this replica's URL as clients reach it",
     "lease_ttl_s": "the lease's length, in seconds",
     "lease_renew_s": "how often the lease is renewed (and looked at by standbys), in seconds",
+    "body_timeout_s": "seconds for a whole body",
+    "body_idle_timeout_s": "the longest pause within a body, in seconds",
+    "max_total_window_cells": "window cells of all jobs together",
 }
 
 
