@@ -11,7 +11,8 @@ Timeouts (optional, :class:`KeyedFunction`): with ``timeout_s`` and no ``event_t
 ``timeout_s`` seconds of processing time (the driver's clock at a batch start) have passed since its last update;
 with ``event_time="ts"`` it expires once the watermark passes the newest event time of the key plus ``timeout_s``,
 the watermark being the newest event time seen in earlier batches minus ``watermark_delay_s`` (Spark's rule: a
-batch runs under the watermark of the batches before it). An expired key gets ``fn(key, rows, state)`` with an
+batch runs under the watermark of the batches before it; "passes" is Spark's strict rule: a key whose newest event
+time plus ``timeout_s`` equals the watermark has not expired yet). An expired key gets ``fn(key, rows, state)`` with an
 **empty** ``rows`` — the only time ``rows`` is empty — its output is emitted and its state removed.
 
 How it runs (:class:`FunctionState`, used by :class:`rebalancer_client.spark.driver.RebalancingDriver` with
@@ -89,9 +90,18 @@ def _seconds(values: Any) -> Any:
     return values.astype("float64")
 
 
-def _columns(df: Any, cols: list[str] | None) -> Any:
-    """``df[cols]`` — without the copy when ``df`` has exactly those columns already (the usual case)."""
-    return df if cols is None or list(df.columns) == cols else df[cols]
+def _columns(df: Any, cols: list[str] | None, what: str = "output") -> Any:
+    """``df[cols]`` — without the copy when ``df`` has exactly those columns already (the usual case). Other
+    columns than the declared ones (one missing, one more: Spark's ``applyInPandasWithState`` fails on both) are
+    a ``ValueError`` naming them, not a ``KeyError`` or a column silently left out."""
+    if cols is None or list(df.columns) == cols:
+        return df
+    if len(df.columns) != len(cols) or set(df.columns) != set(cols):
+        missing = [c for c in cols if c not in set(df.columns)]
+        extra = [c for c in df.columns if c not in set(cols)]
+        raise ValueError(f"fn returned a {what} frame with columns {list(df.columns)}, not those of the declared "
+                         f"{what} schema {cols} (missing: {missing}, not declared: {extra})")
+    return df[cols]
 
 
 def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_cols: list[str], now: float,
@@ -153,7 +163,7 @@ def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_c
                     pd.MultiIndex.from_frame(batch[keys].drop_duplicates()))
             expire = np.zeros(len(state), dtype=bool)
             if limit is not None:
-                expire = ~touched & (state[ACT_COL].to_numpy(dtype=float) + float(f.timeout_s or 0) <= limit)
+                expire = ~touched & (state[ACT_COL].to_numpy(dtype=float) + float(f.timeout_s or 0) < limit)
             kept = state[~touched & ~expire]
             for r in state[touched | expire].to_dict("records"):
                 key = tuple(r[k] for k in keys)
@@ -180,8 +190,8 @@ def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_c
                     act = float(newest[i])
                     if st_row is not None and not np.isnan(st_row[ACT_COL]):
                         act = max(act, float(st_row[ACT_COL]))
-                res.append([route, kg, *key, STATE, _columns(new, state_cols).to_json(orient="records",
-                                                                                    double_precision=15), act, True])
+                data = _columns(new, state_cols, "state").to_json(orient="records", double_precision=15)
+                res.append([route, kg, *key, STATE, data, act, True])
         for key in expired:
             call(key, pd.DataFrame(columns=user_cols), current[key], res, route, kg)
             res.append([route, kg, *key, TOMBSTONE, None, np.nan, True])
