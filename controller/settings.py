@@ -62,8 +62,9 @@ class Settings(BaseSettings):
     #: solver worker processes (the process pool off the event loop).
     solver_workers: int = Field(default=2, ge=1)
     #: niceness added to the solver workers (0-19): on a busy machine the event loop (health checks, statistics
-    #: posts) gets the CPU before a background solve.
-    solver_nice: int = Field(default=5, ge=0, le=19)
+    #: posts) gets the CPU before a background solve (19: under the mixed-load benchmark on 2 cores /healthz p99
+    #: was 101 ms, with 5 it was 3.4-7.2 s; the solves took 5-70 % longer there).
+    solver_nice: int = Field(default=19, ge=0, le=19)
     #: each solver worker's memory (data segment) in MB: a solve needing more fails with a clear error instead of
     #: taking the machine's memory. 0 = automatic (physical memory / (solver_workers + 1)), -1 = no limit.
     solver_memory_limit_mb: int = Field(default=0, ge=-1)

@@ -66,7 +66,7 @@ class SolverPool:
     _live = 0  # pools of this process: the (process-wide) forkserver is stopped with the last one
 
     def __init__(self, workers: int, max_concurrent: int, max_time_limit: float, *, reserved_auto: int | None = None,
-                 kill_factor: float = 2.0, kill_grace_s: float = 5.0, nice: int = 5, memory_limit_mb: int = 0,
+                 kill_factor: float = 2.0, kill_grace_s: float = 5.0, nice: int = 19, memory_limit_mb: int = 0,
                  max_start_failures: int = 5, start_backoff_s: float = 0.25, max_start_backoff_s: float = 30.0,
                  start_timeout_s: float = 120.0):
         self.workers = workers
