@@ -15,6 +15,21 @@ class CLIError(Exception):
     """A user error on the command line: printed as one line on stderr, exit status 2."""
 
 
+def seconds_since_start() -> float:
+    """Seconds since this process started (the interpreter's start-up and imports included): Linux's
+    ``/proc/self/stat`` start time against ``/proc/uptime``, in clock ticks; 0.0 where they cannot be read."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def read_json(path: str, what: str = "input") -> Any:
     """Read a JSON document from ``path`` (``-`` is stdin); a clear CLIError when missing or malformed."""
     try:

@@ -108,3 +108,32 @@ def test_plan_refuses_what_the_api_refuses(tmp_path, mutation, field):
     f = tmp_path / "p.json"
     f.write_text(json.dumps(doc))
     assert field in one_line_error(rb("plan", "--algorithm", "flux", "--input", str(f)))
+
+
+@pytest.mark.parametrize(("started", "limit", "expected"), [(0.6, 1.0, 0.35), (0.6, 0.2, 0.05), (0.0, 2.0, 1.95)])
+def test_the_time_limit_counts_from_the_process_start(tmp_path, monkeypatch, started, limit, expected):
+    """``plan --time-limit T`` is the whole command's limit: the solver gets what start-up and reading left
+    (keeping a little for writing the plan), and at least a minimum."""
+    import cli.plan
+    from solvers import registry
+
+    prob = tmp_path / "p.json"
+    assert rb("generate", "albic-synthetic", "--nodes", "4", "--seed", "1", "--output", str(prob)).returncode == 0
+    given: list[float] = []
+    solve = registry.solve
+
+    def recording(name, problem, time_limit, **params):
+        given.append(time_limit)
+        return solve(name, problem, time_limit=time_limit, **params)
+
+    monkeypatch.setattr(cli.plan, "seconds_since_start", lambda: started)
+    monkeypatch.setattr(registry, "solve", recording)
+    r = rb("plan", "--algorithm", "flux", "--input", str(prob), "--time-limit", str(limit))
+    assert r.returncode == 0, r.stderr
+    assert given == [pytest.approx(expected)]
+
+
+def test_seconds_since_start_counts_this_process():
+    from cli.common import seconds_since_start
+
+    assert 0.0 < seconds_since_start() < 24 * 3600  # the test process started before this test

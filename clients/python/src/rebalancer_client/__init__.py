@@ -4,8 +4,9 @@
 (the controller's own definitions); every failure is a :class:`RebalancerError`.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from rebalancer_client import contract
-from rebalancer_client.client import RebalancerClient
 from rebalancer_client.errors import (
     APIError,
     AuthenticationError,
@@ -23,6 +24,19 @@ from rebalancer_client.errors import (
     ServerError,
     ValidationError,
 )
+
+if TYPE_CHECKING:
+    from rebalancer_client.client import RebalancerClient
+
+
+def __getattr__(name: str) -> Any:
+    """``RebalancerClient`` is imported on first use: the contract alone (what the server reads) needs no httpx."""
+    if name == "RebalancerClient":
+        from rebalancer_client.client import RebalancerClient
+
+        return RebalancerClient
+    raise AttributeError(f"module 'rebalancer_client' has no attribute {name!r}")
+
 
 __all__ = [
     "RebalancerClient", "contract", "RebalancerError", "APIError", "AuthenticationError", "BadRequestError",
