@@ -26,7 +26,7 @@ rows); ``changed`` is true on the rows of the latest batch (the others are passe
 the version's delta the durable store writes, so a replayed batch's output is rewritten from the store and
 never computed twice; the watermark is stored in the commit record. Only the batch's keys and the keys that time
 out reach ``fn``; the other state rows pass through the co-group untouched (they still travel through Arrow:
-the whole state is read each batch — the issue's "touch only the batch's keys" is met for the Python work, not
+the whole state is read each batch — "touch only the batch's keys" holds for the Python work, not
 for the state's bytes). Each key group of the batch also returns one statistics row (kind ``n``: records, bytes,
 newest event time), read by an ``Observation`` while the durable store writes the version's delta and never
 stored: with a store, a batch is one Spark job (the co-group, the lazily checkpointed new state and the delta
