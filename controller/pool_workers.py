@@ -213,6 +213,7 @@ class Workers:
             if hello[0] != "ready":
                 raise _StartFailed(f"the worker failed while starting: {hello[1]}")
         except BaseException as exc:  # cancelled (shut down): a thread may still be reading the pipe
+            recv.add_done_callback(_retrieved)  # its EOFError, once the worker is gone, is expected: not logged
             self._discard(w, close=not isinstance(exc, asyncio.CancelledError))
             raise
         if self.closed:
@@ -299,6 +300,12 @@ class Workers:
 def _close_spawned(fut: asyncio.Future[Worker]) -> None:
     if not fut.cancelled() and fut.exception() is None:
         fut.result().close()
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    """Consume the outcome of a read nobody waits for any more (asyncio logs an exception never retrieved)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

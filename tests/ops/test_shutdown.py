@@ -60,7 +60,10 @@ def test_sigterm_during_warm_up(tmp_path: Path) -> None:
         time.sleep(0.5)
         left = wait_gone(kids, timeout=10)
         assert not left, _describe(left)
-        assert "leaked semaphore" not in srv.text()
+        log = srv.text()
+        assert "leaked semaphore" not in log, log[-2000:]
+        # a worker still starting is cancelled: the thread reading its pipe ends with EOFError, expected, not logged
+        assert "Traceback" not in log and "never retrieved" not in log, log[-3000:]
     finally:
         srv.cleanup(kids)
 
