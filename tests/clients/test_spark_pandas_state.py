@@ -1,38 +1,34 @@
 """One user function, two engines: Spark's own ``applyInPandasWithState`` (a streaming query) against the
-function API of the rebalancing driver (:class:`rebalancer_client.spark.functions.KeyedFunction`), fed the same
-files (file source, ``maxFilesPerTrigger=1``, ``trigger(availableNow=True)``: one file per micro-batch).
+rebalancing driver running the same function as a
+:class:`rebalancer_client.spark.group_state.GroupStateFunction`, fed the same files (file source,
+``maxFilesPerTrigger=1``, ``trigger(availableNow=True)``: one file per micro-batch).
 
 The user function is written once, against Spark's interface ``(key, pdf_iter, state) -> iterator of DataFrames``
-with a ``GroupState``; :func:`as_keyed_function` (below) runs it as a ``KeyedFunction`` through a ``GroupState``-like
-shim. Compared: the rows emitted per batch (as multisets), the state left at the end (Spark's read with the
-``statestore`` source), timeouts (event time, per key), and what each side does with output rows or a state that do
-not match the declared schemas.
+with a ``GroupState``. Compared: the rows emitted per batch (as multisets), the state left at the end (Spark's read
+with the ``statestore`` source), timeouts (event time, per key), late records, and what each side does with output
+rows or a state that do not match the declared schemas (more in ``test_spark_group_state.py``).
 
 Equal (tested): update-mode output and state without timeouts; sessions that close and time out per key under an
 event-time watermark, batch by batch — the watermark of a batch is the newest event time of the batches before it;
-a key with records in a batch is not timed out in it; a timed-out key is called once with empty rows, emits, and
-its state is gone. Differences found (the last three ``xfail(strict=True)``):
+a key with records in a batch is not timed out in it; a timed-out key is called once with one empty frame, emits,
+and its state is gone (``remove()``). Differences found, and what became of them:
 
-* a timeout equal to the watermark: Spark's rule is strict (``timeout < watermark``), the driver expired the key
-  already (``<=``) — fixed in ``functions.py``;
+* a timeout equal to the watermark: Spark's rule is strict (``timeout < watermark``) — the driver follows it;
 * output or state frames with other columns than the declared ones: Spark fails the batch (one more or one less
-  column, a state tuple of another length); the driver failed with a bare ``KeyError`` for a missing column and
-  silently dropped an extra one — fixed in ``functions.py`` (a ``ValueError`` naming the columns);
+  column, a state tuple of another length); the driver fails it too, with a ``ValueError`` naming the columns (a
+  state tuple of another length already in ``update``);
 * the number of batches: after the last file Spark runs a no-data batch (the watermark moved, timeouts may fire);
   a ``foreachBatch`` query without a stateful operator (the driver's) runs none, so the tests give the driver that
   empty batch themselves — a deployment's driver times such keys out only when the next batch comes;
-* late records (xfail): with an event-time timeout Spark drops records at or below the previous batch's watermark
-  (in batch 0 the watermark is 0, so an event time of 0 is dropped); the driver gives them to ``fn``;
-* per-key timeouts (xfail): the driver expires every key ``timeout_s`` after its newest event time; the timestamp
-  given to ``setTimeoutTimestamp`` is not seen, ``fn`` cannot keep a key's state on its timeout call (Spark keeps
-  it unless ``remove()``), and it cannot read the watermark or the batch's processing time;
-* value types (xfail): Spark converts output with Arrow (``"x"`` for a long fails, ``2.0`` becomes 2); the driver
-  writes JSON and reads it back with ``from_json``: a value of the wrong JSON type becomes null, the batch succeeds.
-  A state value of the wrong type passes silently on both sides (Spark stores null, the driver hands it back).
+* late records: with an event-time timeout Spark drops records at or below the watermark of the batch before
+  (in batch 0 it is 0, so an event time of 0 is dropped) — the driver drops them too;
+* per-key timeouts: ``setTimeoutTimestamp`` / ``setTimeoutDuration`` per key, a key keeps its state on its timeout
+  call unless ``remove()``, the watermark and the processing time are readable — as in Spark;
+* value types: Spark converts output with Arrow (``"x"`` for a long fails, ``2.0`` becomes 2); so does the driver
+  (typed columns, no JSON). A state value of the wrong type: Spark stores null, the driver fails the batch.
 
-Processing-time timeouts are not compared (the two clocks differ by design: Spark's ``setTimeoutDuration`` counts
-from the batch's timestamp and must be set again in every call, the driver's ``timeout_s`` from the key's last
-update at the driver's clock).
+Processing-time timeouts are not compared (the two clocks differ: each side's batch timestamp is its own clock);
+``test_spark_group_state.py`` tests them on the driver.
 """
 
 from __future__ import annotations
@@ -51,100 +47,12 @@ import pytest
 pytest.importorskip("pyspark")
 
 from rebalancer_client.spark.driver import RebalancingDriver  # noqa: E402
-from rebalancer_client.spark.functions import KeyedFunction  # noqa: E402
+from rebalancer_client.spark.group_state import GroupStateFunction  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
 IN_SCHEMA = "user string, ts double, v long"
 SPARK_STATE_PARTITIONS = 1   # Spark's side: state partitions, the tasks of a batch (the driver runs on 2)
-
-
-# ---------------------------------------------------------------------------------------------------- the shim
-class ShimState:
-    """What a user function sees of ``pyspark.sql.streaming.state.GroupState`` when it runs under the driver: the
-    key's state as a tuple (one row of the declared state schema). Timeouts are the ``KeyedFunction``'s: the
-    requested timeout is accepted (Spark's argument checks) but the driver expires a key ``timeout_s`` after its
-    newest event time, whatever the function asked for."""
-
-    NO_TIMESTAMP = -1
-
-    def __init__(self, value: tuple | None, timed_out: bool, timeout_conf: str):
-        self._value = value
-        self._timed_out = timed_out
-        self._conf = timeout_conf
-        self.timeout_ms: float | None = None
-
-    @property
-    def exists(self) -> bool:
-        return self._value is not None
-
-    @property
-    def get(self) -> tuple:
-        if self._value is None:
-            raise ValueError("STATE_NOT_EXISTS")
-        return self._value
-
-    @property
-    def getOption(self) -> tuple | None:  # noqa: N802 - Spark's name
-        return self._value
-
-    @property
-    def hasTimedOut(self) -> bool:  # noqa: N802
-        return self._timed_out
-
-    def update(self, value: tuple) -> None:
-        if value is None:
-            raise TypeError("CANNOT_BE_NONE: newValue")
-        self._value = tuple(v.item() if isinstance(v, np.generic) else v for v in value)
-
-    def remove(self) -> None:
-        self._value = None
-
-    def setTimeoutTimestamp(self, ms: float) -> None:  # noqa: N802
-        if self._conf != "EventTimeTimeout":
-            raise RuntimeError("CANNOT_WITHOUT: event time timeout")
-        if ms <= 0:
-            raise ValueError("VALUE_NOT_POSITIVE: timestampMs")
-        self.timeout_ms = ms
-
-    def setTimeoutDuration(self, ms: float) -> None:  # noqa: N802
-        if self._conf != "ProcessingTimeTimeout":
-            raise RuntimeError("CANNOT_WITHOUT: processing time timeout")
-        if ms <= 0:
-            raise ValueError("VALUE_NOT_POSITIVE: durationMs")
-        self.timeout_ms = ms
-
-
-def as_keyed_function(func: Callable[..., Iterator[pd.DataFrame]], output_schema: str, state_schema: str,
-                      timeout_conf: str = "NoTimeout", *, timeout_s: float | None = None,
-                      event_time: str | None = None) -> KeyedFunction:
-    """An ``applyInPandasWithState`` function as a ``KeyedFunction``: ``key`` a tuple, the rows as a one-element
-    iterator (Spark also passes one empty DataFrame on a timeout), the yielded DataFrames concatenated, the state
-    tuple ↔ a one-row state DataFrame."""
-    from pyspark.sql.types import StructType
-
-    state_cols = StructType.fromDDL(state_schema).names
-
-    def fn(key: Any, rows: pd.DataFrame, state: pd.DataFrame | None) -> tuple[Any, Any]:
-        value = None
-        if state is not None and len(state):
-            # column by column: ``state.iloc[0]`` would be one Series, a long next to a double made a float
-            value = tuple(state[c].iloc[0].item() if isinstance(state[c].iloc[0], np.generic) else state[c].iloc[0]
-                          for c in state_cols)
-        timed_out = timeout_conf != "NoTimeout" and len(rows) == 0
-        gs = ShimState(value, timed_out, timeout_conf)
-        outs = [o for o in func(key if isinstance(key, tuple) else (key,), iter([rows]), gs) if len(o)]
-        out = pd.concat(outs, ignore_index=True) if outs else None
-        # the tuple's values by position, as Spark reads them; a tuple of another length gives the driver a state
-        # frame with missing or extra columns (its check, not this shim's, is what the schema tests see)
-        new = None
-        if gs.getOption is not None:
-            names = [*state_cols, *(f"_extra{i}" for i in range(len(gs.getOption) - len(state_cols)))]
-            new = pd.DataFrame({c: [v] for c, v in zip(names, gs.getOption, strict=False)})
-        return out, new
-
-    return KeyedFunction(fn, output_schema=output_schema, state_schema=state_schema, timeout_s=timeout_s,
-                         event_time=event_time)
 
 
 # ---------------------------------------------------------------------------------------------------- the runs
@@ -187,7 +95,7 @@ def run_spark(spark: Any, src: Path, chk: Path, func: Callable, output_schema: s
     return got
 
 
-def run_driver(spark: Any, src: Path, chk: Path, function: KeyedFunction, extra_batches: int = 0
+def run_driver(spark: Any, src: Path, chk: Path, function: Any, extra_batches: int = 0
                ) -> tuple[dict[int, list[tuple]], RebalancingDriver]:
     """The driver (no controller, state on the executors) over the same files; ``extra_batches`` empty batches
     after them (Spark's no-data batches: a ``foreachBatch`` query without a stateful operator runs none)."""
@@ -257,7 +165,7 @@ def test_no_timeout_update_mode_emits_the_same_rows_per_batch(spark, tmp_path):
     _write(tmp_path / "in", frames)
     ref = run_spark(spark, tmp_path / "in", tmp_path / "chk-spark", running_count, COUNT_OUT, COUNT_STATE)
     got, d = run_driver(spark, tmp_path / "in", tmp_path / "chk-driver",
-                        as_keyed_function(running_count, COUNT_OUT, COUNT_STATE))
+                        GroupStateFunction(running_count, COUNT_OUT, COUNT_STATE))
     assert sorted(ref) == list(range(len(frames)))  # no timeouts: no no-data batch
     assert _per_batch(got) == _per_batch(ref)
     every = pd.concat(frames)
@@ -297,8 +205,8 @@ def sessions(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Iterator[p
     yield pd.DataFrame(closed, columns=cols)
 
 
-def session_fn(func: Callable = sessions) -> KeyedFunction:
-    return as_keyed_function(func, SESSION_OUT, SESSION_STATE, "EventTimeTimeout", timeout_s=GAP, event_time="ts")
+def session_fn(func: Callable = sessions) -> GroupStateFunction:
+    return GroupStateFunction(func, SESSION_OUT, SESSION_STATE, "append", "EventTimeTimeout", event_time="ts")
 
 
 def _session_frames(batches: int = 4, rows: int = 24, seed: int = 12) -> list[pd.DataFrame]:
@@ -344,7 +252,7 @@ def test_event_time_timeouts_emit_the_same_sessions_in_the_same_batches(spark, t
     assert open_ == spark_state(spark, tmp_path / "chk-spark")
     emitted = sum(r[3] for rows in got.values() for r in rows)
     assert emitted + sum(r[3] * k for r, k in open_.items()) == sum(len(f) for f in frames)
-    assert d.watermark == frames[-1].ts.max()
+    assert d.state.watermark_ms == int(frames[-1].ts.max() * 1e6) // 1000  # Spark's cast to a timestamp, in ms
     d.close()
 
 
@@ -364,10 +272,6 @@ def test_a_timeout_equal_to_the_watermark_has_not_passed(spark, tmp_path):
     d.close()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "late records: under EventTimeTimeout Spark drops the records whose event time is at or below the watermark "
-    "of the batch before (here 45 s <= 50 s in batch 2; in batch 0 the watermark is 0); the driver hands every "
-    "record to fn, so the session of b gets a third event and does not time out in batch 2"))
 def test_late_records_are_dropped_as_spark_drops_them(spark, tmp_path):
     frames = [pd.DataFrame({"user": ["a", "b"], "ts": [10.0, 50.0], "v": [1, 1]}),
               pd.DataFrame({"user": ["b", "c"], "ts": [60.0, 120.0], "v": [1, 1]}),
@@ -399,11 +303,6 @@ def short_gap_for_q(key: tuple, pdfs: Iterator[pd.DataFrame], state: Any) -> Ite
     yield pd.DataFrame(columns=["user", "start", "end", "events"])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "per-key timeouts: KeyedFunction expires a key timeout_s after its newest event time, one timeout_s for every "
-    "key; the timestamp a function gives setTimeoutTimestamp is not seen by the driver (nor can fn keep a key's "
-    "state on its timeout call or read the watermark): q times out under the watermark 35 s in Spark and only "
-    "under 60 s in the driver (timeout_s = 30)"))
 def test_per_key_timeout_timestamps_are_honoured(spark, tmp_path):
     frames = [pd.DataFrame({"user": ["q", "a"], "ts": [10.0, 12.0], "v": [1, 1]}),
               pd.DataFrame({"user": ["z"], "ts": [35.0], "v": [1]}),
@@ -446,7 +345,7 @@ SCHEMA_CASES = {
                                          "RESULT_COLUMN_SCHEMA_MISMATCH", "total"),
     "output with an extra column": (lambda k, n: _good_out(k, n).assign(extra=1), lambda n: (n, n),
                                     "RESULT_COLUMN_SCHEMA_MISMATCH", "extra"),
-    "state tuple too long": (_good_out, lambda n: (n, n, n), "STRUCT_ARRAY_LENGTH_MISMATCH", "_extra0"),
+    "state tuple too long": (_good_out, lambda n: (n, n, n), "STRUCT_ARRAY_LENGTH_MISMATCH", "3 values"),
 }
 
 
@@ -458,15 +357,10 @@ def test_output_or_state_not_matching_the_declared_schema_fails_the_batch_on_bot
     msg = _fails(lambda: run_spark(spark, tmp_path / "in", tmp_path / "chk-spark", func, COUNT_OUT, COUNT_STATE))
     assert spark_says in msg
     msg = _fails(lambda: run_driver(spark, tmp_path / "in", tmp_path / "chk-driver",
-                                    as_keyed_function(func, COUNT_OUT, COUNT_STATE)))
+                                    GroupStateFunction(func, COUNT_OUT, COUNT_STATE)))
     assert driver_says in msg and "schema" in msg
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "value types: Spark converts the output with Arrow to the declared types and fails on 'x' for a long; the "
-    "driver writes the rows as JSON and reads them back with from_json, which turns a value of the wrong JSON type "
-    "into null (also 2.0 for a long, which Spark casts to 2) — the batch succeeds with a null; a typed conversion "
-    "of each key's output is not a small change to the per-key path"))
 def test_an_output_value_of_the_wrong_type_fails_the_batch_on_both_sides(spark, tmp_path):
     func = _bad(lambda k, n: pd.DataFrame({"user": [k], "n": ["x"], "total": [n]}), lambda n: (n, n))
     _write(tmp_path / "in", [pd.DataFrame({"user": ["a"], "ts": [1.0], "v": [1]})])
@@ -477,5 +371,5 @@ def test_an_output_value_of_the_wrong_type_fails_the_batch_on_both_sides(spark, 
     got: dict[int, list[tuple]] = {}
     with contextlib.suppress(StreamingQueryException):
         got, _ = run_driver(spark, tmp_path / "in", tmp_path / "chk-driver",
-                            as_keyed_function(func, COUNT_OUT, COUNT_STATE))
+                            GroupStateFunction(func, COUNT_OUT, COUNT_STATE))
     assert not got, f"the driver ran the batch and emitted {got} where Spark failed"

@@ -17,6 +17,9 @@ Modules (import them directly; nothing here imports pyspark, so the package stay
   (registration, statistics as arrays in the job's key-group order, placements, proposals, back-off);
 * :mod:`rebalancer_client.spark.functions`, :mod:`rebalancer_client.spark.recipes` — the per-key pandas function API
   (:class:`~rebalancer_client.spark.functions.KeyedFunction`) and ready-made functions (sessions, top-N);
+* :mod:`rebalancer_client.spark.group_state`, :mod:`rebalancer_client.spark.group_state_run` — functions written
+  against Spark's ``applyInPandasWithState`` interface (:class:`~rebalancer_client.spark.group_state.GroupState`,
+  per-key timeouts, typed state); :mod:`rebalancer_client.spark.schemas` — the schema checks of a restart;
 * :mod:`rebalancer_client.spark.chain` — :class:`~rebalancer_client.spark.chain.OperatorChain`, several keyed operators
   in one query as the operators of one controller job;
 * :mod:`rebalancer_client.spark.progress` — :class:`~rebalancer_client.spark.progress.RebalancerProgressListener`, the

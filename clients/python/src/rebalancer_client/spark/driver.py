@@ -44,6 +44,8 @@ from rebalancer_client import contract as c
 from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig
 from rebalancer_client.spark.control import ConfigurationError, ControllerLink, LinkOwner
 from rebalancer_client.spark.functions import FunctionState, KeyedFunction
+from rebalancer_client.spark.group_state import GroupStateFunction
+from rebalancer_client.spark.group_state_run import function_state
 from rebalancer_client.spark.layout import Layout, Target, node_list, rescaled
 from rebalancer_client.spark.recovery import Durable
 from rebalancer_client.spark.reports import BatchReport, StateMismatchError
@@ -75,7 +77,10 @@ class RebalancingDriver(Durable, LinkOwner):
         aggregations: ``{output: (count|sum|min|max, input column or None)}``; default ``{"count": ("count", None)}``.
         function: instead of ``aggregations``, any per-key logic: a
             :class:`rebalancer_client.spark.functions.KeyedFunction` (``fn(key, rows, state) -> (output rows, new
-            state)`` on pandas DataFrames, optional timeouts); the ``output`` sink then gets the rows ``fn`` emitted.
+            state)`` on pandas DataFrames, optional timeouts), or a
+            :class:`rebalancer_client.spark.group_state.GroupStateFunction` (a function written against Spark's
+            ``applyInPandasWithState`` interface, with a ``GroupState`` and per-key timeouts); the ``output`` sink
+            then gets the rows the function emitted.
         operator: the operator id (key group ids ``<operator>/<k>``).
         key_groups: G, key groups of the operator (default 120; fewer than ``partitions`` leaves some empty).
         partitions: n, the number of Spark partitions (= controller nodes ``p0..p{n-1}``).
@@ -91,7 +96,7 @@ class RebalancingDriver(Durable, LinkOwner):
 
     def __init__(self, spark: Any, *, key: str | Sequence[str],
                  aggregations: Mapping[str, tuple[str, str | None]] | None = None,
-                 function: KeyedFunction | None = None, operator: str = "agg",
+                 function: KeyedFunction | GroupStateFunction | None = None, operator: str = "agg",
                  key_groups: int = DEFAULT_KEY_GROUPS, partitions: int = 8,
                  controller: ControllerConfig | None = None, durability: DurabilityConfig | None = None,
                  output: Output | None = None, on_batch: Callable[[BatchReport], None] | None = None,
@@ -118,7 +123,7 @@ class RebalancingDriver(Durable, LinkOwner):
         self.output = output
         self.routing = RoutingTable.contiguous(operator, self.G, self.n)
         self.state = (KeyedState(spark, self.keys, aggregations or {"count": ("count", None)}, self.routing)
-                      if function is None else FunctionState(spark, self.keys, function, self.routing))
+                      if function is None else function_state(spark, self.keys, function, self.routing))
         dur = durability if durability is not None else DurabilityConfig()
         root = dur.root
         self.store = None if root is None else StateStore(spark, root, snapshot_every=dur.snapshot_every,

@@ -31,6 +31,11 @@ for the state's bytes). Each key group of the batch also returns one statistics 
 newest event time), read by an ``Observation`` while the durable store writes the version's delta and never
 stored: with a store, a batch is one Spark job (the co-group, the lazily checkpointed new state and the delta
 write), plus the state-size measurement every ``state_stats_every`` batches.
+
+The commit record keeps the declared state and output schemas; a restart with other schemas accepts new nullable
+columns and refuses a changed type, a removed or a renamed column (:mod:`rebalancer_client.spark.schemas`). For a
+function written against Spark's own ``applyInPandasWithState`` interface (``GroupState``, per-key timeouts, typed
+state), see :mod:`rebalancer_client.spark.group_state`.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import numpy as np
 
 from rebalancer_client.spark.placement import StateBase, no_adaptive
 from rebalancer_client.spark.routing import B_COL, KG_COL, ROUTE_COL, TOUCHED_COL, RoutingTable, key_group_column
+from rebalancer_client.spark.schemas import FORMAT_KEY, SCHEMAS_KEY, check_evolution, check_format
 from rebalancer_client.spark.stats import row_bytes_column
 
 if TYPE_CHECKING:
@@ -207,15 +213,26 @@ def _make_apply(f: KeyedFunction, keys: list[str], user_cols: list[str], state_c
 
 class FunctionState(StateBase):
     """The state of a :class:`KeyedFunction`, partitioned by a :class:`RoutingTable` (see the module docstring).
-    Routing changes, placement checks, state bytes, restores and the durable store are :class:`StateBase`'s."""
+    Routing changes, placement checks, state bytes, restores and the durable store are :class:`StateBase`'s.
 
-    def __init__(self, spark: SparkSession, key: str | Sequence[str], function: KeyedFunction, routing: RoutingTable):
+    The declared state and output schemas are kept in each commit record and checked on a restart
+    (:mod:`rebalancer_client.spark.schemas`: a new nullable column is accepted, a changed type, a removed or
+    renamed column is a ``ValueError``)."""
+
+    #: the kinds of rows that are a key's state (read back by the next batch and by a restore)
+    live_kinds: tuple[str, ...] = (STATE,)
+    #: how the state is stored (kept in the commit record: a restart with another kind of function is refused)
+    store_format = "json"
+
+    def __init__(self, spark: SparkSession, key: str | Sequence[str], function: Any, routing: RoutingTable):
         super().__init__(spark, key, routing)
         self.function = function
         from pyspark.sql.types import StructType
 
-        self.state_cols = cast(StructType, StructType.fromDDL(function.state_schema)).names
-        self.output_cols = cast(StructType, StructType.fromDDL(function.output_schema)).names
+        self.state_type = cast(StructType, StructType.fromDDL(function.state_schema))
+        self.output_type = cast(StructType, StructType.fromDDL(function.output_schema))
+        self.state_cols = self.state_type.names
+        self.output_cols = self.output_type.names
         self.watermark: float | None = None       # used by the next batch
         self._max_event: float | None = None      # newest event time seen so far
 
@@ -243,19 +260,27 @@ class FunctionState(StateBase):
         self.session = batch_df.sparkSession
         G = self.routing.key_groups
         schema = self._schema(batch_df)
-        apply = _make_apply(self.function, self.keys, list(batch_df.columns), self.state_cols, time.time(),
-                            self.watermark, self.output_cols)
+        apply = self._batch_apply(list(batch_df.columns))
         with no_adaptive(self.session):
-            routed = batch_df.withColumns({B_COL: row_bytes_column(batch_df),
-                                           ROUTE_COL: self.routing.route_column(key_group_column(self.keys, G))})
+            route = self.routing.route_column(key_group_column(self.keys, G))
+            routed = self._batch_frame(batch_df).withColumns({B_COL: row_bytes_column(batch_df), ROUTE_COL: route})
             placed = self.routing.place(routed).withColumn(KG_COL, F.pmod(F.col(ROUTE_COL), F.lit(G)))
             if self.df is None:
                 state = self.session.createDataFrame([], schema)
             else:
-                state = self.df.filter(F.col(KIND_COL) == STATE).select(*self._state_columns())
+                state = self.df.filter(F.col(KIND_COL).isin(*self.live_kinds)).select(*self._state_columns())
             new = placed.groupBy(ROUTE_COL).cogroup(state.groupBy(ROUTE_COL)).applyInPandas(apply, schema)
             self._replace(new.select(*self._state_columns()), lazy=lazy)
         self.updates += 1
+
+    def _batch_apply(self, batch_cols: list[str]) -> Callable[[Any, Any], Any]:
+        """The per-route-value function of the batch about to run."""
+        return _make_apply(self.function, self.keys, batch_cols, self.state_cols, time.time(), self.watermark,
+                           self.output_cols)
+
+    def _batch_frame(self, batch_df: DataFrame) -> DataFrame:
+        """The batch as the co-group reads it (before routing)."""
+        return batch_df
 
     def batch_observation(self) -> list[Column]:
         from pyspark.sql import functions as F
@@ -312,21 +337,27 @@ class FunctionState(StateBase):
         return parsed.select(*self.keys, *[F.col("_rb_s." + c).alias(c) for c in self.state_cols])
 
     def commit_extra(self) -> dict[str, Any]:
-        return {"max_event_time": self._max_event, "watermark": self.watermark}
+        return {"max_event_time": self._max_event, "watermark": self.watermark, FORMAT_KEY: self.store_format,
+                SCHEMAS_KEY: {"state": self.state_type.jsonValue(), "output": self.output_type.jsonValue()}}
 
     def restore_extra(self, extra: Mapping[str, Any]) -> None:
+        """The watermark, after checking the stored schemas against the declared ones (``ValueError``)."""
+        check_format(extra.get(FORMAT_KEY), self.store_format)
+        schemas = extra.get(SCHEMAS_KEY) or {}
+        check_evolution(schemas.get("state"), self.state_type.jsonValue(), "state")
+        check_evolution(schemas.get("output"), self.output_type.jsonValue(), "output")
         self._max_event = extra.get("max_event_time")
         self.watermark = extra.get("watermark")
 
     def _restorable(self, stored_df: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F
 
-        return stored_df.filter(F.col(KIND_COL).isin(STATE, TOMBSTONE))
+        return stored_df.filter(F.col(KIND_COL).isin(*self.live_kinds, TOMBSTONE))
 
     def _live(self, placed_df: DataFrame) -> DataFrame:
         from pyspark.sql import functions as F
 
-        return placed_df.filter(F.col(KIND_COL) == STATE)
+        return placed_df.filter(F.col(KIND_COL).isin(*self.live_kinds))
 
 
 def _rows_ddl(state_schema: str) -> str:

@@ -273,11 +273,15 @@ class StateStore:
         return self.spark.read.parquet(self._dir(version) + "/delta")
 
     def _read(self, path: str, columns: Sequence[str], version: int) -> DataFrame:
-        """The stored ``columns`` of the Parquet files at ``path`` and ``_rb_v`` = ``version`` (see **Rows**)."""
+        """The stored ``columns`` of the Parquet files at ``path`` and ``_rb_v`` = ``version`` (see **Rows**). A
+        column that files written before it existed lack (a state schema that gained a nullable column: the
+        commit record lists the columns of the latest version) is null in their rows."""
         from pyspark.sql import functions as F
 
         version_col = F.lit(int(version)).cast("long").alias(VERSION_COL)
-        return self.spark.read.parquet(path).select(*_stored(columns), version_col)
+        df = self.spark.read.parquet(path)
+        cols = [F.col(c) if c in df.columns else F.lit(None).alias(c) for c in _stored(columns)]
+        return df.select(*cols, version_col)
 
     def load(self, version: int | None = None, *, dedup: bool = True) -> tuple[DataFrame | None, Commit | None]:
         """(state DataFrame, commit) of ``version`` (default: the latest), or ``(None, None)`` for an empty store.
