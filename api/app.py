@@ -49,6 +49,13 @@ _ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}
 AUTH_RESPONSES = {"401": {"description": "missing or invalid bearer token", "content": _ERROR},
                   "403": {"description": "the token's scope does not allow this (a read token writing, /metrics "
                                          "without admin)", "content": _ERROR}}
+#: what every operation but the probes, metrics and documentation may answer on a replica that is not the leader
+#: (:class:`StandbyGuard`, or a write fenced by a newer lease: nothing was done, the request may be sent again)
+_LEADER = {"Rebalancer-Leader": {"description": "the leader's URL", "schema": {"type": "string"}},
+           "Rebalancer-Role": {"description": "`standby`", "schema": {"type": "string"}}}
+REPLICA_RESPONSES = {"421": {"description": "this replica is not the leader (replicated deployments): the request "
+                                            "was not served; send it to the `Rebalancer-Leader` URL",
+                             "headers": _LEADER, "content": _ERROR}}
 
 DESCRIPTION = """Rebalancing controller for stateful stream and micro-batch jobs.
 
@@ -218,6 +225,11 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
         # every 422 of this API has the {"detail": [{"field", "reason"}]} shape, not FastAPI's default
         comps["HTTPValidationError"] = {"$ref": "#/components/schemas/Error"}
         comps.pop("ValidationError", None)
+        for path, ops_ in schema.get("paths", {}).items():
+            if path not in OPEN_PATHS and path != "/metrics" and not path.startswith(OPEN_PREFIXES):
+                for op in ops_.values():
+                    if isinstance(op, dict):
+                        op.setdefault("responses", {}).update(REPLICA_RESPONSES)
         if settings.auth_enabled():  # /docs gets an Authorize button; every operation but the open ones needs it
             schemes = schema["components"].setdefault("securitySchemes", {})
             schemes["bearer"] = {"type": "http", "scheme": "bearer",

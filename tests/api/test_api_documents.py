@@ -69,6 +69,19 @@ def test_the_openapi_schema_is_the_contracts(openapi):
     assert comps["HTTPValidationError"] == {"$ref": "#/components/schemas/Error"}
 
 
+def test_every_operation_a_standby_refuses_documents_the_421(openapi):
+    """A replica that is not the leader answers 421 naming the leader (tests/ops/test_ha_postgres.py) on every
+    operation but the probes, the metrics and the documentation."""
+    from api.middleware import OPEN_PATHS
+
+    for path, ops in openapi["paths"].items():
+        for method, op in ops.items():
+            documented = "421" in op["responses"]
+            assert documented == (path not in OPEN_PATHS and path != "/metrics"), (method, path)
+            if documented:
+                assert set(op["responses"]["421"]["headers"]) == {"Rebalancer-Leader", "Rebalancer-Role"}
+
+
 def test_answers_are_the_contracts_documents(client):
     plan = client.post("/v1/plans", json={"problem": BASE, "algorithm": "flux"}).json()
     assert set(plan) == _fields(c.Plan) - ({"details"} if "details" not in plan else set())

@@ -102,6 +102,8 @@ def test_a_standby_names_the_leader_and_a_takeover_reloads_the_jobs(db_url: str,
         r = httpx.put(b.url + "/v1/jobs/j", json=JOB)
         assert r.status_code == 421, r.text
         assert r.headers["Rebalancer-Leader"] == a.url and r.headers["Rebalancer-Role"] == "standby"
+        documented = httpx.get(b.url + "/openapi.json").json()["paths"]["/v1/jobs/{job_id}"]["put"]["responses"]
+        assert "Rebalancer-Leader" in documented["421"]["headers"], documented  # the answer is in the OpenAPI
         assert httpx.get(a.url + "/v1/jobs/j").status_code == 404  # the standby did not forward or write it
 
         # a client given the standby first follows it to the leader, and fails over when the leader dies
