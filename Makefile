@@ -26,12 +26,20 @@ run: $(VENV)/.installed-base
 	mkdir -p data
 	$(VENV)/bin/rebalancer serve --host $(HOST) --port $(PORT)
 
+# The tests start hundreds of Python processes (servers, solver workers, CLI runs, Spark's Python workers): each
+# reads this tree's modules compiled once (PYTHONDONTWRITEBYTECODE, set in some environments, would have every process
+# compile them again). Two test processes per core (tests/conftest.py).
+TEST_ENV := PYTHONDONTWRITEBYTECODE=
+SOURCES := api cli controller solvers evaluation benchmarks clients/python/src tests
+
 test: $(VENV)/.installed-dev
-	$(PY) -m pytest -q -n auto
+	$(PY) -m compileall -q -j 0 $(SOURCES)
+	$(TEST_ENV) $(PY) -m pytest -q -n auto
 
 # Everything but the slow, Spark and PostgreSQL tests, on every core (pytest-xdist).
 test-fast: $(VENV)/.installed-dev
-	$(PY) -m pytest -q -n auto -m "not slow and not spark and not postgres"
+	$(PY) -m compileall -q -j 0 $(SOURCES)
+	$(TEST_ENV) $(PY) -m pytest -q -n auto -m "not slow and not spark and not postgres"
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 
@@ -26,3 +27,22 @@ _CLOCKLESS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 settings.register_profile("repeatable", derandomize=True, database=None, print_blob=True, **_CLOCKLESS)
 settings.register_profile("explore", print_blob=True, **_CLOCKLESS)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+
+def pytest_xdist_auto_num_workers(config: object) -> int:
+    """``-n auto``: two test processes per core. Most of the suite's time is spent waiting — on a server, a Spark
+    JVM or a solver worker started by the test (the processes' CPU is about a third of the tests' wall time) — so
+    one process per core leaves the cores idle."""
+    return 2 * (os.cpu_count() or 1)
+
+
+def pytest_collection_modifyitems(config: object, items: list[Any]) -> None:
+    """The longest modules first — those with tests both ``slow`` and ``spark``, then ``spark``, then ``slow`` — and
+    each module's tests together, in collection order (module fixtures are set up once): with several processes, a
+    long test that starts last is the suite's tail."""
+    rank: dict[str, int] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        slow, spark = (item.get_closest_marker(m) is not None for m in ("slow", "spark"))
+        rank[path] = min(rank.get(path, 3), 0 if slow and spark else 1 if spark else 2 if slow else 3)
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])

@@ -29,6 +29,8 @@ from rebalancer_client.spark.routing import key_group_column  # noqa: E402
 
 G, N, RATE, WINDOW = 120, 8, 208.0, 3
 SHIFT = 6
+#: batches of the steady stream: five windows (bench_policy runs 60 batches × 3 seeds of it for each planner)
+STEADY = 15
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def _run(spark, controller, settle, keys, mode: str, batches: int, shift: int | 
 
 @pytest.mark.parametrize("mode", ["auto", "proposal"])
 def test_a_steady_stream_moves_nothing(spark, controller, settle, keys_by_group, mode):
-    driver, history = _run(spark, controller, settle, keys_by_group, mode, batches=30, shift=None, seed=1)
+    driver, history = _run(spark, controller, settle, keys_by_group, mode, batches=STEADY, shift=None, seed=1)
     assert sum(r.migrations for r in driver.reports) == 0
     assert history.epoch == 0 and driver.epoch == 0
     assert {r.controller for r in driver.reports} == {"ok"}
