@@ -61,21 +61,35 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     lease = acquire_lease(settings)
     try:
+        # the standard asyncio loop, even where uvloop is installed: with uvloop 0.23 the solver workers that are
+        # handed a request's raw body died receiving it (measured: 503 on every big /v1/plans)
         uvicorn.run(create_app(settings, lease=lease), host=args.host, port=port, log_level=args.log_level,
                     access_log=args.access_log, http=header_timeout_protocol(settings.header_timeout_s),
-                    loop="auto", timeout_keep_alive=30)
+                    loop="asyncio", timeout_keep_alive=30)
     finally:
         lease.release()
     return 0
 
 
-def header_timeout_protocol(seconds: float) -> type[Any]:
-    """uvicorn's h11 protocol with a header timeout: a request's headers must be complete within ``seconds`` of the
-    connection (or of the first byte after the previous answer), else the connection is closed. uvicorn alone
-    waits for ever: its keep-alive timer runs only between requests and is stopped by every byte."""
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+def http_protocol() -> type[Any]:
+    """uvicorn's HTTP/1.1 protocol: httptools' C parser when it is installed (the server's dependencies include it: a
+    60 MB body is parsed without holding the event loop), else h11 (pure Python)."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class HeaderTimeoutProtocol(H11Protocol):
+        return H11Protocol
+    return HttpToolsProtocol
+
+
+def header_timeout_protocol(seconds: float) -> type[Any]:
+    """uvicorn's protocol (:func:`http_protocol`) with a header timeout: a request's headers must be complete within
+    ``seconds`` of the connection (or of the first byte after the previous answer), else the connection is closed.
+    uvicorn alone waits for ever: its keep-alive timer runs only between requests and is stopped by every byte."""
+    base = http_protocol()
+
+    class HeaderTimeoutProtocol(base):  # type: ignore[valid-type,misc]
         header_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
