@@ -20,8 +20,10 @@ more file, a new query (and a new driver) on the same checkpoint, seconds from `
 **sessions** — per-user sessions with a 30 s inactivity gap on the event time ``ts`` (batch ``b`` covers
 ``[100 b, 100 b + 100)`` s, the same Zipf 1.1 users): ``builtin`` is Spark's ``applyInPandasWithState`` with the
 RocksDB state store provider, an event-time timeout and a 0 s watermark (append mode, ``noop`` sink); ``rebalancer``
-the driver with :func:`rebalancer_client.spark.recipes.sessions` (the pandas function API) and durable state. Both run
-the same session logic per key.
+the driver with :func:`rebalancer_client.spark.recipes.sessions` (the pandas function API) and durable state; ``tws``
+Spark 4's ``transformWithStateInPandas`` (a value state and an event-time timer per key, RocksDB). All run the same
+session logic per key, and Spark's sides emit a frame only when a session closes. A small stream run on all three
+checks that they emit the same sessions (``same_sessions``). A baseline that cannot run is recorded with its error.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from benchmarks.spark_demo import start_controller
 
 AGG_SCHEMA = "key string, v long"
 SESSION_SCHEMA = "key string, ts double, v long"
+SESSION_COLS = ["key", "start", "end", "events"]
+SESSION_OUT = "key string, start double, end double, events long"
 GAP_S = 30.0
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
@@ -75,47 +79,97 @@ def _summary(times_ms: list[float], warmup: int = 3) -> dict:
             "batch_s": [round(x / 1000, 3) for x in times_ms]}
 
 
+def _close_sessions(key, times, start, end, n):
+    """The session logic of :func:`rebalancer_client.spark.recipes.sessions` over a key's new event times: the
+    sessions the times close and the open session ``(start, end, n)`` after them."""
+    closed = []
+    for t in sorted(times):
+        if n and t - end > GAP_S:
+            closed.append([key, start, end, n])
+            n = 0
+        if n == 0:
+            start = end = t
+        end = max(end, t)
+        n += 1
+    return closed, (start, end, n)
+
+
 def builtin_sessions(key, pdfs, state):
-    """Spark's side of the sessions workload: the logic of :func:`rebalancer_client.spark.recipes.sessions` on
-    ``GroupState`` (event-time timeout at the open session's end + gap)."""
+    """Spark's side of the sessions workload as a Spark user writes it: the logic of
+    :func:`rebalancer_client.spark.recipes.sessions` on ``GroupState`` (event-time timeout at the open session's
+    end + gap), a frame only when a session closes."""
     import pandas as pd
 
-    cols = ["key", "start", "end", "events"]
     if state.hasTimedOut:
         start, end, n = state.get
         state.remove()
-        yield pd.DataFrame([[key[0], start, end, n]], columns=cols)
+        yield pd.DataFrame([[key[0], start, end, n]], columns=SESSION_COLS)
         return
-    start, end, n = state.get if state.exists else (0.0, 0.0, 0)
-    closed = []
-    for pdf in pdfs:
-        for t in sorted(pdf["ts"].tolist()):
-            if n and t - end > GAP_S:
-                closed.append([key[0], start, end, n])
-                n = 0
-            if n == 0:
-                start = end = t
-            end = max(end, t)
-            n += 1
+    times = [t for pdf in pdfs for t in pdf["ts"].tolist()]
+    closed, (start, end, n) = _close_sessions(key[0], times, *(state.get if state.exists else (0.0, 0.0, 0)))
     state.update((start, end, n))
     state.setTimeoutTimestamp(int((end + GAP_S) * 1000) + 1)
-    yield pd.DataFrame(closed, columns=cols)
+    if closed:
+        yield pd.DataFrame(closed, columns=SESSION_COLS)
 
 
-def _run_query(spark, src: Path, chk: Path, side: str, driver=None, workload: str = "aggregate"):
+def tws_processor():
+    """The same sessions on Spark 4's ``transformWithStateInPandas``: a value state per key and an event-time timer
+    at the open session's end + gap; a frame only when a session closes."""
+    import pandas as pd
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+    class Sessions(StatefulProcessor):
+        def init(self, handle):
+            self.handle = handle
+            self.session = handle.getValueState("session", "start double, end double, events long")
+
+        def handleInputRows(self, key, rows, timerValues):
+            old = self.session.get() if self.session.exists() else None
+            times = [t for pdf in rows for t in pdf["ts"].tolist()]
+            closed, (start, end, n) = _close_sessions(key[0], times, *(old or (0.0, 0.0, 0)))
+            if old is not None:
+                self.handle.deleteTimer(int((old[1] + GAP_S) * 1000) + 1)
+            self.session.update((start, end, n))
+            self.handle.registerTimer(int((end + GAP_S) * 1000) + 1)
+            if closed:
+                yield pd.DataFrame(closed, columns=SESSION_COLS)
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            if self.session.exists():
+                start, end, n = self.session.get()
+                self.session.clear()
+                yield pd.DataFrame([[key[0], start, end, n]], columns=SESSION_COLS)
+
+        def close(self):
+            pass
+
+    return Sessions()
+
+
+def _sessions_query(stream, side: str):
+    """The Spark baselines of the sessions workload on ``stream`` (append mode)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    timed = stream.withColumn("et", F.col("ts").cast("timestamp")).withWatermark("et", "0 seconds")
+    if side == "tws":
+        return timed.groupBy("key").transformWithStateInPandas(tws_processor(), SESSION_OUT, "Append", "EventTime")
+    return timed.groupBy("key").applyInPandasWithState(
+        builtin_sessions, SESSION_OUT, "start double, end double, events long", "append",
+        GroupStateTimeout.EventTimeTimeout)
+
+
+def _run_query(spark, src: Path, chk: Path, side: str, driver=None, workload: str = "aggregate", sink=None):
     from pyspark.sql import functions as F
 
     schema = SESSION_SCHEMA if workload == "sessions" else AGG_SCHEMA
     stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(src))
-    if side == "builtin" and workload == "sessions":
-        from pyspark.sql.streaming.state import GroupStateTimeout
-
+    if side in ("builtin", "tws") and workload == "sessions":
         spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-        sess = (stream.withColumn("et", F.col("ts").cast("timestamp")).withWatermark("et", "0 seconds")
-                .groupBy("key").applyInPandasWithState(
-                    builtin_sessions, "key string, start double, end double, events long",
-                    "start double, end double, events long", "append", GroupStateTimeout.EventTimeTimeout))
-        w = sess.writeStream.outputMode("append").format("noop")
+        sess = _sessions_query(stream, side)
+        w = (sess.writeStream.outputMode("append").foreachBatch(sink) if sink is not None else
+             sess.writeStream.outputMode("append").format("noop"))
     elif side == "builtin":
         agg = stream.groupBy("key").agg(F.count(F.lit(1)).alias("count"), F.sum("v").alias("total"),
                                         F.max("v").alias("top"))
@@ -131,7 +185,7 @@ def _run_query(spark, src: Path, chk: Path, side: str, driver=None, workload: st
     return q, progress, wall, jobs
 
 
-def _driver(spark, client, chk: Path, job_id: str, workload: str = "aggregate"):
+def _driver(spark, client, chk: Path, job_id: str, workload: str = "aggregate", output=None):
     from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig
     from rebalancer_client.spark.driver import RebalancingDriver
     from rebalancer_client.spark.recipes import sessions
@@ -141,7 +195,7 @@ def _driver(spark, client, chk: Path, job_id: str, workload: str = "aggregate"):
     return RebalancingDriver(spark, key="key", **logic, key_groups=120, partitions=8,
                              controller=ControllerConfig(client, job_id, algorithm="albic-milp",
                                                          budget={"max_migrations": 12}, window_batches=2),
-                             durability=DurabilityConfig(str(chk)))
+                             durability=DurabilityConfig(str(chk)), output=output)
 
 
 def run_side(spark, side: str, src: Path, work: Path, client, job_id: str, extra_file,
@@ -154,7 +208,8 @@ def run_side(spark, side: str, src: Path, work: Path, client, job_id: str, extra
     out = _summary([p["durationMs"]["triggerExecution"] for p in progress])
     out["wall_s"] = round(wall, 2)
     out["spark_jobs_per_batch"] = round(jobs / max(1, len(progress)), 2)
-    if side == "builtin":
+    if side != "rebalancer":
+        out["state_store_provider"] = spark.conf.get("spark.sql.streaming.stateStore.providerClass", None)
         out["state_dir_bytes"] = _dir_bytes(chk / "state")
         out["bytes_written_per_batch"] = round(out["state_dir_bytes"] / max(1, len(progress)))
     else:
@@ -177,6 +232,74 @@ def run_side(spark, side: str, src: Path, work: Path, client, job_id: str, extra
     if driver2 is not None:
         driver2.close()
     return out
+
+
+def _workload(spark, args, work: Path, client, name: str, z: float | None) -> dict:
+    """Both sides (three for the sessions) of one workload on the same files, with their ratios."""
+    workload = "sessions" if name == "sessions" else "aggregate"
+    doc: dict = {}
+    for side in ("builtin", "tws", "rebalancer") if workload == "sessions" else ("builtin", "rebalancer"):
+        src = work / f"src-{name}-{side}"  # the same files (same seed) for every side
+        write_batches(src, batches=args.batches, rows=args.rows, keys=args.keys, z=z, seed=7)
+        k = {"n": 0}
+
+        def extra(src=src, z=z, side=side, k=k):
+            k["n"] += 1
+            write_batches(work / "tmp-extra", batches=1, rows=args.rows, keys=args.keys, z=z, seed=99,
+                          first=args.batches + k["n"])
+            (work / "tmp-extra" / "b-0000.parquet").rename(src / f"c-{side}-{k['n']}.parquet")
+
+        print(f"{name}: {side} ...", file=sys.stderr, flush=True)
+        try:
+            doc[side] = run_side(spark, side, src, work, client, f"{name}-{side}", extra, workload)
+        except Exception as exc:  # noqa: BLE001 - a baseline that cannot run here is recorded with its error
+            if side != "tws":
+                raise
+            doc[side] = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:400]}"}
+    r = doc["rebalancer"]["p50_batch_s"]
+    for base in [b for b in ("builtin", "tws") if b in doc]:
+        b = doc[base].get("p50_batch_s")
+        key = "p50_ratio_rebalancer_over_" + base
+        doc[key] = round(r / b, 3) if b else None
+    doc["target_ratio"] = 0.8 if name == "sessions" else 1.25
+    return doc
+
+
+def check_sessions(spark, work: Path, client, batches: int = 5, rows: int = 3000, keys: int = 2000) -> dict:
+    """The three sides of the sessions workload on a small stream, each writing what it emits: the sessions that
+    end before the last batch's watermark (all sides have closed them) must be the same."""
+    import pandas as pd
+
+    src = work / "src-check"
+    write_batches(src, batches=batches, rows=rows, keys=keys, z=1.1, seed=11)
+    got: dict = {}
+    for side in ("builtin", "tws", "rebalancer"):
+        frames: list = []
+        chk = work / f"chk-check-{side}"
+
+        def sink(df, _batch_id, frames=frames):
+            frames.append(df.toPandas())
+
+        driver = _driver(spark, client, chk, f"check-{side}", "sessions", output=sink) if side == "rebalancer" else None
+        try:
+            if driver is not None:
+                driver.start()
+            _run_query(spark, src, chk, side, driver, "sessions", sink=None if driver else sink)
+        except Exception as exc:  # noqa: BLE001 - recorded (the tws side may not run here)
+            got[side] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
+            continue
+        finally:
+            if driver is not None:
+                driver.close()
+        every = pd.concat(frames) if frames else pd.DataFrame(columns=SESSION_COLS)
+        done = every[every["end"] + GAP_S < 100 * (batches - 1) - 1]
+        got[side] = sorted((str(a), round(float(b), 6), round(float(c), 6), int(d))
+                           for a, b, c, d in done[SESSION_COLS].itertuples(index=False))
+    ran = {k: v for k, v in got.items() if isinstance(v, list)}
+    ref = ran.get("rebalancer")
+    return {"sessions": {k: len(v) for k, v in ran.items()},
+            "equal": {k: v == ref for k, v in ran.items() if k != "rebalancer"},
+            "errors": {k: v for k, v in got.items() if isinstance(v, str)}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,26 +335,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, z in (("sessions", 1.1), ("aggregate", 1.1), ("uniform", None)):
             if name not in args.only:
                 continue
-            workload = "sessions" if name == "sessions" else "aggregate"
-            doc[name] = {}
-            for side in ("builtin", "rebalancer"):
-                src = work / f"src-{name}-{side}"  # the same files (same seed) for both sides
-                write_batches(src, batches=args.batches, rows=args.rows, keys=args.keys, z=z, seed=7)
-                k = {"n": 0}
-
-                def extra(src=src, z=z, side=side, k=k):
-                    k["n"] += 1
-                    write_batches(work / "tmp-extra", batches=1, rows=args.rows, keys=args.keys, z=z, seed=99,
-                                  first=args.batches + k["n"])
-                    (work / "tmp-extra" / "b-0000.parquet").rename(src / f"c-{side}-{k['n']}.parquet")
-
-                print(f"{name}: {side} ...", file=sys.stderr, flush=True)
-                doc[name][side] = run_side(spark, side, src, work, client, f"{name}-{side}", extra, workload)
-                if name == "aggregate":
-                    recovery[side] = doc[name][side]["recovery_s"]
-            b, r = doc[name]["builtin"]["p50_batch_s"], doc[name]["rebalancer"]["p50_batch_s"]
-            doc[name]["p50_ratio_rebalancer_over_builtin"] = round(r / b, 3) if b else None
-            doc[name]["target_ratio"] = 0.8 if name == "sessions" else 1.25
+            doc[name] = _workload(spark, args, work, client, name, z)
+            if name == "aggregate":
+                recovery = {side: doc[name][side]["recovery_s"] for side in ("builtin", "rebalancer")}
+        if "sessions" in args.only:
+            doc["sessions"]["same_sessions"] = check_sessions(spark, work, client)
         doc["recovery_s"] = recovery
     finally:
         spark.stop()
@@ -246,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
               f"p95 {b['p95_batch_s']:.3f} / {r['p95_batch_s']:.3f} s; "
               f"jobs/batch {b['spark_jobs_per_batch']} / {r['spark_jobs_per_batch']}; "
               f"bytes written/batch {b['bytes_written_per_batch']} / {r['bytes_written_per_batch']}")
+        if "tws" in doc[name]:
+            t = doc[name]["tws"]
+            print(f"{'':9s} transformWithStateInPandas: " + (t["error"] if "error" in t else
+                  f"p50 {t['p50_batch_s']:.3f} s (ratio {doc[name]['p50_ratio_rebalancer_over_tws']})") +
+                  f"; same sessions: {doc[name].get('same_sessions')}")
     if recovery:
         print(f"recovery after a restart: builtin {recovery['builtin']} s, rebalancer {recovery['rebalancer']} s")
     print(f"wrote {out}", file=sys.stderr)

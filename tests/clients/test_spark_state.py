@@ -207,6 +207,7 @@ def test_a_store_of_the_first_release_whose_rows_carry_their_version_is_loaded_a
         record = root / "_commits" / f"{v:020d}.json"
         doc = json.loads(record.read_text())
         doc["columns"] = [*doc["columns"], "_rb_v"]
+        doc.pop("schema")                               # (the first release kept no schema: it is inferred)
         record.write_text(json.dumps(doc))
         (record.parent / f".{record.name}.crc").unlink(missing_ok=True)
     assert older > 0
@@ -238,3 +239,42 @@ def test_a_batch_plan_is_compiled_once_per_query_not_once_per_batch(spark, tmp_p
     assert metric.getCount() > before
     assert compiled[3:] == [0, 0, 0], compiled
 
+
+
+def test_a_restart_reads_with_the_stored_schema_and_its_first_batch_is_the_only_job(spark, tmp_path):
+    """A commit record keeps the stored columns' schema: a restart plans the stored state without a Spark job
+    (no schema inference, one per directory read; no job placing the rows), and the first batch after it reads,
+    places and merges the state in its one job. A record without a schema (an earlier release) is still read."""
+    from pyspark.sql.types import StructType
+
+    frames = _batches(n=5, seed=14)
+    d = _driver(spark, tmp_path / "s")
+    for b in range(3):                                  # v0 snapshot, deltas v1 and v2
+        d.process(spark.createDataFrame(frames[b]), b)
+    d.close()
+    record = json.loads((tmp_path / "s" / "_commits" / f"{2:020d}.json").read_text())
+    assert StructType.fromJson(json.loads(record["schema"])).names == record["columns"]
+    sc = spark.sparkContext
+    batch = spark.createDataFrame(frames[3])
+    sc.setJobGroup("restart", "a restart and its first batch")
+    try:
+        d2 = _driver(spark, tmp_path / "s")
+        d2.start()
+        assert list(sc.statusTracker().getJobIdsForGroup("restart")) == []
+        d2.process(batch, 3)
+        assert len(sc.statusTracker().getJobIdsForGroup("restart")) == 1
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+    _eq(_state(d2), _expected(frames[:4]))
+    d2.close()
+    for v in range(4):                                  # the same store without schemas: inferred, same state
+        path = tmp_path / "s" / "_commits" / f"{v:020d}.json"
+        doc = json.loads(path.read_text())
+        doc.pop("schema")
+        path.write_text(json.dumps(doc))
+        (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
+    d3 = _driver(spark, tmp_path / "s")
+    d3.process(spark.createDataFrame(frames[4]), 4)
+    _eq(_state(d3), _expected(frames))
+    d3.close()

@@ -5,10 +5,11 @@ its durable versions (:class:`rebalancer_client.spark.store.StateStore`) and, th
 :class:`rebalancer_client.spark.control.ControllerLink`, the conversation with the controller. Per micro-batch
 ``batch_id``:
 
-1. **recovery** (first batch after a start, :mod:`rebalancer_client.spark.recovery`): the last committed state version
-   is loaded and placed under the routing in force — the committed one, or the controller's placement for another
-   partition count; a batch whose version is already committed (Spark replays the batch it had not committed when
-   the driver died) is *not* applied again — its output is rewritten from the stored delta;
+1. **recovery** (at ``start()`` or the first batch, :mod:`rebalancer_client.spark.recovery`): the last committed state
+   version is planned under the routing in force — the committed one, or the controller's placement for another
+   partition count — and read and placed by the first batch's job; a batch whose version is already committed
+   (Spark replays the batch it had not committed when the driver died) is *not* applied again — its output is
+   rewritten from the stored delta;
 2. **batch boundary** — a placement that arrived earlier switches the routing now (only moved key groups' state
    changes partition; a new partition count re-places the whole state in one shuffle); from this batch on the
    driver runs under the placement's epoch;

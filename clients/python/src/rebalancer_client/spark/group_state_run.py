@@ -266,13 +266,13 @@ class GroupFunctionState(FunctionState):
         self.watermark_ms = extra.get("watermark_ms")
         self.late_ms = int(extra.get("late_ms") or 0)
 
-    def restore(self, stored_df: DataFrame, routing: RoutingTable, *, dedup: bool = False) -> None:
+    def restore(self, stored_df: DataFrame, routing: RoutingTable, *, dedup: bool = False, lazy: bool = False) -> None:
         """A restore in which the columns the declared schemas gained (checked by :meth:`restore_extra`) are
         null for the stored keys."""
         from pyspark.sql import functions as F
 
         typed = {c: (F.col(c) if c in stored_df.columns else F.lit(None)).cast(t) for c, t in self._typed().items()}
-        super().restore(stored_df.withColumns(typed), routing, dedup=dedup)
+        super().restore(stored_df.withColumns(typed), routing, dedup=dedup, lazy=lazy)
 
     def output_frame(self, df: DataFrame) -> DataFrame:
         return self._typed_frame(df.filter(df[KIND_COL] == OUTPUT), O_PREFIX, self.output_type, [])

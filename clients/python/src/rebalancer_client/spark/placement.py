@@ -183,11 +183,12 @@ class StateBase:
         """Stored rows that take part in a restore (all of them here)."""
         return stored_df
 
-    def restore(self, stored_df: DataFrame, routing: RoutingTable, *, dedup: bool = False) -> None:
+    def restore(self, stored_df: DataFrame, routing: RoutingTable, *, dedup: bool = False, lazy: bool = False) -> None:
         """Replace the state by ``stored_df`` (the :meth:`stored_columns` of a durable store and ``_rb_v``, the
         version that wrote a row), placed under ``routing`` (one shuffle of the state; recovery only). ``dedup``:
         ``stored_df`` may hold several rows per key (a snapshot and deltas); the one with the highest ``_rb_v`` is
-        kept, in the same shuffle."""
+        kept, in the same shuffle. ``lazy``: the placed state is filled by the first job that reads it (the next
+        batch's) instead of a job of its own."""
         from pyspark.sql import functions as F
 
         self.routing = routing
@@ -204,7 +205,7 @@ class StateBase:
             placed = placed.withColumn(TOUCHED_COL, F.lit(False))
             for c in self._batch_columns():
                 placed = placed.withColumn(c, F.lit(0).cast("long"))
-            self._replace(self._live(placed).select(*self._state_columns()))
+            self._replace(self._live(placed).select(*self._state_columns()), lazy=lazy)
 
     def _replace(self, new_df: DataFrame, lazy: bool = False) -> None:
         """Materialise ``new_df`` as a local checkpoint (lineage cut, hash partitioning on the route kept: the

@@ -4,7 +4,8 @@ partition count included), restoring the committed state, and a replayed batch.
 A commit record holds the routing epoch, the partition of every key group, the query's nodes (its partitions, in
 order), and each key group's state bytes and latest load. A restart reads the record first — no Spark job — so
 that the controller can place the key groups for the query's partition count before the state is read; the stored
-rows are then placed under that routing in the one shuffle a restore costs anyway. With another partition count
+rows are then placed under that routing in the one shuffle a restore costs anyway — lazily: the first batch's job
+reads them (the record keeps the stored schema, so reading them plans without a job). With another partition count
 and no controller to ask, the key groups are placed by the latest loads
 (:func:`rebalancer_client.spark.layout.rescaled`). The number of key groups is fixed for a state directory (like Flink's
 maximum parallelism).
@@ -101,8 +102,10 @@ class Durable:
             self.link.nodes = list(nodes)
 
     def _recover(self, force: bool = False) -> None:
-        """Load the last committed version and place it under the routing in force (once; ``force``: again, after
-        lost blocks). The state bytes per key group come from the record (no job to measure them)."""
+        """Plan the last committed version placed under the routing in force (once; ``force``: again, after lost
+        blocks). No Spark job: the files are read with the record's schema (no inference) and the placed state is
+        filled by the first job that reads it — the next batch's, which merges the batch into it. The state bytes
+        per key group come from the record (no job to measure them)."""
         if self.store is None or (self._recovered and not force):
             return
         self._prepare()
@@ -117,10 +120,10 @@ class Durable:
                 self.state.unpersist()
             return
         self.state.restore_extra(rec.extra)
-        self.state.restore(df, self.routing, dedup=True)
+        self.state.restore(df, self.routing, dedup=True, lazy=True)
         sizes = rec.extra.get("state_bytes")
         self._state_b = None if sizes is None else (int(rec.version), np.asarray(sizes, dtype=np.int64))
-        log.info("state version %d (epoch %d) loaded from %s in %.2f s, placed on %d partitions (epoch %d)",
+        log.info("state version %d (epoch %d) of %s planned in %.2f s, placed on %d partitions (epoch %d)",
                  rec.version, rec.epoch, self.store.root, time.perf_counter() - t0, self.n, self.epoch)
 
     def _check_version(self, batch_id: int) -> None:

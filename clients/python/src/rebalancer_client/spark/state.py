@@ -215,15 +215,18 @@ class KeyedState(StateBase):
                 def merged_of(union: DataFrame) -> DataFrame:
                     return union.groupBy(*x["merge_by"]).agg(*x["merge"]).select(*x["merged"])
 
+                # the batch's rows first: a union plans in its first child's session, the batch's (in which adaptive
+                # execution is off); a restored state belongs to the session that restored it, where adaptive
+                # execution would run the batch's shuffle in a job of its own while the merge is planned
                 state = self.df.select(*x["state"])
-                merged = merged_of(state.unionByName(new_rows))
+                merged = merged_of(new_rows.unionByName(state))
                 # the merge's plan has the same shape every batch: its partitioning is checked until it holds once
                 # (inspecting the physical plan costs ~0.1 s of JVM calls per batch)
                 if not self._merge_placed and placed_by_route(merged, self.n_partitions):
                     self._merge_placed = True
                 if not self._merge_placed:
                     self.fallback_merges += 1
-                    merged = merged_of(state.unionByName(new_rows).repartition(self.n_partitions, ROUTE_COL))
+                    merged = merged_of(new_rows.unionByName(state).repartition(self.n_partitions, ROUTE_COL))
             self._replace(merged, lazy=lazy)
         self.updates += 1
 

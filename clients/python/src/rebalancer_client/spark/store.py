@@ -25,6 +25,10 @@ keeps per key the row with the highest ``_rb_v`` (an upsert) — reading happens
 first release carry ``_rb_v`` themselves (a snapshot row its own, older, version); their directory's version
 replaces it, which keeps the same row per key (every delta after a snapshot is newer than the snapshot).
 
+**Schema.** The commit record holds the stored columns' Spark schema: a restart reads every directory of the version
+at once with it (inferring a Parquet schema is a Spark job per read). Records of earlier releases have none: their
+directories are read one by one, each schema inferred.
+
 **Routing.** The commit record holds the routing epoch and the key group → partition table the batch ran under,
 so a restarted driver places the state as it was and resynchronises with the controller from that epoch.
 """
@@ -68,6 +72,7 @@ class Commit:
     extra: dict[str, Any] = field(default_factory=dict)
     partitions: int | None = None              # the query's partitions (None in records of earlier releases)
     nodes: list[str] | None = None             # the job's nodes, partition j being node j
+    schema: str | None = None                  # the stored columns' Spark schema (JSON; None in earlier records)
     observed: dict[str, Any] = field(default_factory=dict, compare=False)  # commit(observe=...); not stored
 
     def to_json(self) -> str:
@@ -115,6 +120,7 @@ class StateStore:
         self._fs.delete(self._path(self.root + "/_tmp"), True)  # leftovers of a crashed writer
         self._latest: Commit | None = None
         self._latest_read = False
+        self._schemas: dict[tuple[str, ...], str] = {}  # the stored columns' schema (JSON), found once per columns
 
     # ------------------------------------------------------------------ file system
     def _path(self, p: str) -> Any:
@@ -230,7 +236,7 @@ class StateStore:
                      columns=cols, delta_rows=-1 if delta_rows is None else int(delta_rows),
                      written_bytes=self._size(final), seconds=0.0, committed_at=time.time(),
                      extra=dict(extra or {}), partitions=None if nodes is None else len(nodes),
-                     nodes=None if nodes is None else list(nodes))
+                     nodes=None if nodes is None else list(nodes), schema=self._schema_of(state_df, cols))
         rec.seconds = round(time.perf_counter() - t0, 4)
         self._write_text(self._record(version), rec.to_json())
         rec.observed = observed
@@ -240,6 +246,18 @@ class StateStore:
         if snapshot:
             self._expire(version)
         return rec
+
+    def _schema_of(self, df: DataFrame, columns: list[str]) -> str:
+        """The Spark schema (JSON) of ``columns`` of ``df``, kept in the commit record so that a reader gives it
+        instead of inferring it (inferring a Parquet schema is a Spark job per directory read). Found once per
+        store and column list: the stored types do not change within a query."""
+        key = tuple(columns)
+        if key not in self._schemas:
+            from pyspark.sql.types import StructType
+
+            fields = {f.name: f for f in df.schema.fields}
+            self._schemas[key] = StructType([fields[c] for c in columns]).json()
+        return self._schemas[key]
 
     def _write(self, df: DataFrame, keep: Column | None, columns: Sequence[str], files: int | None, path: str) -> None:
         """Write ``columns`` of the rows of ``df`` that ``keep`` selects (None: all) as Parquet at ``path``, in at
@@ -269,19 +287,43 @@ class StateStore:
 
     # ------------------------------------------------------------------ reading (recovery only)
     def read_delta(self, version: int) -> DataFrame:
-        """The rows changed by ``version`` (its batch's output in update mode)."""
-        return self.spark.read.parquet(self._dir(version) + "/delta")
+        """The rows changed by ``version`` (its batch's output in update mode), read with the schema of its commit
+        record (no inference job; a record of an earlier release has none: inferred)."""
+        last = self._latest if self._latest_read else None
+        rec = last if last is not None and last.version == version else self.commit_record(version)
+        return self._parquet(self._dir(version) + "/delta", rec.schema)
 
-    def _read(self, path: str, columns: Sequence[str], version: int) -> DataFrame:
-        """The stored ``columns`` of the Parquet files at ``path`` and ``_rb_v`` = ``version`` (see **Rows**). A
-        column that files written before it existed lack (a state schema that gained a nullable column: the
-        commit record lists the columns of the latest version) is null in their rows."""
+    def _parquet(self, path: str | list[str], schema: str | None) -> DataFrame:
+        """The Parquet files at ``path`` (one or more), with the stored schema ``schema`` (JSON) when a record gives
+        one."""
+        paths = [path] if isinstance(path, str) else path
+        if schema is None:
+            return self.spark.read.parquet(*paths)
+        from pyspark.sql.types import StructType
+
+        return self.spark.read.schema(StructType.fromJson(json.loads(schema))).parquet(*paths)
+
+    def _read(self, path: str, rec: Commit, version: int) -> DataFrame:
+        """The stored columns of ``rec`` in the Parquet files at ``path`` and ``_rb_v`` = ``version`` (see
+        **Rows**). A column that files written before it existed lack (a state schema that gained a nullable
+        column: the commit record lists the columns of the latest version) is null in their rows."""
         from pyspark.sql import functions as F
 
         version_col = F.lit(int(version)).cast("long").alias(VERSION_COL)
-        df = self.spark.read.parquet(path)
-        cols = [F.col(c) if c in df.columns else F.lit(None).alias(c) for c in _stored(columns)]
+        df = self._parquet(path, rec.schema)
+        cols = [F.col(c) if c in df.columns else F.lit(None).alias(c) for c in _stored(rec.columns)]
         return df.select(*cols, version_col)
+
+    def _read_all(self, paths: list[str], rec: Commit) -> DataFrame:
+        """The stored columns of ``rec`` in the Parquet files under ``paths`` (version directories), read at once
+        with the record's schema, and ``_rb_v``, the version in the name of each file's directory: one file index
+        and one scan to plan instead of one per directory."""
+        from pyspark.sql import functions as F
+
+        assert rec.schema is not None
+        in_name = F.regexp_extract(F.col("_metadata.file_path"), rf"/v([0-9]{{{_W}}})/(?:delta|snapshot)/", 1)
+        df = self._parquet(paths, rec.schema)
+        return df.select(*[F.col(c) for c in _stored(rec.columns)], in_name.cast("long").alias(VERSION_COL))
 
     def load(self, version: int | None = None, *, dedup: bool = True) -> tuple[DataFrame | None, Commit | None]:
         """(state DataFrame, commit) of ``version`` (default: the latest), or ``(None, None)`` for an empty store.
@@ -297,19 +339,21 @@ class StateStore:
             return None, None
         if rec.snapshot is None:
             raise OSError(f"state version {rec.version} names no snapshot")
-        vs = [v for v in self.versions() if rec.snapshot < v <= rec.version]
-        parts = [self._read(self._dir(rec.snapshot) + "/snapshot", rec.columns, rec.snapshot)]
-        for v in vs:
-            if self._exists(self._dir(v) + "/delta"):
-                parts.append(self._read(self._dir(v) + "/delta", rec.columns, v))
-        df = parts[0]
-        for p in parts[1:]:
-            df = df.unionByName(p)
-        if len(parts) > 1 and dedup:
+        dirs = [(rec.snapshot, self._dir(rec.snapshot) + "/snapshot")]
+        dirs += [(v, self._dir(v) + "/delta") for v in self.versions() if rec.snapshot < v <= rec.version
+                 and self._exists(self._dir(v) + "/delta")]
+        if rec.schema is not None:
+            df = self._read_all([p for _, p in dirs], rec)
+        else:  # a record of an earlier release: each directory's schema inferred
+            df = self._read(dirs[0][1], rec, dirs[0][0])
+            for v, p in dirs[1:]:
+                df = df.unionByName(self._read(p, rec, v))
+        if len(dirs) > 1 and dedup:
             others = [c for c in df.columns if c not in rec.keys]
             latest = F.max_by(F.struct(*[F.col(c) for c in others]), F.col(VERSION_COL)).alias("_rb_row")
-            df = df.groupBy(*rec.keys).agg(latest).select(*rec.keys, *[F.col("_rb_row." + c).alias(c)
-                                                                        for c in others]).select(*parts[0].columns)
+            newest = df.groupBy(*rec.keys).agg(latest)
+            df = newest.select(*rec.keys, *[F.col("_rb_row." + c).alias(c) for c in others]).select(
+                *_stored(rec.columns), VERSION_COL)
         return df, rec
 
 
