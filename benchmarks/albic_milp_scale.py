@@ -157,7 +157,7 @@ def run_exact(instances: int, time_limit: float = 1.0, seed0: int = 0) -> dict:
         t = metrics.target(p, metrics.node_loads(p, p.current))
         tol = 1e-6 * max(t, 1e-9) + 1e-9
         lb = float(pl.lower_bound or 0.0)
-        rows.append({"seed": i, "comm": bool(p.communication_cost > 0 and p.comm.nnz), "opt": opt,
+        rows.append({"seed": i, "comm": p.communicates, "opt": opt,
                      "reference_seconds": ref_s, "plan": d, "lower_bound": lb, "status": pl.status, "wall": wall,
                      "bound_above_opt": lb > opt + tol, "false_optimal": pl.status == "optimal" and d > opt + tol,
                      "plan_below_opt": d < opt - tol, "found_opt": d <= opt + tol})

@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from controller.windows import Window
 from rebalancer_client import contract as c
 from rebalancer_client.wire import dump
 from solvers import metrics
-from solvers.model import Problem
+from solvers.model import Problem, comm_matrix
 
 
 def new_id() -> str:
@@ -138,9 +137,7 @@ class Job:
     def problem(self) -> Problem:
         """The numeric problem of the job now: current placement, windowed loads, latest state sizes."""
         m = len(self.kg_ids)
-        src, dst, rate = self.window.mean_comm()
-        comm = sp.csr_matrix((rate, (src, dst)), shape=(m, m))
-        comm.sum_duplicates()
+        comm = comm_matrix(*self.window.mean_comm(), m)
         return Problem(
             node_ids=self.node_ids,
             capacity=np.array([nd.capacity for nd in self.nodes], dtype=np.float64),

@@ -20,14 +20,13 @@ import math
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from rebalancer_client import contract as c
 from rebalancer_client.errors import MalformedResponse
 from rebalancer_client.wire import dump, read
 from solvers import metrics
 from solvers.errors import InvalidInput
-from solvers.model import STATUSES, Plan, Problem, int_if_whole
+from solvers.model import STATUSES, Plan, Problem, comm_matrix, int_if_whole
 
 MAX_INT64 = c.MAX_INT64
 MAX_ID_LENGTH = c.MAX_ID_LENGTH
@@ -62,9 +61,7 @@ def problem_of(doc: c.Problem) -> Problem:
         if where is None:
             raise InvalidInput(f"key_groups[{k}].node", f"unknown node {kg.node!r} (key group {kg.id!r})")
         current[k] = where
-    src, dst, rate = _edges(doc.communication or [], kg_index)
-    comm = sp.csr_matrix((rate, (src, dst)), shape=(m, m))
-    comm.sum_duplicates()
+    comm = comm_matrix(*_edges(doc.communication or [], kg_index), m)
     names = sorted({r for kg in kgs for r in (kg.resources or {})} | {r for nd in doc.nodes for r in (nd.limits or {})})
     r_load = r_limit = None
     if names:

@@ -12,19 +12,21 @@ date under single moves in O(degree) for planners that move key groups one at a 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
-from solvers.model import Problem
+from solvers.model import Problem, comm_matrix
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 
 def node_loads(problem: Problem, assignment: np.ndarray) -> np.ndarray:
     """(n,) load of each node under ``assignment``, including the communication cost of cut edges."""
     a = np.asarray(assignment, dtype=np.int64)
     loads = np.bincount(a, weights=problem.load, minlength=problem.n_nodes).astype(np.float64)
-    if problem.communication_cost > 0 and problem.comm.nnz:
+    if problem.communicates:
         src, dst, rate = problem.edges()
         cut = a[src] != a[dst]
         if cut.any():
@@ -138,13 +140,10 @@ class LoadTracker:
         self.moves = int(np.count_nonzero(self.assignment != problem.current))
         self.bytes = float(problem.state_bytes[self.assignment != problem.current].sum())
         self._adj: sp.csr_matrix | None = None
-        if problem.communication_cost > 0 and problem.comm.nnz:
+        if problem.communicates:
             src, dst, rate = problem.edges()
-            m = problem.n_key_groups
-            both = (np.concatenate([src, dst]), np.concatenate([dst, src]))
-            sym = sp.csr_matrix((np.concatenate([rate, rate]), both), shape=(m, m))
-            sym.sum_duplicates()
-            self._adj = sym
+            self._adj = comm_matrix(np.concatenate([src, dst]), np.concatenate([dst, src]),
+                                    np.concatenate([rate, rate]), problem.n_key_groups)
         self._active_cap = problem.capacity[problem.active]
 
     def delta(self, k: int, j: int) -> np.ndarray:

@@ -18,12 +18,14 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from solvers.errors import InvalidInput
+
+if TYPE_CHECKING:  # scipy.sparse is imported where a problem has communication edges (0.2 s in a fresh process)
+    import scipy.sparse as sp
 
 #: plan statuses of docs/design.md
 STATUSES = ("optimal", "feasible", "heuristic")
@@ -48,7 +50,8 @@ class Problem:
         state_bytes: (m,) float ≥ 0, migration cost of each key group.
         current: (m,) int, index of the node each key group sits on now.
         comm: (m, m) scipy CSR matrix, directed rates ``comm[src, dst]`` (duplicates summed, no self loops kept
-            in the load model since an edge inside one key group never crosses nodes).
+            in the load model since an edge inside one key group never crosses nodes); ``None`` when there are no
+            edges (see :func:`comm_matrix`). Read it through :meth:`edges` and :attr:`communicates`.
         communication_cost: load added to each endpoint's node per unit of rate of a cut edge.
         max_migrations / max_migration_bytes: per-round budget, ``None`` = unlimited.
         resource_names: names of extra resources (multi-dimensional load, ALBIC §4.3.1); may be empty.
@@ -64,7 +67,7 @@ class Problem:
     load: np.ndarray
     state_bytes: np.ndarray
     current: np.ndarray
-    comm: sp.csr_matrix
+    comm: sp.csr_matrix | None
     communication_cost: float = 0.0
     max_migrations: int | None = None
     max_migration_bytes: float | None = None
@@ -86,11 +89,28 @@ class Problem:
         """(n,) bool: nodes not marked for removal (set A)."""
         return ~self.removing
 
+    @property
+    def comm_nnz(self) -> int:
+        """The entries of ``comm`` (edges, self loops included); 0 without edges."""
+        return 0 if self.comm is None else int(self.comm.nnz)
+
+    @property
+    def communicates(self) -> bool:
+        """Whether cut edges add load: a communication cost > 0 and at least one edge (the planners' test)."""
+        return self.communication_cost > 0 and self.comm_nnz > 0
+
     def edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The communication edges as COO arrays ``(src, dst, rate)``, self loops dropped."""
+        src, dst, rate = self._coo()
+        keep = src != dst
+        return src[keep], dst[keep], rate[keep]
+
+    def _coo(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every entry of ``comm`` (self loops included) as COO arrays; empty ones when there is none."""
+        if self.comm is None:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0)
         coo = self.comm.tocoo()
-        keep = coo.row != coo.col
-        return coo.row[keep], coo.col[keep], coo.data[keep]
+        return coo.row, coo.col, coo.data
 
     def with_budget(self, max_migrations: int | None, max_migration_bytes: float | None) -> Problem:
         """A copy of this problem with another budget (arrays are shared, not copied)."""
@@ -119,8 +139,7 @@ class Problem:
             raise InvalidInput("nodes", "every node is marked removing; at least one node must stay")
         check_range(self.load, "key_groups", "load", self.kg_ids, "key group")
         check_range(self.state_bytes, "key_groups", "state_bytes", self.kg_ids, "key group")
-        coo = self.comm.tocoo()
-        src, dst, rate = coo.row, coo.col, coo.data
+        src, dst, rate = self._coo()
         if rate.size and not (np.isfinite(rate).all() and rate.min() >= 0):
             e = int(np.flatnonzero(~(np.isfinite(rate) & (rate >= 0)))[0])
             raise InvalidInput("communication", f"rate must be finite and ≥ 0, got {rate[e]} "
@@ -189,9 +208,10 @@ class Problem:
         for ids, what, size in ((nids, "nodes", n), (kids, "key_groups", m)):
             if len(ids) != size or len(set(ids)) != size:
                 raise InvalidInput(what, f"{size} distinct ids expected")
-        if comm is None:
-            matrix = sp.csr_matrix((m, m))
-        else:
+        matrix = None
+        if comm is not None:
+            import scipy.sparse as sp
+
             matrix = sp.csr_matrix(comm, dtype=np.float64)
             if matrix.shape != (m, m):
                 raise InvalidInput("communication", f"matrix of shape {matrix.shape}, expected ({m}, {m})")
@@ -265,6 +285,18 @@ def plan_from_dict(problem: Problem, doc: Any) -> Plan:
 
 
 # ---------------------------------------------------------------------- helpers
+def comm_matrix(src: np.ndarray, dst: np.ndarray, rate: np.ndarray, m: int) -> sp.csr_matrix | None:
+    """The ``comm`` of a problem of ``m`` key groups with the edges ``src[e] -> dst[e]`` at ``rate[e]`` (duplicates
+    summed); ``None`` without edges: scipy.sparse is imported only for a problem that has some."""
+    if not len(rate):
+        return None
+    import scipy.sparse as sp
+
+    comm = sp.csr_matrix((rate, (src, dst)), shape=(m, m))
+    comm.sum_duplicates()
+    return comm
+
+
 def int_if_whole(x: float) -> int | float:
     """``3.0`` -> ``3`` (bytes read as integers in JSON), other values unchanged."""
     x = float(x)

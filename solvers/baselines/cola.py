@@ -104,7 +104,7 @@ def _halve(problem: Problem, adj: Callable[[], Any], mem: np.ndarray, seed: int,
     """``mem`` split in two by METIS (minimum traffic cut, balanced load) when it is expected to end before the
     deadline (:func:`metis_fits`), else by load alone: sorted by load, alternately to either side (each side stays
     sorted, so splitting it again sorts in linear time). Returns the two sides and whether METIS split them."""
-    nnz = 2 * problem.comm.nnz * mem.size // max(problem.n_key_groups, 1)  # the part's share of the edges
+    nnz = 2 * problem.comm_nnz * mem.size // max(problem.n_key_groups, 1)  # the part's share of the edges
     if metis_fits(mem.size, nnz, deadline):
         half = metis_parts(adj()[mem][:, mem], 2, problem.load[mem], seed=seed)
         return [mem[half == 0], mem[half == 1]], True
@@ -186,7 +186,7 @@ def cola_kway(problem: Problem, *, max_ld: float = 10.0, seed: int = 0, deadline
     loose to strict until the load distance is ≤ ``max_ld`` percent; parts mapped to nodes keeping key groups in
     place."""
     nodes = np.flatnonzero(problem.active)
-    if not metis_fits(problem.n_key_groups, 2 * problem.comm.nnz, deadline):  # no time for one k-way partitioning
+    if not metis_fits(problem.n_key_groups, 2 * problem.comm_nnz, deadline):  # no time for one k-way partitioning
         a, info = cola_split(problem, max_ld=max_ld, seed=seed, deadline=deadline)
         return a, {**info, "method": "kway", "fallback": "split"}
     adj = symmetric_traffic(problem)

@@ -59,7 +59,7 @@ class _FluxRun:
         # without communication costs every move keeps (load on removing, distance) from rising (a drain move
         # takes load off B; a balance move leaves both nodes inside the pair's old range, and t is fixed), so the
         # best prefix is found afterwards by bisection instead of scoring every move (O(n) each)
-        self.monotone = not (problem.communication_cost > 0 and problem.comm.nnz)
+        self.monotone = not problem.communicates
         self.loads0 = tr.loads.copy()
         self.active = np.flatnonzero(problem.active)
 

@@ -137,3 +137,35 @@ def test_seconds_since_start_counts_this_process():
     from cli.common import seconds_since_start
 
     assert 0.0 < seconds_since_start() < 24 * 3600  # the test process started before this test
+
+
+FRESH_PLAN = """
+import json, sys
+from cli.main import main
+status = main(["plan", "--algorithm", "albic-milp", "--input", sys.argv[1], "--time-limit", "0.2", "--output",
+               sys.argv[2]])
+print(json.dumps({"status": status, "loaded": [m for m in ("scipy.sparse", "ortools") if m in sys.modules]}))
+"""
+
+
+@pytest.mark.parametrize("communication", [False, True])
+def test_a_fresh_plan_imports_scipy_only_for_communication(tmp_path, communication):
+    """``plan`` in a fresh process: scipy.sparse (0.2 s of start-up) only for a problem with communication edges,
+    and with 0.2 s OR-tools (0.3 s) not at all."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = {"nodes": [{"id": "a"}, {"id": "b"}],
+           "key_groups": [{"id": f"k{i}", "node": "a", "load": 1.0 + i} for i in range(4)]}
+    if communication:
+        doc.update(communication=[{"src": "k0", "dst": "k1", "rate": 1.0}], communication_cost=0.1)
+    prob, out = tmp_path / "p.json", tmp_path / "plan.json"
+    prob.write_text(json.dumps(doc))
+    r = subprocess.run([sys.executable, "-c", FRESH_PLAN, str(prob), str(out)], capture_output=True, text=True,
+                       timeout=120, cwd=Path(__file__).resolve().parents[2], check=True)
+    res = json.loads(r.stdout)
+    assert res == {"status": 0, "loaded": ["scipy.sparse"] if communication else []}
+    details = json.loads(out.read_text())["details"]
+    assert details["ortools"] in ("not needed", "not imported (too little time)")
+    assert {"startup_seconds", "startup_cpu_seconds", "wall_seconds", "cpu_seconds"} <= set(details)

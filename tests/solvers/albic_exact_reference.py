@@ -250,7 +250,7 @@ def enumerate_plans(p: Problem, max_plans: int = 2_000_000) -> tuple[np.ndarray,
         ok &= np.all(use <= np.maximum(p.resource_limit, now)[None] + 1e-9, axis=(1, 2))
     plans, onehot = plans[ok], onehot[ok]
     loads = np.einsum("pmn,m->pn", onehot, p.load)
-    if p.communication_cost > 0 and p.comm.nnz:
+    if p.communicates:
         src, dst, rate = p.edges()
         cut = plans[:, src] != plans[:, dst]                                  # (P, E)
         extra = p.communication_cost * rate[None, :] * cut

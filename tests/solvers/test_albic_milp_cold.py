@@ -55,6 +55,9 @@ def test_fresh_process_runs_flux_greedy_and_bound_before_the_solver_import(time_
     assert res["moves"] > 0 and res["plan"] <= res["flux"] + 1e-9
     details = res["details"]
     assert {"wall_seconds", "cpu_seconds", "ortools", "flux_seconds", "first_plan_seconds"} <= set(details)
+    if time_limit < 0.35:  # the import (0.3 s) could not end in time: never started
+        assert details["ortools"] == "not imported (too little time)"
+        return
     assert details["ortools"] in ("imported", "importing (not used)")   # started after the bound, in the background
     assert details["import_start_seconds"] >= details["first_plan_seconds"]
 

@@ -92,7 +92,7 @@ def test_flux_terminates_with_communication_costs():
 
     from tests.solvers.albic_exact_reference import random_problem
     p = random_problem(np.random.default_rng(399))
-    assert p.communication_cost > 0 and p.comm.nnz
+    assert p.communicates
     t0 = _time.perf_counter()
     a = flux_moves(p, 30.0)
     assert _time.perf_counter() - t0 < 10.0

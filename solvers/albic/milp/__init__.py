@@ -53,13 +53,15 @@ Flux ≤ ``FLUX_SHARE``, the greedy until ``GREEDY_SHARE`` after Flux, every oth
 applies, its ``AT_BOUND_SHARE`` is the restarts' last share, or follows them on small instances), then the MILP
 phase; ``STOP_MARGIN`` is kept for picking and checking the plan.
 
-Imports: phases 1 and 2 need numpy only. OR-tools (0.3 s of CPU, seconds on a loaded machine) is imported in a
-background thread once they are done, and only when a MILP phase could still run
-(:mod:`solvers.albic.milp.loader`); the restarts go on meanwhile, and a MILP phase starts only once the import is
-done — on small instances the search waits for it after the restarts as long as the exact model keeps
-``MILP_MIN_SECONDS``. A fresh process (``rebalancer plan``) therefore keeps its time limit and returns at least the
-heuristic plan; ``details`` say where the time went (``flux_seconds``, ``first_plan_seconds``, ``search_seconds``,
-``ortools``, ``import_start_seconds``, ``import_seconds``, ``wall_seconds``, ``cpu_seconds``).
+Imports: phases 1 and 2 need numpy only (scipy.sparse only for communication edges). OR-tools (0.3 s of CPU,
+seconds on a loaded machine) is imported in a background thread once they are done, and only when a MILP phase
+could still run after it: the time left covers the import (``IMPORT_SECONDS`` of :mod:`solvers.albic.milp.loader`)
+and ``MILP_MIN_SECONDS``. The restarts go on meanwhile, and a MILP phase starts only once the import is done — on
+small instances the search waits for it after the restarts as long as the exact model keeps ``MILP_MIN_SECONDS``.
+A fresh process (``rebalancer plan``) therefore keeps its time limit and returns at least the heuristic plan;
+``details`` say where the time went (``flux_seconds``, ``first_plan_seconds``, ``search_seconds``, ``ortools``,
+``import_start_seconds``, ``import_seconds``, ``wall_seconds``, ``cpu_seconds``; the CLI adds the process's
+``startup_seconds`` and ``startup_cpu_seconds`` before the call).
 
 Status: ``optimal`` only when the plan's distance meets a *valid* lower bound — the analytic bound or
 the full model's proven bound minus its rounding tolerance, both valid for the problem as given (fractional bytes
@@ -76,6 +78,7 @@ import time
 from typing import Any
 
 import numpy as np
+from numpy.random import default_rng  # numpy imports it on first use: at import, not inside the time limit
 
 from solvers import metrics
 from solvers.albic.milp.bounds import analytic_bound, load_left_on_removing
@@ -164,7 +167,7 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     if unit_of is None:
         pool.offer(p.current.copy(), "current")
     pool.offer(base_place, "start")
-    run = Run(p, units, pool, t_start, time_limit, t_lin, np.random.default_rng(seed),
+    run = Run(p, units, pool, t_start, time_limit, t_lin, default_rng(seed),
               State(units, base_place, t_lin), [(base_place, "greedy")], backend_loader(backend), details=details)
     if run.drain:
         run.b_left = load_left_on_removing(p)
@@ -173,7 +176,7 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     warm_start(run, base_place, flux, hint)
     run.lb = analytic_bound(p, deadline=max(run.end, time.perf_counter() + 0.01))
     details["analytic_bound"] = run.lb
-    plain = unit_of is None and not allowed and not (p.communication_cost > 0 and p.comm.nnz)
+    plain = unit_of is None and not allowed and not p.communicates
     search(run, units.n_units * p.n_nodes <= FULL_MODEL_MAX, plain, backend, workers, seed)
     return _finish(run, t_lin, c_start)
 

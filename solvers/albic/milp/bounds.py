@@ -64,7 +64,7 @@ SETUP_SECONDS = (8e-7, 4e-8)
 def analytic_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) -> float:
     """The larger of :func:`band_bound` and :func:`lemma2_bound` (both valid lower bounds on the load distance);
     with communication costs :func:`comm_granularity_bound`."""
-    if problem.communication_cost > 0 and problem.comm.nnz:
+    if problem.communicates:
         return comm_granularity_bound(problem)
     return max(band_bound(problem, steps, deadline), lemma2_bound(problem))
 
@@ -79,7 +79,7 @@ def lemma2_bound(problem: Problem) -> float:
     costs: they move the target.)
     """
     p = problem
-    if not p.removing.any() or (p.communication_cost > 0 and p.comm.nnz):
+    if not p.removing.any() or p.communicates:
         return 0.0
     return load_left_on_removing(p) / float(p.capacity[p.active].sum()) * (1 - 1e-9)
 
@@ -124,7 +124,7 @@ def band_bound(problem: Problem, steps: int = 60, deadline: float = math.inf) ->
     started when it would not end before the deadline (estimated by ``SETUP_SECONDS``); the bound is then the
     granularity bound alone (O(m))."""
     p = problem
-    if p.communication_cost > 0 and p.comm.nnz or time.perf_counter() > deadline:
+    if p.communicates or time.perf_counter() > deadline:
         return 0.0
     m, n = p.n_key_groups, p.n_nodes
     if m == 0:
@@ -188,7 +188,7 @@ def proven_bound(problem: Problem, seconds: float = 1.0) -> float:
     :func:`solvers.albic.milp.comm_bounds.comm_proven_bound` (the analytic communication bounds and, when the
     instance is small enough, the proven bound of the exact cut model solved by CP-SAT for at most ``seconds``)."""
     p = problem
-    if not (p.communication_cost > 0 and p.comm.nnz):
+    if not p.communicates:
         return analytic_bound(p, deadline=time.perf_counter() + seconds)
     from solvers.albic.milp.comm_bounds import comm_proven_bound
     return comm_proven_bound(p, seconds)

@@ -197,12 +197,13 @@ def search(run: Run, full: bool, plain: bool, backend: str, workers: int, seed: 
     last ``AT_BOUND_SHARE``), then the exact model (small instances; by levels,
     :mod:`solvers.albic.milp.levels`) or neighbourhood search (large ones, long limits). The solver is imported in
     the background (:mod:`solvers.albic.milp.loader`) once the restarts start, only when a MILP phase could still
-    run; each MILP phase runs only once it is loaded."""
+    run after it (the time left covers the import and ``MILP_MIN_SECONDS``); each MILP phase runs only once it is
+    loaded."""
     restart_end = RESTART_END_SMALL if full else RESTART_END
     start = _at_bound_start(run) if plain else None
     lns = not full and run.stop - run.at(restart_end) >= LNS_MIN_SECONDS
     if not run.reached() and (full or start is not None or lns):
-        run.solver.start()
+        run.solver.start(run.stop - time.perf_counter() - MILP_MIN_SECONDS)
     if start is not None and not full:
         restarts(run, min(run.at(restart_end - AT_BOUND_SHARE), run.stop))
         _at_bound(run, start, seed)
@@ -219,7 +220,7 @@ def search(run: Run, full: bool, plain: bool, backend: str, workers: int, seed: 
             _at_bound(run, start, seed)
         remaining = run.stop - time.perf_counter()
         if remaining > 0.02 and not run.reached():
-            if backend == "cpsat" and not (run.p.communication_cost > 0 and run.p.comm.nnz):
+            if backend == "cpsat" and not run.p.communicates:
                 from solvers.albic.milp.levels import full_levels  # OR-tools: loaded by now
                 run.best, bound, status, run.lex_proven = full_levels(
                     run.best, run.pool, remaining, workers, seed, OPTIMALITY_TOL * run.t_lin)

@@ -162,7 +162,7 @@ def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False
     mask[np.arange(cand.size), cur_pos] = True
     k_per_node = mask.sum(axis=0)
     kmax = int(k_per_node.max()) if k_per_node.size else 0
-    comm = p.communication_cost > 0 and p.comm.nnz > 0
+    comm = p.communicates
     exact_comm = exact_comm and comm
     load_c = U.load
     pairs, prate = np.zeros((0, 2), dtype=np.int64), np.zeros(0)

@@ -58,7 +58,7 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
         return state, None, "not run (no time left after importing the solver)"
     units = state.units
     p = units.problem
-    exact_loads = p.communication_cost == 0 or not p.comm.nnz
+    exact_loads = not p.communicates
     # communication costs: exact cut indicators (CP-SAT) when the model stays small; else the pessimistic loads
     exact_comm = not exact_loads and backend == "cpsat" and _edge_count(units) * p.n_nodes <= EXACT_COMM_MAX
     if exact_comm:  # the relaxed and the exact cut model

@@ -151,7 +151,7 @@ def build_units(problem: Problem, unit_of: np.ndarray | None = None,
         of = of.astype(np.int64)
     U = int(of.max()) + 1 if m else 0
     load = np.bincount(of, weights=p.load, minlength=U).astype(np.float64)
-    if p.communication_cost > 0 and p.comm.nnz:
+    if p.communicates:
         src, dst, rate = p.edges()
         ext = of[src] != of[dst]
         if ext.any():
