@@ -20,6 +20,9 @@ from runnable import blocks, run_page  # noqa: E402
 
 from tests.helpers.server import ServerProcess  # noqa: E402
 
+#: slow: each page runs its commands in fresh processes (a shell, the CLI, curl, a controller) — ~45 s of CPU in all
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 RUNNABLE = [page for page in PAGES if blocks(page)]

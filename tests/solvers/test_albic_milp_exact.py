@@ -88,7 +88,7 @@ def test_fractional_bytes_and_limits_with_both_backends(backend):
         assert metrics.load_distance(p, plan.assignment) == pytest.approx(58.6)
 
 
-@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.integers(0, 2**31 - 1))
 def test_bound_and_optimal_status_are_never_false(seed):
     rng = np.random.default_rng(seed)
@@ -96,7 +96,7 @@ def test_bound_and_optimal_status_are_never_false(seed):
     check_against_exact(p, time_limit=0.1, drain=bool(seed % 2))
 
 
-@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(st.integers(0, 2**31 - 1))
 def test_fractional_byte_budgets_never_give_a_false_proof(seed):
     rng = np.random.default_rng(seed)
