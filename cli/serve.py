@@ -92,7 +92,7 @@ def header_timeout_protocol(seconds: float) -> type[Any]:
     class HeaderTimeoutProtocol(base):  # type: ignore[valid-type,misc]
         header_timer: asyncio.TimerHandle | None = None
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
             self.header_timer = self.loop.call_later(seconds, self.header_timeout)
 
