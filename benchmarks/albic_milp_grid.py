@@ -102,21 +102,26 @@ def update_best_known(seconds: float, seeds: list[int], log: Callable[[str], Non
     return {"improved": improved, "instances": len(doc["instances"])}
 
 
-def cpu_clock() -> None:
-    """Offline runs only (``--update-best-known --cpu-clock``): the planner's deadlines count this process's CPU
-    seconds instead of wall seconds, so that a long run on a shared machine searches as long as it would on a quiet
-    one (CP-SAT keeps its own wall clock)."""
+#: the planner modules whose deadlines :func:`cpu_clock` switches to CPU seconds
+CLOCKED_MODULES = ("solvers.albic.milp", "solvers.albic.milp.phases", "solvers.albic.milp.search",
+                   "solvers.albic.milp.submodel", "solvers.albic.milp.bounds", "solvers.albic.milp.cpsat",
+                   "solvers.albic.milp.levels", "solvers.baselines.flux", "solvers.albic.collocation",
+                   "solvers.albic.collocation_moves", "solvers.albic.collocation_sets")
+
+
+def cpu_clock(patch: Callable[[Any, str, Any], None] = setattr) -> None:
+    """The planner's deadlines count this process's CPU seconds instead of wall seconds, so that a run on a shared
+    machine searches as long as it would on a quiet one (CP-SAT keeps its own wall clock). Offline runs
+    (``--update-best-known --cpu-clock``) patch for good; a test passes ``monkeypatch.setattr`` (undone after it)."""
     import importlib
     import types
 
     shim = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("__")})
     shim.perf_counter = time.process_time
-    for name in ("solvers.albic.milp", "solvers.albic.milp.phases", "solvers.albic.milp.search",
-                 "solvers.albic.milp.submodel", "solvers.albic.milp.bounds",
-                 "solvers.albic.milp.cpsat", "solvers.albic.milp.levels", "solvers.baselines.flux"):
+    for name in CLOCKED_MODULES:
         mod = importlib.import_module(name)
         if hasattr(mod, "time"):
-            mod.time = shim  # type: ignore[attr-defined]
+            patch(mod, "time", shim)
 
 
 def run_grid(limits: list[float], seeds: list[int], log: Callable[[str], None]) -> list[dict[str, Any]]:

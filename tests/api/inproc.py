@@ -42,6 +42,20 @@ async def settle(ctl: Controller, job_id: str) -> None:
         await asyncio.wait({task})
 
 
+async def propose(c: httpx.AsyncClient, job_id: str, timeout: float = 120.0) -> dict[str, Any]:
+    """A proposal of ``job_id``, once decided: the POST waits up to 30 s, then its ``Location`` is polled (a loaded
+    machine may take longer to start the solver worker; a test must not depend on how fast that is)."""
+    r = await c.post(f"/v1/jobs/{job_id}/proposals", json={"wait_s": 30})
+    assert r.status_code in (201, 202), r.text
+    doc: dict[str, Any] = r.json()
+    deadline = asyncio.get_running_loop().time() + timeout
+    while doc["status"] == "pending":
+        assert asyncio.get_running_loop().time() < deadline, f"proposal still pending after {timeout} s: {doc}"
+        await asyncio.sleep(0.05)
+        doc = (await c.get(f"/v1/jobs/{job_id}/proposals/{doc['id']}")).json()
+    return doc
+
+
 def stats(batch_id: int, kgs: list[str], epoch: int = 0, load: float = 1.0) -> dict[str, Any]:
     return {"batch_id": batch_id, "epoch": epoch,
             "key_groups": [{"id": k, "load": load * (5.0 if i == 0 else 1.0)} for i, k in enumerate(kgs)]}

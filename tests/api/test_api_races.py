@@ -11,7 +11,7 @@ import asyncio
 import httpx
 
 from controller.service import Controller
-from tests.api.inproc import run, stats
+from tests.api.inproc import propose, run, stats
 
 KGS = [f"agg/{k}" for k in range(6)]
 JOB = {"nodes": ["w0", "w1"], "operators": [{"id": "agg", "key_groups": 6}], "window_batches": 1,
@@ -51,9 +51,9 @@ def test_a_proposal_of_a_deleted_job_is_unknown_after_the_id_is_registered_again
     async def main(c: httpx.AsyncClient, ctl: Controller) -> None:
         assert (await c.put("/v1/jobs/race", json=JOB)).status_code == 201
         assert (await c.post("/v1/jobs/race/stats", json=stats(1, KGS))).status_code == 202
-        r = await c.post("/v1/jobs/race/proposals", json={"wait_s": 30})
-        assert r.status_code == 201 and r.json()["status"] == "ready", r.text
-        pid = r.json()["id"]
+        p = await propose(c, "race")
+        assert p["status"] == "ready", p
+        pid = p["id"]
         # an interleaving that leaves the proposal behind: kept in the cache as such a race would
         kept = ctl.ctx.proposals.get(pid)
         assert kept is not None and kept.decision is not None and kept.decision.worth

@@ -10,7 +10,7 @@ import numpy as np
 
 from controller.service import Controller
 from tests.api.api_helpers import assignment, named
-from tests.api.inproc import run, settle, stats
+from tests.api.inproc import propose, run, settle, stats
 
 
 def job(n_kgs: int = 8, window: int = 2, nodes: tuple[str, ...] = ("w0", "w1")) -> dict:
@@ -93,7 +93,7 @@ async def _rounds(c, n: int, m: int, start_batch: int = 1) -> int:
                                for k, node in assignment(state).items()]}
         b += 1
         assert (await c.post("/v1/jobs/j/stats", json=body)).status_code == 202
-        p = (await c.post("/v1/jobs/j/proposals", json={"wait_s": 30})).json()
+        p = await propose(c, "j")
         assert p["status"] == "ready", p
         r = await c.post(f"/v1/jobs/j/proposals/{p['id']}/execute")
         assert r.status_code == (200 if p["decision"]["worth"] else 409), r.text
@@ -204,7 +204,7 @@ def test_executed_proposals_keep_their_moves_not_a_copy_of_the_assignment(tmp_pa
     async def first(c: httpx.AsyncClient, ctl: Controller) -> tuple[str, str, dict, dict]:
         reg = (await c.put("/v1/jobs/j", json=small)).json()
         assert (await c.post("/v1/jobs/j/stats", json=stats(1, kgs(m), load=1.0))).status_code == 202
-        p = (await c.post("/v1/jobs/j/proposals", json={"wait_s": 30})).json()
+        p = await propose(c, "j")
         assert p["status"] == "ready" and len(p["plan"]["assignment"]) == m
         r = await c.post(f"/v1/jobs/j/proposals/{p['id']}/execute")
         assert r.status_code == 200, r.text[:300]

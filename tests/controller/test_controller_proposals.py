@@ -9,7 +9,7 @@ from dataclasses import replace
 import httpx
 
 from controller.service import Controller
-from tests.api.inproc import run, settle, stats
+from tests.api.inproc import propose, run, settle, stats
 
 JOB = {"nodes": ["a", "b"], "operators": [{"id": "agg", "key_groups": 4}], "window_batches": 1, "algorithm": "flux",
        "policy": {"cooldown_batches": 0}}
@@ -33,9 +33,7 @@ def test_a_plan_that_cannot_be_stored_fails_the_proposal_with_the_reason(tmp_pat
         assert (await c.put("/v1/jobs/j", json=JOB)).status_code == 201
         assert (await c.post("/v1/jobs/j/stats", json=stats(1, KGS))).status_code == 202
         _nan_plans(ctl)
-        r = await c.post("/v1/jobs/j/proposals", json={"wait_s": 30})
-        assert r.status_code == 201, r.text
-        p = r.json()
+        p = await propose(c, "j")
         assert p["status"] == "failed" and "JSON" in p["error"] and p["decision"] is None, p
         got = (await c.get(f"/v1/jobs/j/proposals/{p['id']}")).json()
         assert got["status"] == "failed"

@@ -172,13 +172,18 @@ def test_shifting_hot_keys_are_rebalanced_within_the_first_full_window(server: I
     with _client(server) as rc:
         trace = run(rc, f"shifting-{auto}", stream("shifting", batches=32, shift_at=shift, seed=2), auto=auto,
                     window_batches=WINDOW)
+        first_round = next(e for e in rc.history(f"shifting-{auto}").epochs if e.epoch > 0)
     # decided on the first full window (batch WINDOW - 1); the placement runs from the next batch, or one later in
     # automatic mode, whose solve runs in the background while that batch runs
     lag = 1 if auto else 0
     first = trace.first_migration()
     assert first is not None and first <= WINDOW + lag  # the skew is there from the start
-    # then the hot block stays put: the plans that a window's noise flatters are not chased (the fit bias)
-    assert sum(trace.migrations[first + 1:shift]) == 0, trace.migrations
+    # then the hot block stays put: the plans that a window's noise flatters are not chased (the fit bias) — after an
+    # optimal first round, no other; a first round cut short by a loaded machine (1 s of a CPU shared with many
+    # tests: measured 17 moves, then 12 five batches later) is improved once, as is worth it, and not again
+    later = [m for m in trace.migrations[first + 1:shift] if m]
+    assert first_round.solver is not None
+    assert len(later) <= (0 if first_round.solver.status == "optimal" else 1), (trace.migrations, first_round.solver)
     after = trace.first_migration(after=shift)
     # the window holds the new hot keys from batch `shift` on: decided there or at the latest when it is full of them
     assert after is not None and after <= shift + WINDOW + lag

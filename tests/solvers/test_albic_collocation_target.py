@@ -76,9 +76,13 @@ def _rounds(order, rounds=30):
 
 
 @pytest.mark.slow  # 30 rounds of two planners: a quality sweep (make test runs it)
-def test_target_order_collocates_traffic_the_pair_scores_ignore_faster_than_the_gain_order():
+def test_target_order_collocates_traffic_the_pair_scores_ignore_faster_than_the_gain_order(monkeypatch):
     # fully partitioned pipelines: no candidate pair scores; the goal's moves all go the same way across rounds
-    # measured: 0.135 vs 0.088 after 30 rounds (bench_albic_collocation, pairs x=0)
+    # measured: 0.135 vs 0.088 after 30 rounds (bench_albic_collocation, pairs x=0). The deadlines count CPU
+    # seconds: with wall seconds a machine shared with many tests skipped METIS and the goal (0.026 vs 0.031)
+    from benchmarks.albic_milp_grid import cpu_clock
+
+    cpu_clock(monkeypatch.setattr)
     assert _rounds("target") > _rounds("gain") + 0.02
 
 
