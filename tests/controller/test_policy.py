@@ -178,12 +178,14 @@ def test_shifting_hot_keys_are_rebalanced_within_the_first_full_window(server: I
     lag = 1 if auto else 0
     first = trace.first_migration()
     assert first is not None and first <= WINDOW + lag  # the skew is there from the start
-    # then the hot block stays put: the plans that a window's noise flatters are not chased (the fit bias) — after an
-    # optimal first round, no other; a first round cut short by a loaded machine (1 s of a CPU shared with many
-    # tests: measured 17 moves, then 12 five batches later) is improved once, as is worth it, and not again
+    # then the hot block stays put: the plans that a window's noise flatters are not chased (the fit bias) — after a
+    # first round that left less than the policy's minimum gain (2 % of the mean node load) to gain, no other; a
+    # first round cut short by a loaded machine (1 s of a CPU shared with many tests) at Flux's quality (measured:
+    # 9.4 % left, 17 moves, then 12 five batches later) is improved once, as is worth it, and not again
     later = [m for m in trace.migrations[first + 1:shift] if m]
-    assert first_round.solver is not None
-    assert len(later) <= (0 if first_round.solver.status == "optimal" else 1), (trace.migrations, first_round.solver)
+    assert first_round.metrics is not None
+    left = first_round.metrics.after.load_distance / (first_round.metrics.after.total_load / len(first_round.nodes))
+    assert len(later) <= (0 if left <= 0.02 else 1), (trace.migrations, left)
     after = trace.first_migration(after=shift)
     # the window holds the new hot keys from batch `shift` on: decided there or at the latest when it is full of them
     assert after is not None and after <= shift + WINDOW + lag
