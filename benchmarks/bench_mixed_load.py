@@ -24,6 +24,7 @@ import asyncio
 import concurrent.futures as cf
 import functools
 import json
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -76,8 +77,9 @@ def explicit_job_body(key_groups: int, nodes: int = 100) -> bytes:
                                       for k in range(key_groups)]}).encode()
 
 
-def send(url: str, method: str, path: str, body: bytes) -> dict[str, Any]:
-    """One request from a thread: its status, time and answer size (an error is recorded, not raised)."""
+def send(url: str, method: str, path: str, body_file: str) -> dict[str, Any]:
+    """One request from a client process: its status, time and answer size (an error is recorded, not raised)."""
+    body = Path(body_file).read_bytes()
     t0 = time.perf_counter()
     try:
         with httpx.Client(base_url=url, timeout=900) as c:
@@ -90,8 +92,17 @@ def send(url: str, method: str, path: str, body: bytes) -> dict[str, Any]:
     return {**out, "body_mb": round(len(body) / 1e6, 1), "seconds": round(time.perf_counter() - t0, 2)}
 
 
+def senders(n: int) -> cf.ProcessPoolExecutor:
+    """``n`` client processes for the heavy requests, started before the measurement: sending 120 MB from threads
+    of the measuring process would stall its own event loop (the GIL) and starting processes takes the CPU, so the
+    latencies measured would be the client's."""
+    pool = cf.ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"))
+    list(pool.map(time.sleep, [0.5] * n))
+    return pool
+
+
 async def phase(srv: ServerProcess, args: Any, wl: StatsWorkload,
-                heavy: dict[str, Callable[[], dict[str, Any]]]) -> dict[str, Any]:
+                heavy: dict[str, Callable[[], dict[str, Any]]], pool: cf.Executor | None = None) -> dict[str, Any]:
     """Statistics and probes (open loop) for ``--seconds`` (no ``heavy``), or from ``LEAD_S`` before the
     ``heavy`` requests until ``TAIL_S`` after the last one answered; server RSS sampled every second."""
     stop, rss = asyncio.Event(), [rss_bytes(srv.pid)]
@@ -103,8 +114,7 @@ async def phase(srv: ServerProcess, args: Any, wl: StatsWorkload,
         t0 = time.perf_counter()
         if heavy:
             loop = asyncio.get_running_loop()
-            with cf.ThreadPoolExecutor(len(heavy)) as pool:
-                answers = await asyncio.gather(*(loop.run_in_executor(pool, fn) for fn in heavy.values()))
+            answers = await asyncio.gather(*(loop.run_in_executor(pool, fn) for fn in heavy.values()))
             done.update(zip(heavy, answers, strict=True))
             await asyncio.sleep(TAIL_S)
         stop.set()
@@ -130,7 +140,9 @@ async def phase(srv: ServerProcess, args: Any, wl: StatsWorkload,
     return out
 
 
-def heavy_requests(url: str, args: Any, log: Callable[[str], None]) -> dict[str, Callable[[], dict[str, Any]]]:
+def heavy_requests(url: str, args: Any, log: Callable[[str], None],
+                   tmp: Path) -> dict[str, Callable[[], dict[str, Any]]]:
+    """The heavy requests, each body in a file of ``tmp`` (read by the client process that sends it)."""
     scale = args.scale or (5 if args.quick else 1)
     log("building the bodies")
     bodies = {"plan": ("POST", "/v1/plans", big_plan_body(120_000 // scale, 640_000 // scale)),
@@ -140,7 +152,9 @@ def heavy_requests(url: str, args: Any, log: Callable[[str], None]) -> dict[str,
     small = whatif_body([4, 6, 8, 10, 12], time_limit_s=2.0)
     bodies.update({f"what_if_{i}": ("POST", "/v1/what-if/scaling", small) for i in range(args.whatif)})
     log("bodies: " + ", ".join(f"{k} {len(b) / 1e6:.1f} MB" for k, (_, _, b) in bodies.items()))
-    return {k: functools.partial(send, url, m, p, b) for k, (m, p, b) in bodies.items()}
+    for k, (_, _, b) in bodies.items():
+        (tmp / f"{k}.json").write_bytes(b)
+    return {k: functools.partial(send, url, m, p, str(tmp / f"{k}.json")) for k, (m, p, _) in bodies.items()}
 
 
 def side_by_side(base: dict[str, Any], mixed: dict[str, Any]) -> dict[str, Any]:
@@ -171,12 +185,14 @@ def main(argv: list[str] | None = None) -> int:
         httpx.get(srv.url + "/v1/jobs", timeout=120)  # the first request builds the routes' state
         wl = StatsWorkload(make_jobs(srv.port, args.clients, args.key_groups, nodes=20),
                            stats_bodies(args.key_groups, variants=8), first_batch=1)
-        heavy = heavy_requests(srv.url, args, bench.log)
+        heavy = heavy_requests(srv.url, args, bench.log, tmp)
+        pool = senders(len(heavy))
         bench.log(f"baseline: {args.rate:.0f} stats/s + {args.probe_rate:.0f} healthz/s for {args.seconds:.0f} s")
         base = asyncio.run(phase(srv, args, wl, {}))
         bench.log(f"  stats p99 {base['stats']['p99_ms']} ms, healthz p99 {base['healthz']['p99_ms']} ms")
         bench.log(f"mixed: the same load around {', '.join(heavy)}")
-        mixed = asyncio.run(phase(srv, args, wl, heavy))
+        mixed = asyncio.run(phase(srv, args, wl, heavy, pool))
+        pool.shutdown()
         bench.log(f"  stats p99 {mixed['stats']['p99_ms']} ms, healthz p99 {mixed['healthz']['p99_ms']} ms; heavy "
                   + ", ".join(f"{k} {v['status']} in {v['seconds']} s" for k, v in mixed["heavy"].items()))
     finally:

@@ -45,12 +45,14 @@ class Worker:
             child.close()
         self.pid: int = self.proc.pid
 
-    def run(self, payload: bytes | memoryview) -> Any:
-        """Send a pickled task and wait for its result (blocks: call it off the event loop). Raises
+    def run(self, payload: list[bytes | memoryview]) -> Any:
+        """Send a packed task (:func:`controller.solver_worker.pack`) and wait for its result (blocks: call it off
+        the event loop). Raises
         :class:`NotDelivered` when the worker died before it acknowledged the task (it never ran: another worker
         may run it), ``EOFError``/``OSError`` when it died after."""
         try:
-            self.conn.send_bytes(payload)
+            for part in payload:
+                self.conn.send_bytes(part)
             self.conn.recv_bytes()  # the receipt
         except (EOFError, OSError) as exc:
             raise NotDelivered(f"{type(exc).__name__}: {exc}") from exc

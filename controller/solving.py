@@ -41,7 +41,6 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable, Hashable
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from controller.errors import Busy
@@ -50,7 +49,7 @@ from controller.pool_admission import Admission, Ticket
 from controller.pool_errors import PoolBroken, SolveCancelled, SolverUnavailable, SolveTimeout, WorkerDied
 from controller.pool_queue import KINDS, FairQueue, Kind, Task, retrieve, settle
 from controller.pool_workers import NotDelivered, Worker, Workers, memory_limit_bytes
-from controller.solver_worker import PRELOAD, Solved, _call_task, _import_planners, _solve_task
+from controller.solver_worker import PRELOAD, Solved, _call_task, _import_planners, _solve_task, pack
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 
@@ -299,7 +298,7 @@ class SolverPool:
             w.close()
             return
         try:  # pickling off the loop
-            payload = await loop.run_in_executor(self._io, ForkingPickler.dumps, (task.fn, task.args))
+            payload = await loop.run_in_executor(self._io, pack, task.fn, task.args)
         except Exception as exc:  # e.g. a task argument that does not pickle: the worker is still fine
             log.exception("a task for solver worker %d could not be pickled", w.pid)
             settle(task.future, exc=RuntimeError(f"the task could not be sent to a worker: {type(exc).__name__}"))
