@@ -25,7 +25,10 @@ inside ``time_limit``:
    cannot stop, so it starts only when it fits in the time left (else the granularity bound stands in).
 3. **Ruin-and-recreate** (most of the time limit): rounds that undo ~30 % of the best plan's migrations and
    spend the freed budget again — either with a randomised greedy or with a budget-aware repair that lands each
-   critical node inside a slightly tighter band at the lowest cost. Stops as soon as the plan is proven optimal.
+   critical node inside a slightly tighter band at the lowest cost — or kick it with zero-cost exchanges among the
+   nodes it touches (:mod:`solvers.albic.milp.kicks`). Each round starts from the last accepted plan, any within
+   ``ACCEPT`` (3 %) of the best distance (record-to-record travel: the min–max objective has wide plateaus when the
+   budget nears the node count). Stops as soon as the plan is proven optimal.
    **3b. Decision model at the bound**: when the restarts have not reached the bound and only a few
    nodes (≤ ``AT_BOUND_NODES``) lie outside the bound's band in the current assignment, CP-SAT looks for a plan
    with distance ≤ bound that moves only their units (:func:`solvers.albic.milp.submodel.at_bound`; a fixed band

@@ -4,7 +4,10 @@ The state keeps the linear-model node loads of a unit placement and the budget i
 best-improvement local search on the MILP's lexicographic objective (load distance ``d`` first, then a tie-break
 that spends the budget well): at each step the node with the largest deviation from the target is the only one
 whose change can lower ``d``, so only moves and swaps touching it are scored — O(units on it × nodes) per step,
-vectorised with numpy. It is the warm start of the MILP and, alone, the fallback for very large instances.
+vectorised with numpy. It is the warm start of the MILP and, alone, the fallback for very large instances. Stuck
+with the budget spent, it first frees some among the nodes the plan touches
+(:func:`~solvers.albic.milp.kicks.free_step`), so that the worst node — often an untouched one that only a swap can
+fix — can be reached.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from solvers.albic.milp.kicks import free_step
 from solvers.albic.milp.state import State, drain_floor
 
 EPS = 1e-12
@@ -111,11 +115,11 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
 
     Each step looks at the node ``h`` with the largest deviation: moves of its units to the ``near`` coldest
     nodes (h hot), moves of units of the ``near`` hottest and the removing nodes onto it (h cold), and swaps with
-    units of the ``swap_nodes`` most opposite nodes."""
+    units of the ``swap_nodes`` most opposite nodes; when none improves and fewer than 2 migrations are left, a
+    budget-freeing exchange that keeps the distance (:func:`~solvers.albic.milp.kicks.free_step`)."""
     U = s.units
     act_nodes = np.flatnonzero(s.act)
-    W = U.load
-    cap = s.cap
+    W, cap = U.load, s.cap
     scale = max(s.t, 1e-12)
     steps = 0
     while steps < max_steps and time.perf_counter() < deadline:
@@ -125,8 +129,7 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
         d = float(dev[h])
         if d <= 1e-12 * scale or (target is not None and d <= target):
             break
-        room_c = s.max_c - s.used_c
-        room_b = s.max_b - s.used_b
+        room_c, room_b = s.max_c - s.used_c, s.max_b - s.used_b
         best = None  # (kind, data)
         landed = False
         if s.floor > 0 and d <= s.floor + 1e-12 * scale:
@@ -175,7 +178,8 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
             if S.size:
                 src = s.place[S]
                 dc = U.cost_count_to(S, h) - U.cost_count_to(S, src)
-                db = U.cost_bytes_to(S, h) - U.cost_bytes_to(S, src)
+                # no byte budget: bytes cost nothing (not computed)
+                db = U.cost_bytes_to(S, h) - U.cost_bytes_to(S, src) if np.isfinite(s.max_b) else np.zeros(1)
                 ok = (dc <= room_c) & (db <= room_b)
                 if U.allowed or s.res is not None:
                     ok &= U.allowed_mask(S, np.array([h]))[:, 0] & _res_ok(s, S, np.array([h]))[:, 0]
@@ -196,6 +200,7 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
             sw, sw_landed = _best_swap(s, u, dev, h, d, room_c, room_b, swap_nodes, scale, rng, topk, target)
             if sw is not None and (best is None or sw_landed):
                 best = sw
+        best = free_step(s, u, d, scale, room_c) if best is None and target is None else best  # budget spent?
         if best is None:
             break
         _apply(s, best)
@@ -214,7 +219,8 @@ def _apply(s: State, op: tuple[Any, ...]) -> None:
     else:  # chain: x -> j, y -> k
         _, x, j, y, k = op
         s.move(x, j)
-        s.move(y, k)
+        if y >= 0:
+            s.move(y, k)
     if s.floor > 0:
         s.floor = drain_floor(s.units, s.place)
 
@@ -300,7 +306,17 @@ def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_
         counts = np.bincount(s.place, minlength=s.n)[partners]
         keep = np.searchsorted(np.cumsum(counts), SWAP_PAIRS_MAX // max(1, R.size), side="right")
         partners = partners[: max(1, int(keep))]
-    Q = np.flatnonzero(np.isin(s.place, partners))
+    on_partner = np.zeros(s.n, dtype=bool)
+    on_partner[partners] = True
+    qmask = on_partner[s.place]
+    if room_c < 1 and not U.mixed:
+        # no migration left: a partner unit at home costs one, which only a unit of h going back to that very
+        # node can pay for — keep the migrated units and the units on the homes of h's guests
+        guest_home = np.zeros(s.n, dtype=bool)
+        guest_home[U.home[R]] = True
+        guest_home[h] = False
+        qmask &= (s.place != U.home) | guest_home[s.place]
+    Q = np.flatnonzero(qmask)
     if Q.size == 0:
         return None, False
     # net = W[r] − W[q] leaves h; inside the band iff (u_h − t − d)·c_h ≤ net ≤ (u_h − t + d)·c_h
@@ -315,13 +331,28 @@ def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_
     r_ = R[ri]
     q_ = qo[np.repeat(lo, cnt) + np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt)]
     jq = s.place[q_]
+    if U.mixed:
+        dc = U.cost_count_to(r_, jq) - U.cost_count_to(r_, h) + U.cost_count_to(q_, h) - U.cost_count_to(q_, jq)
+    else:  # every unit on its home or not: the same counts without the general path's overhead
+        hr, hq = U.home[r_], U.home[q_]
+        dc = U.size[r_] * ((hr != jq).astype(np.int64) - (hr != h)) + U.size[q_] * (
+            (hq != h).astype(np.int64) - (hq != jq))
     net = W[r_] - W[q_]
-    uh = u[h] - net / cap[h]
     uj = u[jq] + net / cap[jq]
+    # drop the pairs over the budget and those whose partner ends outside the band (they can neither improve,
+    # tie nor land) before scoring: with the budget spent, most of them
+    keep = (np.abs(uj - s.t) <= d + 1e-9 * scale) & (dc <= room_c)
+    db = np.zeros(1)
+    if np.isfinite(s.max_b):  # no byte budget: bytes cost nothing
+        db = U.cost_bytes_to(r_, jq) - U.cost_bytes_to(r_, h) + U.cost_bytes_to(q_, h) - U.cost_bytes_to(q_, jq)
+        keep &= db <= room_b
+        db = db[keep]
+    if not keep.any():
+        return None, False
+    ri, r_, q_, jq, net, uj, dc = ri[keep], r_[keep], q_[keep], jq[keep], net[keep], uj[keep], dc[keep]
+    uh = u[h] - net / cap[h]
     newd = np.maximum(np.maximum(_rest(dev, h, jq), np.abs(uh - s.t)), np.abs(uj - s.t))
-    dc = U.cost_count_to(r_, jq) - U.cost_count_to(r_, h) + U.cost_count_to(q_, h) - U.cost_count_to(q_, jq)
-    db = U.cost_bytes_to(r_, jq) - U.cost_bytes_to(r_, h) + U.cost_bytes_to(q_, h) - U.cost_bytes_to(q_, jq)
-    ok = (dc <= room_c) & (db <= room_b)
+    ok = np.ones(r_.size, dtype=bool)
     if U.allowed:
         ps = np.argsort(partners)
         pos = ps[np.searchsorted(partners[ps], jq)]

@@ -1,0 +1,103 @@
+"""The kicks and the budget-freeing step of ``albic-milp``'s restarts (:mod:`solvers.albic.milp.kicks`): exchanges
+among the nodes a plan already touches that keep the budget, Lemma 1 and (for the freeing step) the distance."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from solvers.albic.milp.kicks import free_step, kick, kickable
+from solvers.albic.milp.search import _apply, _best_swap, improve
+from solvers.albic.milp.state import State, placement_ok
+from solvers.albic.milp.units import build_units
+from solvers.model import Problem
+
+
+def _plan(seed: int, search: bool = True) -> tuple[Problem, State]:
+    """A random instance (some removing nodes, a byte budget in one of three) and the local search's plan (or, with
+    ``search=False``, random migrations within the budget)."""
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(4, 9)), int(rng.integers(20, 60))
+    removing = np.zeros(n, dtype=bool)
+    if seed % 3 == 0:
+        removing[int(rng.integers(n))] = True
+    p = Problem.from_arrays(np.round(rng.uniform(1, 20, m), 2), rng.integers(0, n, m), rng.choice([0.5, 1.0, 2.0], n),
+                            state_bytes=np.round(rng.uniform(1, 5, m), 1), removing=removing,
+                            max_migrations=int(rng.integers(3, 10)),
+                            max_migration_bytes=20.0 if seed % 3 == 1 else None)
+    units = build_units(p)
+    s = State(units, p.current, float(units.load.sum() / p.capacity[p.active].sum()))
+    if search:
+        improve(s, np.inf)
+        return p, s
+    act = np.flatnonzero(p.active)
+    for k in rng.permutation(m)[: p.max_migrations].tolist():
+        j = int(rng.choice(act))
+        t = s.copy()
+        t.move(k, j)
+        if t.feasible_budget():
+            s = t
+    return p, s
+
+
+def _touched(p: Problem, place: np.ndarray) -> set[int]:
+    moved = np.flatnonzero(place != p.current)
+    return set(p.current[moved].tolist()) | set(place[moved].tolist())
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_kicks_keep_the_budget_and_stay_among_touched_nodes(seed):
+    p, s = _plan(seed)
+    assert kickable(s)
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        before, used = _touched(p, s.place), s.used_c
+        kick(s, rng, 3)
+        assert s.feasible_budget() and s.used_c <= used
+        assert placement_ok(s.units, s.place)           # budget, bytes, nothing moved onto a removing node
+        assert _touched(p, s.place) <= before
+        fresh = State(s.units, s.place, s.t)             # the incremental loads and costs are exact
+        np.testing.assert_allclose(s.L, fresh.L, atol=1e-9)
+        assert (s.used_c, s.floor) == (fresh.used_c, fresh.floor)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_free_step_frees_budget_without_raising_the_distance(seed):
+    p, s = _plan(seed, search=False)
+    dev = s.devs()
+    d = float(dev.max())
+    op = free_step(s, s.util(), d, max(s.t, 1e-12))
+    if op is None:
+        return
+    before, used = _touched(p, s.place), s.used_c
+    _apply(s, op)
+    assert s.used_c < used
+    assert placement_ok(s.units, s.place)
+    assert _touched(p, s.place) <= before
+    assert float(s.devs().max()) <= d + 1e-12 * s.t   # no node above the old distance (the worst is unchanged)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_swap_with_the_budget_spent_keeps_every_improving_swap(seed):
+    # with no migration left, _best_swap scores only migrated partner units and the units on the homes of the
+    # critical node's guests: no swap within the budget may be lost (brute force over every pair)
+    p, s = _plan(seed, search=False)
+    s.max_c = float(s.used_c)                      # the budget is spent
+    u, dev = s.util(), s.devs()
+    h = int(np.argmax(dev))
+    d = float(dev[h])
+    sw, _ = _best_swap(s, u, dev, h, d, s.max_c - s.used_c, s.max_b - s.used_b, 64, max(s.t, 1e-12))
+    best = np.inf
+    for r in np.flatnonzero(s.place == h).tolist():
+        for q in np.flatnonzero((s.place != h) & s.act[s.place]).tolist():
+            t = s.copy()
+            j = int(t.place[q])
+            t.move(r, j)
+            t.move(q, h)
+            if t.feasible_budget():
+                best = min(best, t.key()[2])
+    if best < d - 1e-9 * s.t:
+        assert sw is not None
+        t = s.copy()
+        _apply(t, sw)
+        assert t.feasible_budget() and t.key()[2] <= best + 1e-9 * s.t
