@@ -13,9 +13,11 @@ statistics posts at ``--rate``/s spread over the jobs, and ``GET /healthz`` at `
    (~11 MB) and ``--whatif`` what-ifs (2,000 key groups, albic-milp, 5 candidates, ``time_limit_s`` 2). With
    ``--quick`` the big bodies are a fifth of that.
 
-The statistics and probe latencies of both phases are reported side by side, with the server's RSS and the load
-average. Targets: ``/healthz`` p99 ≤ 50 ms under mixed load; statistics p99 under mixed load ≤ 2 × the baseline's.
-Writes ``<out>/mixed_load.json`` and ``mixed_load.png`` (:mod:`benchmarks.harness`); progress goes to stderr.
+The statistics and probe latencies of both phases are reported side by side, with the server's RSS, the load
+average and the server's own view of its event loop (``rebalancer_event_loop_lag_seconds`` read from ``/metrics``
+before and after each phase: samples late by more than 25 and 50 ms). Targets: ``/healthz`` p99 ≤ 50 ms under
+mixed load; statistics p99 under mixed load ≤ 2 × the baseline's. Writes ``<out>/mixed_load.json`` and
+``mixed_load.png`` (:mod:`benchmarks.harness`); progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -126,17 +128,35 @@ async def phase(srv: ServerProcess, args: Any, wl: StatsWorkload,
             await asyncio.sleep(1.0)
 
     sampler = asyncio.create_task(sample())
+    lag0 = loop_lag(srv.url)
     (stats, s_lat), (hz, h_lat), wall = await asyncio.gather(
         open_loop(srv.port, args.clients, args.rate, 900.0, wl, stop=stop, times=times["stats"]),
         open_loop(srv.port, 2, args.probe_rate, 900.0, lambda i, k: ("GET", "/healthz", None, (200,)), stop=stop,
                   times=times["healthz"]),
         driver())
     sampler.cancel()
+    lag = {k: v - lag0.get(k, 0.0) for k, v in loop_lag(srv.url).items()}
     out = {"stats": stats, "healthz": hz, "server_rss_mb": {"start": rss[0] >> 20, "max": max(rss) >> 20},
+           "event_loop_lag": {"samples": int(lag["count"]), "over_50ms": int(lag["count"] - lag["0.05"]),
+                              "over_25ms": int(lag["count"] - lag["0.025"]), "sum_s": round(lag["sum"], 3)},
            "loadavg_1m_end": round(os.getloadavg()[0], 2),
            "series": {"stats": [times["stats"], s_lat], "healthz": [times["healthz"], h_lat]}}
     if heavy:
         out.update({"heavy": done, "heavy_wall_s": round(wall, 2)})
+    return out
+
+
+def loop_lag(url: str) -> dict[str, float]:
+    """The server's ``rebalancer_event_loop_lag_seconds`` histogram now: its count, sum and cumulative buckets
+    (by upper bound) — how late the server's event loop ran its 0.1 s timer, as the server itself saw it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics", timeout=30).text
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "rebalancer_event_loop_lag_seconds":
+            for smp in fam.samples:
+                out[smp.labels["le"] if "le" in smp.labels else smp.name.rsplit("_", 1)[1]] = smp.value
     return out
 
 
@@ -189,11 +209,13 @@ def main(argv: list[str] | None = None) -> int:
         pool = senders(len(heavy))
         bench.log(f"baseline: {args.rate:.0f} stats/s + {args.probe_rate:.0f} healthz/s for {args.seconds:.0f} s")
         base = asyncio.run(phase(srv, args, wl, {}))
-        bench.log(f"  stats p99 {base['stats']['p99_ms']} ms, healthz p99 {base['healthz']['p99_ms']} ms")
+        bench.log(f"  stats p99 {base['stats']['p99_ms']} ms, healthz p99 {base['healthz']['p99_ms']} ms; server "
+                  f"event-loop lag {base['event_loop_lag']}")
         bench.log(f"mixed: the same load around {', '.join(heavy)}")
         mixed = asyncio.run(phase(srv, args, wl, heavy, pool))
         pool.shutdown()
-        bench.log(f"  stats p99 {mixed['stats']['p99_ms']} ms, healthz p99 {mixed['healthz']['p99_ms']} ms; heavy "
+        bench.log(f"  stats p99 {mixed['stats']['p99_ms']} ms, healthz p99 {mixed['healthz']['p99_ms']} ms; server "
+                  f"event-loop lag {mixed['event_loop_lag']}; heavy "
                   + ", ".join(f"{k} {v['status']} in {v['seconds']} s" for k, v in mixed["heavy"].items()))
     finally:
         srv.stop()

@@ -41,6 +41,7 @@ from controller.proposals import Proposals
 from controller.rounds import Rounds
 from controller.scaling import Scaling
 from controller.settings import Settings
+from controller.telemetry import watch_loop
 from rebalancer_client import contract
 
 log = logging.getLogger("rebalancer.controller")
@@ -72,6 +73,7 @@ class Controller:
                 lambda: ctx.window_bytes)
 
     async def start(self, warm: bool = True) -> None:
+        self.ctx.spawn(watch_loop(self.ctx.telemetry.loop_lag))
         lead = self.ctx.leadership
         if isinstance(lead, ReplicaLeadership):
             await self._start_replica(lead, warm)

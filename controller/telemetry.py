@@ -5,7 +5,8 @@ Exposed at ``GET /metrics`` (text format 0.0.4):
 * counters: ``rebalancer_requests_total{method,route,status}``, ``rebalancer_plans_total{algorithm,status}``,
   ``rebalancer_epochs_total{kind}``, ``rebalancer_stats_batches_total{result}``, ``rebalancer_db_commits_total``,
   ``rebalancer_db_writes_total``, ``rebalancer_db_writer_cpu_seconds_total``;
-* histograms: ``rebalancer_request_seconds{route}``, ``rebalancer_solve_seconds{algorithm}``;
+* histograms: ``rebalancer_request_seconds{route}``, ``rebalancer_solve_seconds{algorithm}``,
+  ``rebalancer_event_loop_lag_seconds`` (:func:`watch_loop`);
 * gauges: ``rebalancer_jobs``, ``rebalancer_solves_in_flight`` and, per job, ``rebalancer_job_epoch{job}``,
   ``rebalancer_job_load_distance{job}`` (windowed, current assignment), ``rebalancer_job_key_groups{job}``,
   ``rebalancer_job_window_batches{job}``, and the counter ``rebalancer_job_migrations_total{job}``;
@@ -15,6 +16,7 @@ Exposed at ``GET /metrics`` (text format 0.0.4):
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -37,6 +39,9 @@ disable_created_metrics()  # type: ignore[no-untyped-call]  # no ``*_created`` s
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+#: the event loop's lag is sampled this often (:func:`watch_loop`)
+LAG_PERIOD_S = 0.1
 SOLVE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 #: function-backed metrics registered through :meth:`Telemetry.gauge` that only ever grow: exposed as counters
 CUMULATIVE = {"rebalancer_db_commits", "rebalancer_db_writes", "rebalancer_db_writer_cpu_seconds"}
@@ -131,6 +136,8 @@ class Telemetry:
         self.plans = Counter(r, "rebalancer_plans_total", "plans computed", ("algorithm", "status"))
         self.epochs = Counter(r, "rebalancer_epochs_total", "epochs created (assignment versions)", ("kind",))
         self.batches = Counter(r, "rebalancer_stats_batches_total", "statistics batches posted", ("result",))
+        self.loop_lag = Histogram(r, "rebalancer_event_loop_lag_seconds", "how late the event loop ran a timer "
+                                  f"due every {LAG_PERIOD_S:g} s: what a request arriving then waited", (), LAG_BUCKETS)
         self.functions: list[tuple[str, str, Callable[[], float], bool]] = []
         self.job_samples: Callable[[], Iterable[JobSample]] | None = None
         self.migrations: dict[str, int] = {}
@@ -186,3 +193,14 @@ def job_sampler(jobs: Callable[[], dict[str, Any]]) -> Callable[[], Iterator[Job
             yield JobSample(jid, int(job.epoch), len(job.kg_ids), len(batches), hit[1])
 
     return sample
+
+
+async def watch_loop(lag: Histogram, period: float = LAG_PERIOD_S) -> None:
+    """Every ``period``, observe how late the event loop woke this task: the time a request arriving then would
+    have waited before the loop read it — a callback that ran long, a thread holding the GIL, or the CPU taken by
+    other processes. Runs until cancelled (at shutdown)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + period
+        await asyncio.sleep(period)
+        lag.observe(max(0.0, loop.time() - due))

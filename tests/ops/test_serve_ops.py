@@ -126,6 +126,7 @@ def test_one_server_per_database_and_the_default_path(tmp_path: Path) -> None:
         for line in ("# TYPE rebalancer_requests_total counter", "# TYPE rebalancer_plans_total counter",
                      "# TYPE rebalancer_stats_batches_total counter", "# TYPE rebalancer_request_seconds histogram",
                      "# TYPE rebalancer_jobs gauge", "# TYPE rebalancer_db_commits_total counter",
+                     "# TYPE rebalancer_event_loop_lag_seconds histogram",
                      "# TYPE rebalancer_job_load_distance gauge", "# TYPE rebalancer_job_migrations_total counter",
                      'rebalancer_job_epoch{job="tenant-a.clicks"} 0.0',
                      'rebalancer_job_window_batches{job="tenant-a.clicks"} 2.0',

@@ -65,3 +65,30 @@ def test_job_sampler_reads_the_controllers_jobs_and_caches() -> None:
     list(sample())
     assert calls[0] == 2
     assert np.isfinite(first[0].load_distance)
+
+
+def test_event_loop_lag_is_observed_when_a_callback_blocks_the_loop() -> None:
+    """``watch_loop`` sees a callback that holds the loop 0.3 s: one sample of at least ~0.25 s, the others small."""
+    import asyncio
+    import time
+
+    from controller.telemetry import watch_loop
+
+    t = Telemetry(process=False)
+
+    async def main() -> None:
+        watcher = asyncio.create_task(watch_loop(t.loop_lag, period=0.02))
+        await asyncio.sleep(0.1)
+        time.sleep(0.3)  # a blocking callback
+        await asyncio.sleep(0.1)
+        watcher.cancel()
+
+    asyncio.run(main())
+    samples = {name: value for name, _, value in families(t)["rebalancer_event_loop_lag_seconds"][1]
+               if name != "rebalancer_event_loop_lag_seconds_bucket"}
+    buckets = {labels["le"]: value for name, labels, value in families(t)["rebalancer_event_loop_lag_seconds"][1]
+               if name == "rebalancer_event_loop_lag_seconds_bucket"}
+    assert samples["rebalancer_event_loop_lag_seconds_count"] >= 5
+    assert samples["rebalancer_event_loop_lag_seconds_sum"] >= 0.25
+    # the blocked sample lies above 0.25 s (a loaded machine can only add lag: no upper bound is asserted)
+    assert samples["rebalancer_event_loop_lag_seconds_count"] - buckets["0.25"] >= 1
