@@ -11,6 +11,7 @@ from solvers.albic.milp.search import _apply, _best_swap, improve
 from solvers.albic.milp.state import State, placement_ok
 from solvers.albic.milp.units import build_units
 from solvers.model import Problem
+from tests.solvers.test_albic_milp_search import _brute_best_swap_distance
 
 
 def _plan(seed: int, search: bool = True) -> tuple[Problem, State]:
@@ -87,15 +88,7 @@ def test_swap_with_the_budget_spent_keeps_every_improving_swap(seed):
     h = int(np.argmax(dev))
     d = float(dev[h])
     sw, _ = _best_swap(s, u, dev, h, d, s.max_c - s.used_c, s.max_b - s.used_b, 64, max(s.t, 1e-12))
-    best = np.inf
-    for r in np.flatnonzero(s.place == h).tolist():
-        for q in np.flatnonzero((s.place != h) & s.act[s.place]).tolist():
-            t = s.copy()
-            j = int(t.place[q])
-            t.move(r, j)
-            t.move(q, h)
-            if t.feasible_budget():
-                best = min(best, t.key()[2])
+    best = _brute_best_swap_distance(s, h)
     if best < d - 1e-9 * s.t:
         assert sw is not None
         t = s.copy()
