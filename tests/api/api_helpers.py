@@ -83,3 +83,18 @@ def execute_all_at_once(server, job_id: str, proposal_ids: list[str], body: Any 
     for t in threads:
         t.join()
     return codes
+
+
+def proposal(client, job_id: str, body: dict | None = None, timeout: float = 300.0) -> dict:
+    """A proposal of ``job_id`` once decided: the POST waits ``request_wait_s``, then a 202's proposal is polled.
+    On the shared test server a solve may queue behind other tests' solves (schemathesis leaves some running); how
+    long it waits is the machine's speed, not the behaviour under test."""
+    r = client.post(f"/v1/jobs/{job_id}/proposals", json=body or {})
+    assert r.status_code in (201, 202), r.text
+    doc: dict = r.json()
+    deadline = time.monotonic() + timeout
+    while doc["status"] == "pending":
+        assert time.monotonic() < deadline, f"proposal still pending after {timeout} s: {doc}"
+        time.sleep(0.05)
+        doc = client.get(f"/v1/jobs/{job_id}/proposals/{doc['id']}").json()
+    return doc

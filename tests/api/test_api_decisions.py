@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.api.api_helpers import dense_stats, named, new_id, register
+from tests.api.api_helpers import dense_stats, named, new_id, proposal, register
 
 M = 24
 
@@ -35,9 +35,9 @@ def fill(client, jid: str, make, n: int, first: int = 1, epoch: int = 0) -> dict
 
 
 def propose(client, jid: str, algorithm: str = "flux") -> dict:
-    r = client.post(f"/v1/jobs/{jid}/proposals", json={"algorithm": algorithm, "time_limit_s": 1})
-    assert r.status_code == 201 and r.json()["status"] == "ready", r.text
-    return r.json()
+    doc = proposal(client, jid, {"algorithm": algorithm, "time_limit_s": 1})
+    assert doc["status"] == "ready", doc
+    return doc
 
 
 def test_a_steady_stream_is_left_alone_and_forced_execute_overrides(client):

@@ -10,7 +10,16 @@ import pytest
 from evaluation.generators import albic_synthetic
 from solvers import metrics
 from solvers.model import plan_from_dict
-from tests.api.api_helpers import assignment, execute_all_at_once, named, new_id, register, skewed_stats, wait_decided
+from tests.api.api_helpers import (
+    assignment,
+    execute_all_at_once,
+    named,
+    new_id,
+    proposal,
+    register,
+    skewed_stats,
+    wait_decided,
+)
 
 
 def _fill_window(client, job_id, job, first_batch=1, n=3, epoch=0):
@@ -33,9 +42,7 @@ def test_full_flow(client):
     assert state["window"]["ready"] and state["window"]["covered_batches"] == 3
     assert state["window"]["key_groups_covered"] == 12
 
-    r = client.post(f"/v1/jobs/{jid}/proposals", json={})
-    assert r.status_code == 201, r.text
-    prop = r.json()
+    prop = proposal(client, jid)
     assert prop["base_epoch"] == 0 and prop["status"] == "ready"
     assert prop["decision"]["worth"] and prop["decision"]["reason"] == "worth"
     plan = prop["plan"]
@@ -92,8 +99,8 @@ def test_stale_execute_is_409(client):
     jid = new_id()
     job = register(client, jid, window_batches=2, algorithm="flux")
     _fill_window(client, jid, job, n=2)
-    p1 = client.post(f"/v1/jobs/{jid}/proposals", json={}).json()
-    p2 = client.post(f"/v1/jobs/{jid}/proposals", json={}).json()
+    p1 = proposal(client, jid)
+    p2 = proposal(client, jid)
     assert client.post(f"/v1/jobs/{jid}/proposals/{p1['id']}/execute").status_code == 200
     r = client.post(f"/v1/jobs/{jid}/proposals/{p2['id']}/execute")
     assert r.status_code == 409 and "epoch" in r.json()["detail"]
@@ -107,7 +114,7 @@ def test_concurrent_executes_exactly_one_wins(server):
         jid = new_id()
         job = register(c, jid, window_batches=2, algorithm="flux", key_groups=30)
         _fill_window(c, jid, job, n=2)
-        props = [c.post(f"/v1/jobs/{jid}/proposals", json={}).json() for _ in range(6)]
+        props = [proposal(c, jid) for _ in range(6)]
     assert all(p["base_epoch"] == 0 and p["status"] == "ready" for p in props)
     codes = execute_all_at_once(server, jid, [p["id"] for p in props])
     assert sorted(codes) == [200] + [409] * (len(props) - 1)
@@ -133,7 +140,7 @@ def test_scale_in_drains_over_rounds_then_delete(client):
     assert client.post(f"/v1/jobs/{jid}/nodes", json={"delete": ["w2"]}).status_code == 409  # not empty yet
     rounds = 0
     while any(n["id"] == "w2" and n["key_groups"] for n in client.get(f"/v1/jobs/{jid}").json()["nodes"]):
-        p = client.post(f"/v1/jobs/{jid}/proposals", json={}).json()
+        p = proposal(client, jid)
         assert p["plan"]["metrics"]["migrations"] <= 2
         # draining a removing node is always worth it (the policy's noise and gain rules do not hold it back)
         assert p["decision"]["worth"] and p["decision"]["reason"] == "drain", p["decision"]
@@ -150,7 +157,7 @@ def test_node_change_makes_old_proposals_stale(client):
     jid = new_id()
     job = register(client, jid, window_batches=1, algorithm="flux")
     _fill_window(client, jid, job, n=1)
-    p = client.post(f"/v1/jobs/{jid}/proposals", json={}).json()
+    p = proposal(client, jid)
     assert client.post(f"/v1/jobs/{jid}/nodes", json={"add": ["w9"]}).status_code == 200
     assert client.post(f"/v1/jobs/{jid}/proposals/{p['id']}/execute").status_code == 409
 

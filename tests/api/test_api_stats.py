@@ -16,7 +16,7 @@ from controller.errors import TooLarge
 from controller.stats import batch_of
 from rebalancer_client.contract import Stats
 from solvers.errors import InvalidInput
-from tests.api.api_helpers import new_id, register
+from tests.api.api_helpers import new_id, proposal, register
 
 M = 4
 IDS = [f"agg/{k}" for k in range(M)]
@@ -157,7 +157,7 @@ def test_both_forms_count_the_same(client):
         r = client.post(f"/v1/jobs/{jid}/stats", json=body)
         assert r.status_code == 202 and r.json()["counted"], r.text
         jobs.append(client.get(f"/v1/jobs/{jid}").json())
-        p = client.post(f"/v1/jobs/{jid}/proposals", json={"algorithm": "flux"}).json()
+        p = proposal(client, jid, {"algorithm": "flux"})
         jobs[-1]["moves"] = p["plan"]["moves"]
     a, b = jobs
     assert a["metrics"] == b["metrics"] and a["metrics"]["total_load"] == sum(loads)
