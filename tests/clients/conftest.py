@@ -16,14 +16,15 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.server import InProcessServer, ServerProcess, free_port
+from tests.helpers.server import UNSTARVED, InProcessServer, ServerProcess, free_port
 
 
 def _controller(db: Path) -> ServerProcess:
-    """The server's own defaults (two solver workers, 5 s request wait), no tokens, a fresh SQLite file; returned
-    once both solver workers have answered a plan, so that a test's first solve does not wait for a worker's
-    imports (drivers here use timeouts of 1.5 s; on a loaded machine a cold worker took longer)."""
-    srv = ServerProcess(f"sqlite:///{db}", test_settings=False, log_path=db.with_suffix(".log")).start()
+    """The server's own defaults (two solver workers, 5 s request wait; the workers not niced), no tokens, a fresh
+    SQLite file; returned once both solver workers have answered a plan, so that a test's first solve does not wait
+    for a worker's imports (drivers here use timeouts of 1.5 s; on a loaded machine a cold worker took longer)."""
+    srv = ServerProcess(f"sqlite:///{db}", test_settings=False, settings=UNSTARVED,
+                        log_path=db.with_suffix(".log")).start()
     problem = {"nodes": [{"id": "a"}, {"id": "b"}], "key_groups": [{"id": "k", "node": "a", "load": 1.0}]}
     with ThreadPoolExecutor(2) as ex, srv.client(timeout=120) as c:
         codes = list(ex.map(lambda _: c.post("/v1/plans", json={"problem": problem, "algorithm": "flux"}).status_code,
@@ -42,7 +43,7 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
 @pytest.fixture(scope="session")
 def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
     d = tmp_path_factory.mktemp("app_server")
-    with InProcessServer(database_url=f"sqlite:///{d}/rebalancer.db", test_settings=False).start() as srv:
+    with InProcessServer(database_url=f"sqlite:///{d}/rebalancer.db", test_settings=False, **UNSTARVED).start() as srv:
         yield srv
 
 

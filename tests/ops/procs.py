@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 from tests.helpers.procs import alive, cmdline, descendants, wait_gone
-from tests.helpers.server import ServerProcess, free_port
+from tests.helpers.server import UNSTARVED, ServerProcess, free_port
 
 __all__ = ["ROOT", "Serve", "alive", "cmdline", "descendants", "free_port", "wait_gone"]
 
@@ -23,8 +23,9 @@ class Serve(ServerProcess):
     def __init__(self, tmp: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
         port = free_port()
         self.db = None if "--database" in args else f"sqlite:///{tmp}/ops-{port}.db"
-        super().__init__(self.db, settings={"solver_workers": 2}, env=env, log_path=tmp / f"serve-{port}.log",
-                         test_settings=False, log_level="info", port=port, args=args)
+        super().__init__(self.db, settings={"solver_workers": 2, **UNSTARVED}, env=env,
+                         log_path=tmp / f"serve-{port}.log", test_settings=False, log_level="info", port=port,
+                         args=args)
         self.spawn()
 
     def text(self) -> str:

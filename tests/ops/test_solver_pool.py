@@ -21,8 +21,11 @@ from solvers.model import Problem
 
 def run(body: Callable[[SolverPool], Awaitable[Any]], **kw: Any) -> Any:
     """``body(pool)`` on a warm pool of real workers. The kill deadline of a solve is a minute unless the test sets
-    ``kill_grace_s``: a loaded machine must not turn a quick solve into a timeout."""
+    ``kill_grace_s``: a loaded machine must not turn a quick solve into a timeout. The workers run at the tests'
+    priority unless the test sets ``nice`` (at the default 19 a worker gets ~1 % of a core beside the other test
+    processes and can miss even that minute)."""
     kw.setdefault("kill_grace_s", 60.0)
+    kw.setdefault("nice", 0)
 
     async def main() -> Any:
         pool = SolverPool(kw.pop("workers", 2), kw.pop("max_concurrent", 8), kw.pop("max_time_limit", 0.5), **kw)
@@ -98,6 +101,16 @@ def test_an_overrunning_solve_is_killed_and_the_others_finish() -> None:
         assert solved.assignment.shape == (6,)
 
     run(body, kill_grace_s=0.5)
+
+
+def test_workers_run_at_the_niceness_they_are_given() -> None:
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+
+    async def body(pool: SolverPool) -> list[int]:
+        await until(lambda: len(pool.pids()) == 2, "two workers")
+        return [os.getpriority(os.PRIO_PROCESS, pid) for pid in pool.pids()]
+
+    assert run(body, nice=5) == [min(19, own + 5)] * 2
 
 
 def test_a_crashed_worker_fails_only_its_request() -> None:

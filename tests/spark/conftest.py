@@ -7,12 +7,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers.server import ServerProcess
+from tests.helpers.server import UNSTARVED, ServerProcess
 
 
 @pytest.fixture(scope="module")
 def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     db = tmp_path_factory.mktemp("controller") / "rebalancer.db"
-    c = ServerProcess(f"sqlite:///{db}", test_settings=False, log_path=db.with_suffix(".log")).start()
+    c = ServerProcess(f"sqlite:///{db}", test_settings=False, settings=UNSTARVED,
+                      log_path=db.with_suffix(".log")).start()
     yield c
     c.stop()
