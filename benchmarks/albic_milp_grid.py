@@ -106,7 +106,8 @@ def update_best_known(seconds: float, seeds: list[int], log: Callable[[str], Non
 CLOCKED_MODULES = ("solvers.albic.milp", "solvers.albic.milp.phases", "solvers.albic.milp.search",
                    "solvers.albic.milp.submodel", "solvers.albic.milp.bounds", "solvers.albic.milp.cpsat",
                    "solvers.albic.milp.levels", "solvers.baselines.flux", "solvers.albic.collocation",
-                   "solvers.albic.collocation_moves", "solvers.albic.collocation_sets")
+                   "solvers.albic.collocation_moves", "solvers.albic.collocation_sets",
+                   "solvers.albic.milp.lagrange")
 
 
 def cpu_clock(patch: Callable[[Any, str, Any], None] = setattr) -> None:

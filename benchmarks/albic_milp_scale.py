@@ -163,8 +163,8 @@ def run_exact(instances: int, time_limit: float = 1.0, seed0: int = 0) -> dict:
         lb = float(pl.lower_bound or 0.0)
         rows.append({"seed": i, "comm": p.communicates, "opt": opt,
                      "reference_seconds": ref_s, "plan": d, "lower_bound": lb, "status": pl.status, "wall": wall,
-                     "bound_above_opt": lb > opt + tol, "false_optimal": pl.status == "optimal" and d > opt + tol and not lexicographic,
-                     "lexicographic": lexicographic,
+                     "bound_above_opt": lb > opt + tol, "lexicographic": lexicographic,
+                     "false_optimal": pl.status == "optimal" and d > opt + tol and not lexicographic,
                      "plan_below_opt": d < opt - tol, "found_opt": d <= opt + tol})
         if i % 100 == 0:
             log(f"[exact] {i - seed0 + 1}/{instances}")

@@ -35,6 +35,10 @@ inside ``time_limit``:
    makes the model a small subset sum, which CP-SAT settles in milliseconds where it cannot squeeze the min–max
    objective); found, it is optimal. It takes the last ``AT_BOUND_SHARE`` of the restarts' time (on small
    instances: runs after them, before the exact model).
+   **3c. Lagrangian bound**: on instances too large for the exact model, the last ``LAGRANGE_SHARE`` of the
+   restarts' time bisects between the analytic bound and the incumbent's distance with prices on the key groups
+   (:mod:`solvers.albic.milp.lagrange`: a plan's migrations are at least the sum over nodes of their cheapest
+   pattern); time it leaves goes back to the search.
 4. **Exact model on small instances** — when units × nodes ≤ 6,000 the full MILP is solved by CP-SAT (or CBC),
    hinted with the incumbent; its proven bound is combined with the analytic one; with communication costs CP-SAT
    charges cut edges exactly, so the plan and the bound are those of the true objective

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from solvers.albic.milp.kicks import kick, kickable
+from solvers.albic.milp.lagrange import applies as lagrange_applies
+from solvers.albic.milp.lagrange import lagrange_bound
 from solvers.albic.milp.loader import Loader
 from solvers.albic.milp.search import improve
 from solvers.albic.milp.state import Pool, State, hint_place, placement_ok
@@ -45,6 +47,7 @@ RESTART_END = 0.9              # … and here otherwise (then neighbourhood sear
 STOP_MARGIN = (0.03, 0.05, 6e-7)  # seconds + share of the limit + seconds per key group kept for picking and
 #                                   checking the plan (O(m) work that cannot stop: ~0.06 s at 100,000 key groups)
 OPTIMALITY_TOL = 1e-6          # "optimal": distance within 1e-6 × mean utilisation of a valid bound
+LAGRANGE_SHARE = 0.15          # the Lagrangian bound (:mod:`.lagrange`) after the restarts, for at most this share
 
 
 @dataclass
@@ -147,13 +150,13 @@ def _at_bound_start(run: Run) -> State | None:
     return start
 
 
-def _at_bound(run: Run, start: State, seed: int) -> None:
+def _at_bound(run: Run, start: State, seed: int, reserve: float = 0.0) -> None:
     """Phase 3b: the decision model at the bound (:func:`~solvers.albic.milp.submodel.at_bound`) for at most
     ``AT_BOUND_SHARE`` of the limit, when the restarts before it have not reached the bound and the solver is
     loaded."""
     if run.reached() or not run.solver.ready():
         return
-    end = min(time.perf_counter() + AT_BOUND_SHARE * run.limit, run.stop)
+    end = min(time.perf_counter() + AT_BOUND_SHARE * run.limit, run.stop - reserve)
     run.best, info = at_bound(start, run.pool, run.lb, run.best, end, 1, seed)
     run.details.update(info)
 
@@ -206,6 +209,17 @@ def restarts(run: Run, end: float) -> None:
                        search_seconds=round(time.perf_counter() - run.t_start, 4))
 
 
+def _tighten(run: Run, end: float) -> None:
+    """Phase 3c: the Lagrangian bound (:func:`~solvers.albic.milp.lagrange.lagrange_bound`) between the proven
+    bound and the incumbent's distance until ``end`` (time it leaves goes back to the search)."""
+    if run.reached() or run.pool.best is None:
+        return
+    t0 = time.perf_counter()
+    lb = lagrange_bound(run.p, run.lb, run.pool.best[0][2], end)
+    run.details.update(lagrange_bound=lb, lagrange_seconds=round(time.perf_counter() - t0, 4))
+    run.lb = max(run.lb, lb)
+
+
 def _accept(run: Run, s: State, cur: State, origin: str) -> State:
     """The next round's start after a round that ended with ``s``: ``s`` if it is the new best plan (offered to the
     pool) or within ``ACCEPT`` of the best distance, else ``cur``."""
@@ -228,10 +242,14 @@ def search(run: Run, full: bool, plain: bool, backend: str, workers: int, seed: 
     lns = not full and run.stop - run.at(restart_end) >= LNS_MIN_SECONDS
     if not run.reached() and (full or start is not None or lns):
         run.solver.start(run.stop - time.perf_counter() - MILP_MIN_SECONDS)
+    # phase 3c's share (the Lagrangian bound) is kept from the restarts and the decision model before it
+    reserve = LAGRANGE_SHARE * run.limit if not full and lagrange_applies(run.p) else 0.0
     if start is not None and not full:
-        restarts(run, min(run.at(restart_end - AT_BOUND_SHARE), run.stop))
-        _at_bound(run, start, seed)
-    restarts(run, min(run.at(restart_end), run.stop))
+        restarts(run, min(run.at(restart_end - AT_BOUND_SHARE), run.stop - reserve))
+        _at_bound(run, start, seed, reserve)
+    restarts(run, min(run.at(restart_end), run.stop - reserve))
+    if reserve:
+        _tighten(run, min(time.perf_counter() + reserve, run.stop))
     if run.reached():
         return
     if full:
