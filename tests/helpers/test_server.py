@@ -52,7 +52,8 @@ def test_app_client_runs_on_the_callers_loop(tmp_path: Path):
     from controller.settings import Settings
 
     async def main() -> None:
-        async with app_client(Settings(database_url=f"sqlite:///{tmp_path}/db.sqlite", solver_workers=1)) as (c, ctl):
+        settings = Settings(database_url=f"sqlite:///{tmp_path}/db.sqlite", solver_workers=1, solver_nice=0)
+        async with app_client(settings) as (c, ctl):
             assert (await c.put("/v1/jobs/j1", json=JOB)).status_code == 201
             assert "j1" in ctl.ctx.jobs and ctl.ctx.started  # the lifespan ran on this loop
 

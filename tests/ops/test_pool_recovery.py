@@ -54,7 +54,7 @@ def test_a_pool_that_cannot_start_any_worker_is_broken_and_says_why() -> None:
 
 def test_queued_solves_fail_when_the_pool_breaks_instead_of_waiting() -> None:
     async def main() -> None:
-        pool = SolverPool(1, 4, 0.5, memory_limit_mb=1, max_start_failures=3, start_backoff_s=0.01)
+        pool = SolverPool(1, 4, 0.5, memory_limit_mb=1, max_start_failures=3, start_backoff_s=0.01, nice=0)
         try:
             queued = [asyncio.ensure_future(pool.call("time", "sleep", 0)) for _ in range(3)]  # starts the workers
             res = await asyncio.wait_for(asyncio.gather(*queued, return_exceptions=True), EVENT_TIMEOUT_S)

@@ -191,7 +191,7 @@ def test_pools_started_on_other_threads_do_not_take_each_other_down() -> None:
     result: dict[str, Any] = {}
 
     async def a() -> None:
-        pool = SolverPool(1, 4, 1.0)
+        pool = SolverPool(1, 4, 1.0, nice=0)
         await pool.warm()
         a_ready.set()
         b_ready.wait(120)
@@ -199,7 +199,7 @@ def test_pools_started_on_other_threads_do_not_take_each_other_down() -> None:
 
     async def b() -> None:
         a_ready.wait(120)
-        pool = SolverPool(1, 4, 1.0)
+        pool = SolverPool(1, 4, 1.0, nice=0)
         try:
             await pool.warm()
             b_ready.set()
