@@ -97,7 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     # sizes a buffer for one thread per core when numpy loads — 75 ms of a cold `rebalancer plan` on 2 cores
     # (start-up 0.34 → 0.27 s, median of 7), more with more cores. Set before any command imports numpy.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    parser = build_parser(sys.argv[1:] if argv is None else argv)
+    args_list = sys.argv[1:] if argv is None else argv
+    if next((a for a in args_list if not a.startswith("-")), None) in COMMAND_OWNER:
+        # pydantic looks for plugins (a scan of every installed distribution's entry points) when it builds its
+        # first validator: ~10 ms of CPU of a cold `rebalancer plan` (median of 15 paired runs), counted against the
+        # time limit, for plugins (observability) a planning command has no use for. Unless the user chose.
+        os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    parser = build_parser(args_list)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

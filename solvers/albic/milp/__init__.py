@@ -11,7 +11,7 @@ Multi-Dimensional Load").
 Solving it fast enough to matter ("Speed is the work here") — the whole call, model building included, stays
 inside ``time_limit``:
 
-1. **Warm start** — for plain key groups the complete Flux plan (it finishes in ~0.2 s at 1,000 × 100,000; above
+1. **Warm start** — for plain key groups the complete Flux plan (0.03–0.06 s of CPU at 1,000 × 100,000; above
    ``FLUX_COMPLETE_MAX`` key groups it is cut off if it needs more than ``FLUX_SHARE`` of the limit), then a
    best-improvement local search of moves and swaps around the node with the largest deviation
    (:mod:`solvers.albic.milp.search`; only units of the worst nodes move, only onto the ~48 most opposite nodes)
@@ -62,7 +62,9 @@ Flux ≤ ``FLUX_SHARE``, the greedy until ``GREEDY_SHARE`` after Flux, every oth
 applies, its ``AT_BOUND_SHARE`` is the restarts' last share, or follows them on small instances), then the MILP
 phase; ``STOP_MARGIN`` is kept for picking and checking the plan.
 
-Imports: phases 1 and 2 need numpy only (scipy.sparse only for communication edges). OR-tools (0.3 s of CPU,
+Imports: phases 1 and 2 need numpy only (scipy.sparse only for communication edges); numpy.random (15 ms of CPU)
+is imported when the restarts first draw a number (:attr:`~solvers.albic.milp.phases.Run.rng`), so a fresh
+process whose time is up before them does not pay for it. OR-tools (0.3 s of CPU,
 seconds on a loaded machine) is imported in a background thread once they are done, and only when a MILP phase
 could still run after it: the time left covers the import (``IMPORT_SECONDS`` of :mod:`solvers.albic.milp.loader`)
 and ``MILP_MIN_SECONDS``. The restarts go on meanwhile, and a MILP phase starts only once the import is done — on
@@ -87,7 +89,6 @@ import time
 from typing import Any
 
 import numpy as np
-from numpy.random import default_rng  # numpy imports it on first use: at import, not inside the time limit
 
 from solvers import metrics
 from solvers.albic.milp.bounds import analytic_bound, load_left_on_removing
@@ -175,8 +176,9 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     pool = Pool(units, floor0)
     if unit_of is None:
         pool.offer(p.current.copy(), "current")
-    pool.offer(base_place, "start")
-    run = Run(p, units, pool, t_start, time_limit, t_lin, default_rng(seed),
+    if unit_of is not None or not np.array_equal(base_place, p.current):  # the same plan twice: O(m) for nothing
+        pool.offer(base_place, "start")
+    run = Run(p, units, pool, t_start, time_limit, t_lin, seed,
               State(units, base_place, t_lin), [(base_place, "greedy")], backend_loader(backend), details=details)
     if run.drain:
         run.b_left = load_left_on_removing(p)

@@ -6,6 +6,7 @@ scheme and the time shares named here).
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,8 @@ STOP_MARGIN = (0.03, 0.05, 6e-7)  # seconds + share of the limit + seconds per k
 #                                   checking the plan (O(m) work that cannot stop: ~0.06 s at 100,000 key groups)
 OPTIMALITY_TOL = 1e-6          # "optimal": distance within 1e-6 × mean utilisation of a valid bound
 LAGRANGE_SHARE = 0.15          # the Lagrangian bound (:mod:`.lagrange`) after the restarts, for at most this share
+RNG_IMPORT_SECONDS = 0.02      # numpy.random's import (15 ms of CPU): restarts start in a fresh process only with this
+#                                much time left (:attr:`Run.rng`)
 
 
 @dataclass
@@ -60,7 +63,7 @@ class Run:
     t_start: float
     limit: float
     t_lin: float
-    rng: np.random.Generator
+    seed: int
     best: State
     starts: list[tuple[np.ndarray, str]]
     solver: Loader
@@ -68,6 +71,22 @@ class Run:
     b_left: float = 0.0        # a lower bound on the load every plan leaves on removing nodes (drain objective)
     lex_proven: bool = False   # the full model by levels proved the drain objective (:mod:`.levels`)
     details: dict[str, Any] = field(default_factory=dict)
+    _rng: np.random.Generator | None = None
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The random generator of the restarts and the neighbourhood search (``default_rng(seed)``), made on first
+        use: a fresh process (``rebalancer plan``) imports numpy.random only when a call gets that far."""
+        if self._rng is None:
+            from numpy.random import default_rng
+            self._rng = default_rng(self.seed)
+        return self._rng
+
+    def rng_in_time(self, end: float) -> bool:
+        """Whether :attr:`rng` is at hand before ``end``: made, numpy.random imported, or time left for the import
+        (``RNG_IMPORT_SECONDS``)."""
+        return self._rng is not None or "numpy.random" in sys.modules \
+            or end - time.perf_counter() >= RNG_IMPORT_SECONDS
 
     def at(self, share: float) -> float:
         return self.t_start + share * self.limit
@@ -174,11 +193,12 @@ def restarts(run: Run, end: float) -> None:
     node count: 87 → 97–99 of 116 runs within the best known + 5 %; with the kicks and the budget-freeing step of
     :func:`~solvers.albic.milp.kicks.free_step` 106–109). (GRASP restarts from the starts in one round of three made
     the plans of 12 grid instances × 2 seeds at 1 s of CPU 7 % worse in geometric mean: the time goes to ruins.)"""
-    units, rng = run.units, run.rng
+    units = run.units
     ruins = kicks = 0
     cur = run.best
     kicking = kickable(cur)
-    while time.perf_counter() < end and not run.reached():
+    while time.perf_counter() < end and not run.reached() and run.rng_in_time(end):
+        rng = run.rng
         s = cur.copy()
         if kicking and rng.random() < KICK_SHARE and kick(s, rng, int(rng.integers(1, 4))):
             kicks += 1

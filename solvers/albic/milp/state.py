@@ -201,6 +201,11 @@ def hint_place(units: Units, hint: np.ndarray) -> np.ndarray:
     return place
 
 
+def _over_budget(p: Problem, count: float, byts: float) -> bool:
+    return (p.max_migrations is not None and count > p.max_migrations) or (
+        p.max_migration_bytes is not None and byts > p.max_migration_bytes * (1 + 1e-12))
+
+
 def cheapest_feasible_units(problem: Problem, units: Units, unit_of: np.ndarray | None,
                             allowed: dict[int, np.ndarray] | None) -> tuple[Units, np.ndarray]:
     """Place every unit on its cheapest allowed node; if that exceeds the budget, break the most expensive
@@ -217,13 +222,11 @@ def cheapest_feasible_units(problem: Problem, units: Units, unit_of: np.ndarray 
         cb = units.cost_bytes_to(np.arange(units.n_units), safe)
         cc[bad] = 0
         cb[bad] = 0.0
-        order = np.argsort(-cc, kind="stable")
         split: list[int] = list(bad)
         tot_c, tot_b = float(cc.sum()), float(cb.sum())
-        for u in order.tolist():
-            over = (p.max_migrations is not None and tot_c > p.max_migrations) or (
-                p.max_migration_bytes is not None and tot_b > p.max_migration_bytes * (1 + 1e-12))
-            if not over or cc[u] == 0 and cb[u] == 0:
+        # the sort (O(m log m), 5 ms at 100,000 units) only when the placement breaks the budget
+        for u in np.argsort(-cc, kind="stable").tolist() if _over_budget(p, tot_c, tot_b) else []:
+            if not _over_budget(p, tot_c, tot_b) or cc[u] == 0 and cb[u] == 0:
                 break
             split.append(u)
             tot_c -= cc[u]

@@ -12,7 +12,9 @@
   (plus removing nodes that still hold load and two random nodes) and the units on them, everything else fixed;
   conservative rounding, so every sub-model plan is feasible (and is checked again).
 
-OR-tools / PuLP are imported here lazily, only when a MILP phase runs.
+OR-tools / PuLP and the model builder (:mod:`.scaled`) are imported here lazily, only when a MILP phase runs (by
+then the solver's background import, :mod:`.loader`, has loaded them): a fresh process that never gets that far
+does not pay for them.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from solvers.albic.milp.scaled import build, unit_edges
 from solvers.albic.milp.state import Pool, State, keep_better, placement_ok
 from solvers.albic.milp.units import Units
 
@@ -56,6 +57,7 @@ def full_model(state: State, pool: Pool, seconds: float, backend: str, workers: 
     seconds -= time.perf_counter() - t0
     if seconds <= 0.02:
         return state, None, "not run (no time left after importing the solver)"
+    from solvers.albic.milp.scaled import build  # loaded with the solver (:mod:`.loader`), like every MILP phase
     units = state.units
     p = units.problem
     exact_loads = not p.communicates
@@ -94,6 +96,7 @@ def at_bound(start: State, pool: Pool, lb: float, best: State, deadline: float, 
 
     Returns the best state (``best`` or better) and ``{"at_bound_tries", "at_bound_improved"}``."""
     from solvers.albic.milp.cpsat import solve_cpsat
+    from solvers.albic.milp.scaled import build
     units = start.units
     info: dict[str, Any] = {"at_bound_tries": 0, "at_bound_improved": 0}
     lo, hi = lb, best.key()[2]
@@ -135,6 +138,7 @@ def _moved(state: State, cand: np.ndarray, place: np.ndarray | None) -> State | 
 
 
 def _edge_count(units: Units) -> int:
+    from solvers.albic.milp.scaled import unit_edges
     return len(unit_edges(units)[0])
 
 
@@ -143,6 +147,7 @@ def neighbourhood_search(state: State, pool: Pool, deadline: float, budget_total
     """LNS rounds until ``deadline`` (or ``done()``); the neighbourhood grows after a proven sub-optimum."""
     if deadline - time.perf_counter() < LNS_MIN_SECONDS or done():
         return state, {"lns_iterations": 0, "lns_improved": 0}
+    from solvers.albic.milp.scaled import build
     units = state.units
     n = units.problem.n_nodes
     solver = _backend(backend)
