@@ -242,9 +242,10 @@ def test_a_batch_plan_is_compiled_once_per_query_not_once_per_batch(spark, tmp_p
 
 
 def test_a_restart_reads_with_the_stored_schema_and_its_first_batch_is_the_only_job(spark, tmp_path):
-    """A commit record keeps the stored columns' schema: a restart plans the stored state without a Spark job
-    (no schema inference, one per directory read; no job placing the rows), and the first batch after it reads,
-    places and merges the state in its one job. A record without a schema (an earlier release) is still read."""
+    """A commit record keeps the stored columns' schema: a restart plans the stored state without a job in the
+    caller's thread (no schema inference, one per directory read; the stored rows are read and placed in a thread
+    of its own while the query starts), and the first batch after it merges the state in its one job. A record
+    without a schema (an earlier release) is still read."""
     from pyspark.sql.types import StructType
 
     frames = _batches(n=5, seed=14)
@@ -278,3 +279,77 @@ def test_a_restart_reads_with_the_stored_schema_and_its_first_batch_is_the_only_
     d3.process(spark.createDataFrame(frames[4]), 4)
     _eq(_state(d3), _expected(frames))
     d3.close()
+
+
+def test_a_restarts_first_batch_merges_every_stored_version_in_the_aggregation_of_every_batch(spark, tmp_path):
+    """The first batch after a restart merges the stored rows of every version (a snapshot and its deltas, read
+    and placed while the query starts) in the merge's own aggregation — no aggregation of their own keeps the
+    newest row per key first (a ``max_by`` of a struct sorted the whole stored state) — and that merge has the plan
+    and code of every batch: the restart compiles the code that reads and places the stored rows, nothing else (a
+    plan of its own compiled 11 classes)."""
+    frames = _batches(n=6, seed=15)
+    d = _driver(spark, tmp_path / "s")
+    for b in range(5):                                  # v0 snapshot, deltas v1..v4: several versions per key
+        d.process(spark.createDataFrame(frames[b]), b)
+    d.close()
+    metric = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    batch = spark.createDataFrame(frames[5])
+    batch.count()                                       # (the batch's own scan code, not the restart's)
+    d2 = _driver(spark, tmp_path / "s")
+    plans = []
+    replace = d2.state._replace
+
+    def planned(new_df, **kw):
+        if kw.get("checkpoint", True):                  # (the merge; a lazy restore is not checkpointed)
+            plans.append(new_df._jdf.queryExecution().executedPlan().toString())
+        replace(new_df, **kw)
+
+    d2.state._replace = planned
+    before = metric.getCount()
+    d2.start()
+    d2.process(batch, 5)
+    compiled = metric.getCount() - before
+    assert len(plans) == 1                              # the merge's: no restored state of its own
+    merge = plans[0]
+    assert merge.count("HashAggregate(") == 2, merge    # the batch's partial aggregation and the merge
+    assert "SortAggregate" not in merge and "ObjectHashAggregate" not in merge
+    assert compiled <= 3, compiled                      # the stored read (driver-side check, task; its shuffle)
+    _eq(_state(d2), _expected(frames))
+    d2.close()
+
+
+def test_values_that_do_not_combine_in_their_type_and_nulls_merge_exactly_across_restarts(spark, tmp_path):
+    """Maxima of strings (no hash aggregation: the classic merge) and sums of keys seen only with nulls, across
+    restarts that read a snapshot and deltas: the same state as an aggregation of all batches."""
+    from pyspark.sql import functions as F
+
+    aggs = {"n": ("count", None), "total": ("sum", "v"), "last": ("max", "s"), "low": ("min", "v")}
+    schema = "key string, v long, s string"
+    rng = np.random.default_rng(16)
+    frames = []
+    for _ in range(6):
+        ranks = np.minimum(rng.zipf(1.3, 300), 60)
+        frames.append([(f"k{r}", None if r % 5 == 0 else int(x), f"s{x}")
+                       for r, x in zip(ranks, rng.integers(0, 50, 300), strict=True)])
+
+    def driver(aggregations):
+        return RebalancingDriver(spark, key="key", aggregations=aggregations, key_groups=12, partitions=3,
+                                 durability=DurabilityConfig(state_dir=str(tmp_path / str(len(aggregations))),
+                                                             snapshot_every=3))
+
+    every = spark.createDataFrame([r for f in frames for r in f], schema)
+    for kept in (["n", "total", "low"], list(aggs)):   # every value combines in its type; a string maximum too
+        chosen = {k: aggs[k] for k in kept}
+        for run in ((0, 1, 2, 3), (4,), (5,)):          # restarts after a snapshot's delta, then after a delta
+            d = driver(chosen)
+            for b in run:
+                d.process(spark.createDataFrame(frames[b], schema), b)
+            assert d.state._versioned == ("last" not in kept)
+            got = d.state_frame().toPandas().set_index("key").sort_index()
+            d.close()
+        exp = every.groupBy("key").agg(F.count(F.lit(1)).alias("n"), F.sum("v").alias("total"),
+                                       F.max("s").alias("last"), F.min("v").alias("low"))
+        exp = exp.toPandas().set_index("key").sort_index()
+        assert got.index.tolist() == exp.index.tolist()
+        for c in kept:
+            assert [None if pd.isna(x) else x for x in got[c]] == [None if pd.isna(x) else x for x in exp[c]], c

@@ -7,9 +7,9 @@ its durable versions (:class:`rebalancer_client.spark.store.StateStore`) and, th
 
 1. **recovery** (at ``start()`` or the first batch, :mod:`rebalancer_client.spark.recovery`): the last committed state
    version is planned under the routing in force — the committed one, or the controller's placement for another
-   partition count — and read and placed by the first batch's job; a batch whose version is already committed
-   (Spark replays the batch it had not committed when the driver died) is *not* applied again — its output is
-   rewritten from the stored delta;
+   partition count — and read and placed while the query starts (or by the first batch's job); a batch whose version
+   is already committed (Spark replays the batch it had not committed when the driver died) is *not* applied again —
+   its output is rewritten from the stored delta;
 2. **batch boundary** — a placement that arrived earlier switches the routing now (only moved key groups' state
    changes partition; a new partition count re-places the whole state in one shuffle); from this batch on the
    driver runs under the placement's epoch;
@@ -181,7 +181,7 @@ class RebalancingDriver(Durable, LinkOwner):
         raises :class:`ConfigurationError`. Returns True when registered."""
         self._prepare()
         registered = self.link.start() if self.link is not None else False
-        self._recover()
+        self._recover(prefetch=True)
         return registered
 
     def _switch(self, target: Target) -> MigrationReport:

@@ -189,30 +189,49 @@ class StateBase:
         ``stored_df`` may hold several rows per key (a snapshot and deltas); the one with the highest ``_rb_v`` is
         kept, in the same shuffle. ``lazy``: the placed state is filled by the first job that reads it (the next
         batch's) instead of a job of its own."""
-        from pyspark.sql import functions as F
-
         self.routing = routing
         self.session = stored_df.sparkSession
         with no_adaptive(self.session):
-            df = (self._restorable(stored_df.select(*self.stored_columns(), VERSION_COL))
-                  .withColumn(ROUTE_COL, routing.route_column(F.col(KG_COL))))
-            placed = routing.place(df)
-            if dedup:
-                rest = [*self.value_columns(), VERSION_COL]
-                newest = F.max_by(F.struct(*[F.col(c) for c in rest]), F.col(VERSION_COL)).alias("_rb_row")
-                placed = (placed.groupBy(ROUTE_COL, KG_COL, *self.keys).agg(newest)
-                          .select(ROUTE_COL, KG_COL, *self.keys, *[F.col("_rb_row." + c).alias(c) for c in rest]))
-            placed = placed.withColumn(TOUCHED_COL, F.lit(False))
-            for c in self._batch_columns():
-                placed = placed.withColumn(c, F.lit(0).cast("long"))
-            self._replace(self._live(placed).select(*self._state_columns()), lazy=lazy)
+            placed = self._placed_versions(stored_df, routing)
+            self._replace(self._restored(self._newest(placed) if dedup else placed), lazy=lazy, checkpoint=not lazy)
 
-    def _replace(self, new_df: DataFrame, lazy: bool = False) -> None:
+    def prefetch(self) -> None:
+        """Read the rows of a lazy restore ahead of the first batch, in the background (nothing here)."""
+
+    def _placed_versions(self, stored_df: DataFrame, routing: RoutingTable) -> DataFrame:
+        """The restorable stored rows with their route under ``routing``, placed (one shuffle), ``_rb_v`` kept."""
+        from pyspark.sql import functions as F
+
+        df = (self._restorable(stored_df.select(*self.stored_columns(), VERSION_COL))
+              .withColumn(ROUTE_COL, routing.route_column(F.col(KG_COL))))
+        return routing.place(df)
+
+    def _newest(self, placed: DataFrame, version: str = VERSION_COL) -> DataFrame:
+        """Per key, the placed stored row with the highest ``version`` (one aggregation, no shuffle: the rows are
+        placed by the route). A version writes at most one row per key, so ``max_by`` of each column picks that
+        row's values (nulls included); fixed-width columns aggregate in a hash map (a ``max_by`` of a struct would
+        sort the rows)."""
+        from pyspark.sql import functions as F
+
+        rest = [*self.value_columns(), version]
+        newest = [F.max_by(F.col(c), F.col(version)).alias(c) for c in rest]
+        return placed.groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*newest)
+
+    def _restored(self, newest: DataFrame) -> DataFrame:
+        """State rows (unchanged by the latest batch) of the placed newest stored rows."""
+        from pyspark.sql import functions as F
+
+        batch = {c: F.lit(0).cast("long") for c in self._batch_columns()}
+        return self._live(newest.withColumns({TOUCHED_COL: F.lit(False), **batch})).select(*self._state_columns())
+
+    def _replace(self, new_df: DataFrame, lazy: bool = False, checkpoint: bool = True) -> None:
         """Materialise ``new_df`` as a local checkpoint (lineage cut, hash partitioning on the route kept: the
         plan was made without adaptive execution, whose root hides the partitioning) and drop the old state.
         ``lazy``: the checkpoint is filled by the next job that computes it; the old state, which that job still
-        reads, is dropped by :meth:`release_previous`."""
-        cp = new_df.localCheckpoint(eager=not lazy)
+        reads, is dropped by :meth:`release_previous`. ``checkpoint=False`` (a lazy restore): ``new_df`` itself,
+        planned into the next batch's job, whose new state is checkpointed (no plan of its own to make: planning a
+        checkpoint plans the whole restore)."""
+        cp = new_df.localCheckpoint(eager=not lazy) if checkpoint else new_df
         old, self.df = self.df, cp
         if old is not None:
             self._previous.append(old)

@@ -4,8 +4,10 @@ partition count included), restoring the committed state, and a replayed batch.
 A commit record holds the routing epoch, the partition of every key group, the query's nodes (its partitions, in
 order), and each key group's state bytes and latest load. A restart reads the record first — no Spark job — so
 that the controller can place the key groups for the query's partition count before the state is read; the stored
-rows are then placed under that routing in the one shuffle a restore costs anyway — lazily: the first batch's job
-reads them (the record keeps the stored schema, so reading them plans without a job). With another partition count
+rows are then placed under that routing in the one shuffle a restore costs anyway (the record keeps the stored
+schema, so reading them plans without a job): by a job in the background that ``start()`` leaves running while the
+query starts, else by the first batch's job, whose merge keeps the newest stored row of each key in its own
+aggregation (:meth:`rebalancer_client.spark.state.KeyedState.restore`). With another partition count
 and no controller to ask, the key groups are placed by the latest loads
 (:func:`rebalancer_client.spark.layout.rescaled`). The number of key groups is fixed for a state directory (like Flink's
 maximum parallelism).
@@ -101,11 +103,12 @@ class Durable:
         if self.link is not None:
             self.link.nodes = list(nodes)
 
-    def _recover(self, force: bool = False) -> None:
+    def _recover(self, force: bool = False, prefetch: bool = False) -> None:
         """Plan the last committed version placed under the routing in force (once; ``force``: again, after lost
-        blocks). No Spark job: the files are read with the record's schema (no inference) and the placed state is
-        filled by the first job that reads it — the next batch's, which merges the batch into it. The state bytes
-        per key group come from the record (no job to measure them)."""
+        blocks). The files are read with the record's schema (no inference job) and the placed state is filled by
+        the first job that reads it — the next batch's, which merges the batch into it; ``prefetch`` (a start
+        before the query's): the stored rows are read and placed meanwhile, in the background
+        (``KeyedState.prefetch``). The state bytes per key group come from the record (no job to measure them)."""
         if self.store is None or (self._recovered and not force):
             return
         self._prepare()
@@ -121,6 +124,8 @@ class Durable:
             return
         self.state.restore_extra(rec.extra)
         self.state.restore(df, self.routing, dedup=True, lazy=True)
+        if prefetch:
+            self.state.prefetch()
         sizes = rec.extra.get("state_bytes")
         self._state_b = None if sizes is None else (int(rec.version), np.asarray(sizes, dtype=np.int64))
         log.info("state version %d (epoch %d) of %s planned in %.2f s, placed on %d partitions (epoch %d)",

@@ -37,6 +37,7 @@ Aggregations are mergeable ones: ``count``, ``sum``, ``min``, ``max`` (``{"click
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,7 @@ from rebalancer_client.spark.routing import (
 )
 from rebalancer_client.spark.stats import row_bytes_column
 from rebalancer_client.spark.stats import sql_name as _q
+from rebalancer_client.spark.store import VERSION_COL
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,6 +76,25 @@ __all__ = ["B_COL", "D_COL", "N_COL", "TOUCHED_COL", "BatchPartials", "KeyedStat
            "release_checkpoint"]
 
 _MERGE = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+
+
+_FIXED = ("tinyint", "smallint", "int", "bigint", "float", "double", "boolean", "date", "timestamp", "timestamp_ntz")
+
+
+def _combinable(fn: str, dtype: str) -> bool:
+    """True when a state value of aggregation ``fn`` and type ``dtype`` (the batch's partial) combines with the
+    batch's by an expression of that type: a sum of ``bigint`` or ``double``, a minimum or maximum of a fixed-width
+    type (a decimal sum widens its type; strings would not aggregate in a hash map)."""
+    return dtype in (("bigint", "double") if _MERGE[fn] == "sum" else _FIXED)
+
+
+def _combined(out: str, fn: str, order: str, this: str) -> str:
+    """SQL: the merged value of ``out``: the value of the state row with the highest ``order`` (``max_by``, which
+    skips rows whose order is null: the batch's) combined with the batch's (``fn`` over the batch's row only)."""
+    old, new = f"max_by({_q(out)}, {order})", f"{_MERGE[fn]}(if({this}, {_q(out)}, null))"
+    if _MERGE[fn] == "sum":
+        return f"coalesce({old} + {new}, {old}, {new})"
+    return f"{'least' if _MERGE[fn] == 'min' else 'greatest'}({old}, {new})"
 
 
 class KeyedState(StateBase):
@@ -99,6 +120,10 @@ class KeyedState(StateBase):
         self._exprs: dict[str, list[Column]] = {}  # column expressions built once (see _merge_exprs)
         # (stream schema and routing, a batch's withColumns): see _routed_exprs
         self._routed: tuple[Any, dict[str, Column]] | None = None
+        # a lazy restore's placed stored rows, every version of a key (_rb_v), and the state planned from them: the
+        # next merge keeps the newest version per key itself (see _merge_versions)
+        self._versions: tuple[DataFrame, DataFrame, bool] | None = None  # (..., read ahead)
+        self._versioned = False  # the merge keeps the newest state row per key (see _merge_exprs)
 
     # ------------------------------------------------------------------ helpers
     def value_columns(self) -> list[str]:
@@ -204,11 +229,13 @@ class KeyedState(StateBase):
         The rows of the batch's keys are marked changed (the delta a durable store writes; ``version`` is not in
         the plan, see the module docstring). ``lazy``: the new state is materialised by the next job that reads it
         (the durable store's delta write) instead of a job of its own; the previous state is kept until
-        :meth:`release_previous`."""
+        :meth:`release_previous`. The first merge after a lazy restore reads the stored rows of every version
+        instead of the restored state (:meth:`restore`)."""
 
         with no_adaptive(self.session):  # (expressions as SQL text: one JVM call each, see row_bytes_column)
             x = self._merge_exprs(partials.df)
             new_rows = partials.df.select(*x["new_rows"])
+            versions = self._take_versions(new_rows)
             if self.df is None:
                 merged = new_rows
             else:
@@ -218,15 +245,17 @@ class KeyedState(StateBase):
                 # the batch's rows first: a union plans in its first child's session, the batch's (in which adaptive
                 # execution is off); a restored state belongs to the session that restored it, where adaptive
                 # execution would run the batch's shuffle in a job of its own while the merge is planned
-                state = self.df.select(*x["state"])
+                state = self.df.select(*x["state"]) if versions is None else versions
                 merged = merged_of(new_rows.unionByName(state))
                 # the merge's plan has the same shape every batch: its partitioning is checked until it holds once
                 # (inspecting the physical plan costs ~0.1 s of JVM calls per batch)
-                if not self._merge_placed and placed_by_route(merged, self.n_partitions):
-                    self._merge_placed = True
-                if not self._merge_placed:
+                if not (self._merge_placed and versions is None) and not placed_by_route(merged, self.n_partitions):
                     self.fallback_merges += 1
                     merged = merged_of(new_rows.unionByName(state).repartition(self.n_partitions, ROUTE_COL))
+                elif versions is None:
+                    self._merge_placed = True
+                if versions is not None:  # (a read-ahead checkpoint: released after the job that reads it)
+                    self._previous.append(versions)
             self._replace(merged, lazy=lazy)
         self.updates += 1
 
@@ -234,18 +263,29 @@ class KeyedState(StateBase):
         """The column expressions of :meth:`merge`, built once (they do not change from batch to batch; each is
         a JVM call): ``new_rows`` (the batch's rows, marked changed, with their size as the change ``D_COL``),
         ``state`` (the state's rows, unmarked), ``merge_by`` and ``merge`` (the aggregation of their union per key)
-        and ``merged`` (the state's columns of its result)."""
+        and ``merged`` (the state's columns of its result).
+
+        When every aggregate's value combines by an expression of the same type (fixed-width values, sums of
+        ``bigint`` or ``double``), the aggregation takes per key the value of the state row with the highest
+        ``N_COL`` (``max_by``; the batch's row is skipped) and combines it with the batch's: the same result as
+        merging the union (a state has one row per key), and one aggregation also when the state side holds every
+        stored version of a key — so that the first batch after a restart runs the code of every other batch."""
         from pyspark.sql import functions as F
 
         if "merge" not in self._exprs:
             size = self._row_bytes(partials_df)  # keys and values: the same types in the batch and the state
             this = _q(TOUCHED_COL)  # in the union: the batch's row of a key (the state's rows are not)
             front = self._cols([ROUTE_COL, KG_COL, *self.keys, *self.value_columns()])
-            merge = [F.expr(f"{_MERGE[fn]}({_q(out)})").alias(out) for out, (fn, _) in self.aggregations.items()]
+            types = dict(partials_df.dtypes)
+            self._versioned = all(_combinable(fn, types.get(out, "")) for out, (fn, _) in self.aggregations.items())
+            order = f"if({this}, null, coalesce({_q(N_COL)}, 0))"  # the state rows' (a restore's: their version)
+            merge = [F.expr(_combined(out, fn, order, this) if self._versioned else f"{_MERGE[fn]}({_q(out)})")
+                     .alias(out) for out, (fn, _) in self.aggregations.items()]
             merge.append(F.expr(f"bool_or({this})").alias(TOUCHED_COL))
             merge += [F.expr(f"cast(sum(if({this}, {_q(c)}, 0)) as bigint)").alias(c) for c in (N_COL, B_COL)]
             # the state row's size before the batch (null for a new key): its change is the delta's D_COL
-            merge.append(F.sum(F.when(~F.expr(this), size)).alias("_rb_old"))
+            merge.append((F.max_by(size, F.expr(order)) if self._versioned else F.sum(F.when(~F.expr(this), size)))
+                         .alias("_rb_old"))
             self._exprs.update(
                 new_rows=[*front, F.expr("true").alias(TOUCHED_COL), *self._cols([N_COL, B_COL]), size.alias(D_COL)],
                 state=[*front, F.expr("false").alias(TOUCHED_COL), *self._cols(self._batch_columns())],
@@ -254,6 +294,61 @@ class KeyedState(StateBase):
                 merged=[*front, *self._cols([TOUCHED_COL, N_COL, B_COL]),
                         (size - F.expr("coalesce(_rb_old, 0)")).cast("long").alias(D_COL)])
         return self._exprs
+
+    # ------------------------------------------------------------------ the first merge after a restore
+    def restore(self, stored_df: DataFrame, routing: RoutingTable, *, dedup: bool = False, lazy: bool = False) -> None:
+        """:meth:`StateBase.restore`; a lazy restore also keeps the placed stored rows of every version, which the
+        next merge reads instead of the restored state: its aggregation keeps the newest stored row of a key
+        itself (see :meth:`_merge_exprs`), so the stored rows are aggregated once, by the code of every batch."""
+        self._versions = None
+        if not (dedup and lazy):
+            super().restore(stored_df, routing, dedup=dedup, lazy=lazy)
+            return
+        from pyspark.sql import functions as F
+
+        self.routing = routing
+        self.session = stored_df.sparkSession
+        zero = F.lit(0).cast("long")
+        with no_adaptive(self.session):
+            # the rows as the merge's union takes them, the version in N_COL (see _merge_exprs), computed before the
+            # shuffle: after it, no projection — the merge's plan then has the stages (and code) of every batch's
+            rows = self._restorable(stored_df.select(*self.stored_columns(), VERSION_COL)).select(
+                routing.route_column(F.col(KG_COL)).alias(ROUTE_COL), *self._cols([KG_COL, *self.keys]),
+                *self._cols(self.value_columns()), F.lit(False).alias(TOUCHED_COL),
+                F.col(VERSION_COL).alias(N_COL), zero.alias(B_COL), zero.alias(D_COL))
+            placed = routing.place(rows)
+            self._replace(self._restored(self._newest(placed, N_COL)), lazy=True, checkpoint=False)
+        assert self.df is not None
+        self._versions = (placed, self.df, False)
+
+    def prefetch(self) -> None:
+        """Read and place the stored rows of a lazy restore now, in the background (a restart's
+        :meth:`~rebalancer_client.spark.driver.RebalancingDriver.start`: the query starts meanwhile): they become a
+        lazily filled local checkpoint (its hash partitioning on the route kept), which a job in a thread of its own
+        fills; the next merge reads it without waiting — its job reuses what that job read and placed, or computes
+        the rest itself."""
+        if self._versions is None or self._versions[2]:
+            return
+        placed, restored, _ = self._versions
+        with no_adaptive(self.session):  # planned here: the background thread must not change the session's conf
+            ahead = placed.localCheckpoint(eager=False)
+        self._versions = (ahead, restored, True)
+        threading.Thread(target=_fill, args=(ahead,), name="rebalancer-restore", daemon=True).start()
+
+    def _take_versions(self, new_rows: DataFrame) -> DataFrame | None:
+        """The placed stored rows of a lazy restore (read ahead by :meth:`prefetch`) when the merge keeps the newest
+        row per key itself, the state is still the one planned from them (no routing change since) and each value
+        column has the batch's type; None otherwise (the restored state is merged)."""
+        versions, self._versions = self._versions, None
+        if versions is None:
+            return None
+        placed, restored, ahead = versions
+        have, want = dict(placed.dtypes), dict(new_rows.dtypes)
+        if self._versioned and restored is self.df and all(have.get(c) == want[c] for c in self.aggregations):
+            return placed
+        if ahead:
+            release_checkpoint(placed)
+        return None
 
     def update(self, batch_df: DataFrame, version: int = 0) -> BatchPartials:
         """:meth:`partials` then :meth:`merge`; returns the (cached) partials for statistics."""
@@ -274,3 +369,13 @@ class KeyedState(StateBase):
 
             return pd.DataFrame(columns=[*self.keys, *self.aggregations])
         return frame.toPandas()
+
+
+def _fill(ahead: DataFrame) -> None:
+    """Compute a lazily filled local checkpoint (its blocks stay cached) by counting the rows of its RDD (a job
+    without a query plan of its own: no code to generate); a failure is left to the job that needs the rows (it
+    computes them again, and fails the batch if it fails too)."""
+    try:
+        ahead._jdf.queryExecution().analyzed().rdd().count()
+    except Exception as exc:  # noqa: BLE001 - see above
+        log.info("reading the committed state ahead failed (%s); the first batch reads it", exc)
