@@ -42,9 +42,10 @@ inside ``time_limit``:
 4. **Exact model on small instances** — when units × nodes ≤ 6,000 the full MILP is solved by CP-SAT (or CBC),
    hinted with the incumbent; its proven bound is combined with the analytic one; with communication costs CP-SAT
    charges cut edges exactly, so the plan and the bound are those of the true objective
-   (:func:`solvers.albic.milp.submodel.full_model`). Up to ``EXACT_FIRST_MAX`` (1,000) units × nodes it follows
-   the warm start at once, without phases 3 and 3b: it proves such an instance in milliseconds (148 random ones at
-   1 s: median wall 0.19 → 0.04 s, the same plans).
+   (:func:`solvers.albic.milp.submodel.full_model`). Up to ``EXACT_FIRST_MAX`` (1,000) units × nodes phase 3b
+   never runs before it, and with the solver loaded (a server's workers; not a fresh process still importing it) it
+   follows the warm start at once: it proves such an instance in milliseconds (148 random ones at 1 s: median wall
+   0.19 → 0.04 s, the same plans).
 5. **Large-neighbourhood search** with long time limits — the MILP restricted to the nodes with the largest
    deviation (plus removing nodes and a few random ones) and the units on them, everything else fixed
    (:func:`solvers.albic.milp.submodel.neighbourhood_search`).

@@ -253,17 +253,19 @@ def _accept(run: Run, s: State, cur: State, origin: str) -> State:
 
 def search(run: Run, full: bool, plain: bool, backend: str, workers: int, seed: int) -> None:
     """Phases 3–5: restarts (3b: the decision model at the bound, after them on small instances, else before their
-    last ``AT_BOUND_SHARE``; neither before an exact model of at most ``EXACT_FIRST_MAX`` units × nodes), then the
+    last ``AT_BOUND_SHARE``; neither before an exact model of at most ``EXACT_FIRST_MAX`` units × nodes when the
+    solver is loaded), then the
     exact model (small instances; by levels,
     :mod:`solvers.albic.milp.levels`) or neighbourhood search (large ones, long limits). The solver is imported in
     the background (:mod:`solvers.albic.milp.loader`) once the restarts start, only when a MILP phase could still
     run after it (the time left covers the import and ``MILP_MIN_SECONDS``); each MILP phase runs only once it is
     loaded."""
-    # a small exact model proves its optimum in milliseconds: the restarts and the decision model before it would
-    # only take its time (on a loaded machine all of it)
-    first = full and run.units.n_units * run.p.n_nodes <= EXACT_FIRST_MAX
-    restart_end = 0.0 if first else RESTART_END_SMALL if full else RESTART_END
-    start = _at_bound_start(run) if plain and not first else None
+    # a small exact model proves its optimum in milliseconds: the decision model before it would only take its time,
+    # and so would the restarts once the solver is loaded (on a loaded machine all of it); while a fresh process
+    # imports the solver they search as before (the import may not end in time)
+    small = full and run.units.n_units * run.p.n_nodes <= EXACT_FIRST_MAX
+    restart_end = 0.0 if small and run.solver.ready() else RESTART_END_SMALL if full else RESTART_END
+    start = _at_bound_start(run) if plain and not small else None
     lns = not full and run.stop - run.at(restart_end) >= LNS_MIN_SECONDS
     if not run.reached() and (full or start is not None or lns):
         run.solver.start(run.stop - time.perf_counter() - MILP_MIN_SECONDS)
