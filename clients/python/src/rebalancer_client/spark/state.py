@@ -97,6 +97,14 @@ def _combined(out: str, fn: str, order: str, this: str) -> str:
     return f"{'least' if _MERGE[fn] == 'min' else 'greatest'}({old}, {new})"
 
 
+def _kept(out: str, fn: str, dtype: str) -> str:
+    """SQL: the classic merge of ``out`` over the union, in the type of the batch's partial ``dtype``: a sum of
+    decimals widens its type by 10 digits (as ``groupBy().sum()`` does once), which merged every batch would change
+    the stored type each time — and a restart would then read files of different types."""
+    merged = f"{_MERGE[fn]}({_q(out)})"
+    return f"cast({merged} as {dtype})" if _MERGE[fn] == "sum" and dtype.startswith("decimal") else merged
+
+
 class KeyedState(StateBase):
     """Per-key aggregation state partitioned by a :class:`RoutingTable`.
 
@@ -279,7 +287,7 @@ class KeyedState(StateBase):
             types = dict(partials_df.dtypes)
             self._versioned = all(_combinable(fn, types.get(out, "")) for out, (fn, _) in self.aggregations.items())
             order = f"if({this}, null, coalesce({_q(N_COL)}, 0))"  # the state rows' (a restore's: their version)
-            merge = [F.expr(_combined(out, fn, order, this) if self._versioned else f"{_MERGE[fn]}({_q(out)})")
+            merge = [F.expr(_combined(out, fn, order, this) if self._versioned else _kept(out, fn, types.get(out, "")))
                      .alias(out) for out, (fn, _) in self.aggregations.items()]
             merge.append(F.expr(f"bool_or({this})").alias(TOUCHED_COL))
             merge += [F.expr(f"cast(sum(if({this}, {_q(c)}, 0)) as bigint)").alias(c) for c in (N_COL, B_COL)]
