@@ -175,19 +175,32 @@ class LoadTracker:
 
     def move(self, k: int, j: int) -> None:
         """Move key group ``k`` to node ``j`` and update loads and budget usage."""
-        p = self.problem
-        i = int(self.assignment[k])
-        if i == j:
+        if int(self.assignment[k]) == j:
             return
         self.loads += self.delta(k, j)
-        was_home = i == p.current[k]
-        now_home = j == p.current[k]
-        if was_home and not now_home:
+        self.charge(k, j)
+
+    def charge(self, k: int, j: int) -> None:
+        """Move key group ``k`` to node ``j`` in the assignment and the budget usage only (a caller that keeps the
+        loads itself): leaving its current node costs one migration and its bytes, coming back home refunds them."""
+        p = self.problem
+        i, home = int(self.assignment[k]), int(p.current[k])
+        if i == home and j != home:
             self.moves += 1
             self.bytes += float(p.state_bytes[k])
-        elif now_home and not was_home:
+        elif j == home and i != home:
             self.moves -= 1
             self.bytes -= float(p.state_bytes[k])
+        self.assignment[k] = j
+
+    def charge_many(self, k: np.ndarray, j: np.ndarray) -> None:
+        """:meth:`charge` for distinct key groups ``k`` at once."""
+        home = self.problem.current[k]
+        was, now = self.assignment[k] == home, j == home
+        leave, back = was & ~now, now & ~was
+        sb = self.problem.state_bytes[k]
+        self.moves += int(np.count_nonzero(leave)) - int(np.count_nonzero(back))
+        self.bytes += float(sb[leave].sum()) - float(sb[back].sum())
         self.assignment[k] = j
 
     def utilisation(self) -> np.ndarray:

@@ -110,7 +110,6 @@ class FluxRun:
         away = node_of_rank != p.current[order]
         self.away = KeySet(np.sort(node_of_rank[away] * M + np.flatnonzero(away)), dtype)
         self.count_cap = p.max_migrations
-        self.bytes_cap = None if p.max_migration_bytes is None else p.max_migration_bytes * (1 + 1e-12)
 
     def move_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The moves made so far: key groups, from, to."""
@@ -134,37 +133,18 @@ class FluxRun:
     def score(self) -> tuple[float, float]:
         return self.score_of(self.tr.loads)
 
-    def affordable(self, k: int, i: int, j: int) -> bool:
-        """Whether moving ``k`` from ``i`` to ``j`` keeps the budget (:meth:`LoadTracker.can_afford`)."""
-        ck = int(self.problem.current[k])
-        if i != ck or j == ck:
-            return True  # re-moving an already moved key group, or moving it home, costs nothing more
-        tr = self.tr
-        if self.count_cap is not None and tr.moves + 1 > self.count_cap:
-            return False
-        if self.bytes_cap is not None and tr.bytes + float(self.problem.state_bytes[k]) > self.bytes_cap:
-            return False
-        return True
-
     def record(self, r: int, i: int, j: int) -> None:
         """Move the key group of rank ``r`` from node ``i`` to node ``j`` (one by one): the budget and the
         assignment; the loads too with communication costs (:meth:`LoadTracker.move`), else the caller updates
         them; :meth:`close` adds the moves to the list and to the keys."""
-        p, tr = self.problem, self.tr
+        tr = self.tr
         k = int(self.order[r])
         self.open.append((r, k, i, j))
-        if not self.plain:
+        if self.plain:
+            tr.charge(k, j)
+        else:
             tr.move(k, j)
             self.history.append(self.score())
-            return
-        ck = int(p.current[k])
-        if i == ck:            # LoadTracker.move's budget rule (i != j)
-            tr.moves += 1
-            tr.bytes += float(p.state_bytes[k])
-        elif j == ck:
-            tr.moves -= 1
-            tr.bytes -= float(p.state_bytes[k])
-        tr.assignment[k] = j
 
     def close(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The moves recorded one by one since the last call, as arrays (rank, key group, from, to)."""
@@ -199,7 +179,7 @@ class FluxRun:
             after = (tr.loads[targets] + w) / cap[targets]
             j = int(targets[np.argmin(after)])
             i = int(tr.assignment[k])
-            if self.affordable(k, i, j):
+            if tr.can_afford(k, j):
                 self.record(r, i, j)
                 if self.plain:
                     tr.loads[i] -= w
@@ -258,9 +238,7 @@ class FluxRun:
         else:
             r, h, c = fast
             k = self.order[r]
-            cur = self.problem.current[k]
-            tr.moves += int(np.count_nonzero(h == cur) - np.count_nonzero(c == cur))  # LoadTracker.move's rule
-            tr.assignment[k] = c
+            tr.charge_many(k, c)
         if not r.size:
             return False
         w = self.problem.load[k]
@@ -274,7 +252,7 @@ class FluxRun:
         """The pass's moves (ranks, from, to) when the budget need not be followed pair by pair: no byte budget,
         and the count budget either never spent before a pair (every pair takes its biggest narrowing key group)
         or spent all along (only moved key groups, none of them going home); else None (then :meth:`_scan`)."""
-        if self.bytes_cap is not None:
+        if self.problem.max_migration_bytes is not None:
             return None
         cap, moves = self.count_cap, self.tr.moves
         spent = cap is not None and moves >= cap
@@ -300,7 +278,7 @@ class FluxRun:
         for h, c, ra, rm in zip(hot.tolist(), cold.tolist(), cand, cand_away, strict=True):
             spent = cap is not None and self.tr.moves >= cap
             r = rm if spent else ra
-            if r >= 0 and not self.affordable(int(self.order[r]), h, c):
+            if r >= 0 and not self.tr.can_afford(int(self.order[r]), c):
                 r = self._walk(self.away if spent else self.keys, h * M + r, h, c)
             if r >= 0:
                 self.record(r, h, c)
@@ -315,7 +293,7 @@ class FluxRun:
             r = key - base
             if r < self.n_zero:
                 return -1
-            if self.affordable(int(self.order[r]), h, c):
+            if self.tr.can_afford(int(self.order[r]), c):
                 return r
         return -1
 
