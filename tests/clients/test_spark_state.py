@@ -313,7 +313,9 @@ def test_a_restarts_first_batch_merges_every_stored_version_in_the_aggregation_o
     merge = plans[0]
     assert merge.count("HashAggregate(") == 2, merge    # the batch's partial aggregation and the merge
     assert "SortAggregate" not in merge and "ObjectHashAggregate" not in merge
-    assert compiled <= 3, compiled                      # the stored read (driver-side check, task; its shuffle)
+    # the stored read (driver-side check, task; its shuffle) and its placement: 5 in a JVM that has run nothing else,
+    # fewer after other tests compiled some of it (the count falls with what the JVM has cached, never rises)
+    assert compiled <= 5, compiled
     _eq(_state(d2), _expected(frames))
     d2.close()
 

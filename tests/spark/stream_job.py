@@ -62,7 +62,9 @@ def main() -> int:
 
     spark = (SparkSession.builder.master(args.master).appName("recovery-job").config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "3").config("spark.driver.memory", "768m").getOrCreate())
+             .config("spark.sql.shuffle.partitions", "3").config("spark.driver.memory", "768m")
+             # local-cluster's executor JVMs get the driver's JVM options (the suite's, tests/conftest.py)
+             .config("spark.executor.extraJavaOptions", os.environ.get("SPARK_SUBMIT_OPTS", "")).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     point, at = (args.kill.split(":")[0], int(args.kill.split(":")[1])) if args.kill else (None, -1)
     marker = Path(args.result).with_suffix(".killed")
