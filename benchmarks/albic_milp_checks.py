@@ -109,6 +109,11 @@ def run_cold(limits: list[float], log: Callable[[str], None], loaded: bool = Tru
     return rows
 
 
+#: the most a quiet machine's 1-minute load average may be in the quiet pass: it counts this benchmark's own fresh
+#: processes, run one after another, which alone keep it at about 1.0 (measured 1.0 on an otherwise idle machine)
+QUIET_LOAD = 1.2
+
+
 def cold_targets(rows: list[dict[str, Any]]) -> list[tuple[str, Any, Any, bool | None, str]]:
     """(target, value, threshold, holds, note) of the cold section: the planner's acceptance checks."""
     out: list[tuple[str, Any, Any, bool | None, str]] = []
@@ -117,9 +122,10 @@ def cold_targets(rows: list[dict[str, Any]]) -> list[tuple[str, Any, Any, bool |
     if quiet:
         worst = max(r["wall"] - r["time_limit"] for r in quiet)
         busy = max(r["load_average"] for r in quiet)
+        quiet_enough = busy <= QUIET_LOAD
         out.append(("fresh process: wall <= T + 0.3 s (quiet machine)", round(worst, 3), 0.3,
-                    worst <= 0.3 if busy < 1.0 else None,
-                    f"worst wall − T; load average up to {busy:.1f}" + ("" if busy < 1.0 else ": not a quiet machine")))
+                    worst <= 0.3 if quiet_enough else None,
+                    f"worst wall − T; load average up to {busy:.1f}" + ("" if quiet_enough else ": not a quiet machine")))
     if loaded:
         over = max(r["wall"] - 1.1 * r["time_limit"] - r["startup_wall"] for r in loaded)
         out.append(("fresh process under 2 x cores load: wall <= 1.1 T + start-up", round(over, 3), 0.0, over <= 0,
