@@ -122,10 +122,10 @@ def cold_targets(rows: list[dict[str, Any]]) -> list[tuple[str, Any, Any, bool |
     if quiet:
         worst = max(r["wall"] - r["time_limit"] for r in quiet)
         busy = max(r["load_average"] for r in quiet)
-        quiet = busy <= QUIET_LOAD
+        calm = busy <= QUIET_LOAD
         out.append(("fresh process: wall <= T + 0.3 s (quiet machine)", round(worst, 3), 0.3,
-                    worst <= 0.3 if quiet else None,
-                    f"worst wall − T; load average up to {busy:.1f}" + ("" if quiet else ": not a quiet machine")))
+                    worst <= 0.3 if calm else None,
+                    f"worst wall − T; load average up to {busy:.1f}" + ("" if calm else ": not a quiet machine")))
     if loaded:
         over = max(r["wall"] - 1.1 * r["time_limit"] - r["startup_wall"] for r in loaded)
         out.append(("fresh process under 2 x cores load: wall <= 1.1 T + start-up", round(over, 3), 0.0, over <= 0,
