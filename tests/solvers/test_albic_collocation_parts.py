@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -153,7 +152,9 @@ def test_split_keeps_heavy_traffic_together():
     assert sorted(sorted(x.tolist()) for x in parts) == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
-def test_metis_split_of_10000_vertices_is_fast():
+def test_metis_split_of_10000_vertices_is_balanced():
+    """40 parts of a 10,000-vertex graph within 10 % of the mean weight. How fast: `bench_albic_collocation`'s
+    ``metis_split_10000_s`` (target 0.5 s) — a timed assertion here passed or failed with the machine's load."""
     rng = np.random.default_rng(1)
     n = 10_000
     r = rng.integers(0, n, size=30_000)
@@ -162,14 +163,10 @@ def test_metis_split_of_10000_vertices_is_fast():
     a = sp.csr_matrix((rng.uniform(1, 10, keep.sum()), (r[keep], c[keep])), shape=(n, n))
     a = (a + a.T).tocsr()
     w = rng.uniform(1, 5, n)
-    metis_parts(a, 2, w)  # warm-up (library load)
-    t = time.perf_counter()
     part = metis_parts(a, 40, w, seed=3)
-    elapsed = time.perf_counter() - t
     assert np.bincount(part).size == 40
     loads = np.bincount(part, weights=w)
     assert loads.max() <= 1.1 * loads.mean()
-    assert elapsed < 2.0  # target 0.5 s (benchmark); generous here because CI machines are shared
 
 
 # ------------------------------------------------------------------------------------------------ step 3

@@ -239,11 +239,13 @@ def test_communication_cost_evaluated_exactly_with_a_valid_bound():
 
 
 # ---------------------------------------------------------------------- quality and time on the paper's grid
-def test_better_than_flux_on_a_paper_instance_within_time():
+def test_better_than_flux_on_a_paper_instance():
+    """Within its 1 s limit, never worse than Flux. Whether the limit is kept is measured where the machine's speed
+    is known, by ``bench_albic_milp`` (wall ≤ 1.1 T, quiet and under load): a timed assertion here is a test that
+    passes or fails with the machine's load."""
     p = albic_synthetic(40, varies=0.3, seed=1, max_migrations=20)
     flux = registry.solve("flux", p, time_limit=1.0)
     plan = registry.solve("albic-milp", p, time_limit=1.0)
-    assert plan.seconds <= 1.3
     assert metrics.load_distance(p, plan.assignment) <= metrics.load_distance(p, flux.assignment) + 1e-9
     assert plan.lower_bound <= metrics.load_distance(p, plan.assignment)
 
