@@ -129,7 +129,7 @@ class KeyedState(StateBase):
         # (stream schema and routing, a batch's withColumns): see _routed_exprs
         self._routed: tuple[Any, dict[str, Column]] | None = None
         # a lazy restore's placed stored rows, every version of a key (_rb_v), and the state planned from them: the
-        # next merge keeps the newest version per key itself (see _merge_versions)
+        # next merge keeps the newest version per key itself (see _merge_exprs and _take_versions)
         self._versions: tuple[DataFrame, DataFrame, bool] | None = None  # (..., read ahead)
         self._versioned = False  # the merge keeps the newest state row per key (see _merge_exprs)
 
