@@ -127,10 +127,14 @@ def cold_targets(rows: list[dict[str, Any]]) -> list[tuple[str, Any, Any, bool |
                     worst <= 0.3 if calm else None,
                     f"worst wall − T; load average up to {busy:.1f}" + ("" if calm else ": not a quiet machine")))
     if loaded:
-        over = max(r["wall"] - 1.1 * r["time_limit"] - r["startup_wall"] for r in loaded)
-        out.append(("fresh process under 2 x cores load: wall <= 1.1 T + start-up", round(over, 3), 0.0, over <= 0,
-                    "worst over the instances of the median of 3 runs' wall − 1.1 T − the start-up measured alongside "
-                    "(median of 3 flux runs in fresh processes)"))
+        # each run against its own start-up (``details.startup_seconds``: the process's start to the solve's, read
+        # from /proc): under this load two fresh processes' start-ups differ by up to 0.4 s, more than the check's
+        # margin at T = 0.2, so a start-up measured in other processes beside it decides the check by chance
+        over = max(r["wall"] - 1.1 * r["time_limit"] - r["details"].get("startup_seconds", 0.0) for r in loaded)
+        beside = max(r["wall"] - 1.1 * r["time_limit"] - r["startup_wall"] for r in loaded)
+        out.append(("fresh process under 2 x cores load: wall <= 1.1 T + its start-up", round(over, 3), 0.0,
+                    over <= 0, "worst over the instances of the median of 3 runs' wall − 1.1 T − that run's own "
+                    f"start-up before the solve; against the median of 3 Flux runs' wall beside it: {beside:+.3f} s"))
     worse = [f"{r['instance']} T={r['time_limit']} ({r['load']})" for r in rows if r["plan"] > r["flux"] + 1e-6 *
              max(1.0, r["flux"])]
     out.append(("fresh process: never worse than complete Flux", len(worse), 0, not worse, "; ".join(worse[:5])))

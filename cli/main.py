@@ -15,7 +15,7 @@ import argparse
 import importlib
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from cli.common import CLIError
 from solvers.errors import InvalidInput
@@ -105,6 +105,18 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     parser = build_parser(args_list)
     args = parser.parse_args(argv)
+    code = _run(args)
+    if argv is None and args.command in DEADLINE_COMMANDS:
+        _exit_now(code)
+    return code
+
+
+#: the planning commands: a user waits for their time limit (``plan`` counts it from the process's start to its
+#: exit, keeping ``EXIT_SECONDS`` of it for the exit)
+DEADLINE_COMMANDS = frozenset({"plan", "what-if"})
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except (CLIError, InvalidInput) as exc:
@@ -114,6 +126,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process without the interpreter's teardown (freeing every module's objects: ~25 ms on an idle 2-core
+    machine, ~0.1 s under a load of 2 × cores, after the plan is written). The output is complete: it is flushed
+    here, and an ``--output`` file is closed when written. Only for a command run as the process's own (``argv``
+    taken from ``sys.argv``); in process (tests, embedding) ``main`` returns."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):
+        pass
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -169,3 +169,30 @@ def test_a_fresh_plan_imports_scipy_only_for_communication(tmp_path, communicati
     details = json.loads(out.read_text())["details"]
     assert details["ortools"] in ("not needed", "not imported (too little time)")
     assert {"startup_seconds", "startup_cpu_seconds", "wall_seconds", "cpu_seconds"} <= set(details)
+
+
+def test_a_fresh_plan_ends_without_teardown_and_loses_no_output(tmp_path):
+    """Run as a process's own command, ``plan`` ends with ``os._exit`` after flushing (no interpreter teardown): its
+    plan, piped to stdout, arrives whole; an error still says why and exits 2. In process, ``main`` returns (every
+    in-process CLI test)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    doc = {"nodes": [{"id": "a"}, {"id": "b"}],
+           "key_groups": [{"id": f"k{i}", "node": "a", "load": 1.0 + i} for i in range(3)]}
+    prob = tmp_path / "p.json"
+    prob.write_text(json.dumps(doc))
+    cmd = [sys.executable, "-m", "cli.main", "plan", "--algorithm", "flux", "--input", str(prob)]
+    root = Path(__file__).resolve().parents[2]
+    # a pipe, block-buffered (not PYTHONUNBUFFERED), and a plan smaller than the buffer (a bigger write goes through
+    # at once): without the flush before os._exit it would be lost
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=root, env=env)
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert len(plan["assignment"]) == 3 and "startup_seconds" in plan["details"]
+    bad = subprocess.run([*cmd[:-1], str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=120,
+                         cwd=root, env=env)
+    assert bad.returncode == 2 and "problem file not found" in bad.stderr and "Traceback" not in bad.stderr
