@@ -175,13 +175,13 @@ class RebalancingDriver(Durable, LinkOwner):
         return out
 
     def start(self) -> bool:
-        """Read the last commit record, register with the controller (see :meth:`ControllerLink.start`; a query
-        restarted with another partition count has the controller place its key groups on them), then load the
-        committed state under that routing. A controller that is down is not an error, a refused configuration
-        raises :class:`ConfigurationError`. Returns True when registered."""
+        """Read the last commit record, register with the controller (:meth:`ControllerLink.start`: with another
+        partition count it places the key groups on them), then read the committed state under that routing while
+        the query starts (:meth:`Durable._recover_ahead`). A controller that is down is not an error; a refused
+        configuration raises :class:`ConfigurationError`, a stored schema unlike the declared one ``ValueError``."""
         self._prepare()
         registered = self.link.start() if self.link is not None else False
-        self._recover(prefetch=True)
+        self._recover_ahead()
         return registered
 
     def _switch(self, target: Target) -> MigrationReport:
@@ -384,6 +384,7 @@ class RebalancingDriver(Durable, LinkOwner):
     # ------------------------------------------------------------------ results
     def state_frame(self) -> DataFrame:
         """The keyed state as a DataFrame (keys and aggregates, or keys and state columns of a function)."""
+        self._await_ahead()
         frame = self.state.state_frame()
         if frame is None:
             raise RuntimeError("the state is empty: no batch has run and no version was loaded")
@@ -395,4 +396,5 @@ class RebalancingDriver(Durable, LinkOwner):
         return self.state.watermark if isinstance(self.state, FunctionState) else None
 
     def _release(self) -> None:
+        self._await_ahead(closing=True)
         self.state.unpersist()

@@ -308,7 +308,7 @@ class KeyedState(StateBase):
         """:meth:`StateBase.restore`; a lazy restore also keeps the placed stored rows of every version, which the
         next merge reads instead of the restored state: its aggregation keeps the newest stored row of a key
         itself (see :meth:`_merge_exprs`), so the stored rows are aggregated once, by the code of every batch."""
-        self._versions = None
+        self._drop_versions()
         if not (dedup and lazy):
             super().restore(stored_df, routing, dedup=dedup, lazy=lazy)
             return
@@ -357,6 +357,16 @@ class KeyedState(StateBase):
         if ahead:
             release_checkpoint(placed)
         return None
+
+    def _drop_versions(self) -> None:
+        """Forget the placed stored rows of a lazy restore, freeing their read-ahead checkpoint if there is one."""
+        versions, self._versions = self._versions, None
+        if versions is not None and versions[2]:
+            release_checkpoint(versions[0])
+
+    def unpersist(self) -> None:
+        self._drop_versions()
+        super().unpersist()
 
     def update(self, batch_df: DataFrame, version: int = 0) -> BatchPartials:
         """:meth:`partials` then :meth:`merge`; returns the (cached) partials for statistics."""
