@@ -256,8 +256,9 @@ class KeyedState(StateBase):
                 state = self.df.select(*x["state"]) if versions is None else versions
                 merged = merged_of(new_rows.unionByName(state))
                 # the merge's plan has the same shape every batch: its partitioning is checked until it holds once
-                # (inspecting the physical plan costs ~0.1 s of JVM calls per batch)
-                if not (self._merge_placed and versions is None) and not placed_by_route(merged, self.n_partitions):
+                # (inspecting the physical plan costs ~0.1 s of JVM calls per batch), and on the stored versions
+                check = versions is not None or not self._merge_placed
+                if check and not placed_by_route(merged, self.n_partitions):
                     self.fallback_merges += 1
                     merged = merged_of(new_rows.unionByName(state).repartition(self.n_partitions, ROUTE_COL))
                 elif versions is None:
