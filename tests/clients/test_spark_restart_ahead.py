@@ -70,4 +70,4 @@ def test_closing_before_the_first_batch_frees_the_rows_read_ahead(spark, tmp_pat
     d.start()
     _until(lambda: _cached_rdds(spark) - before)   # the read-ahead job has placed the stored rows
     d.close()
-    _until(lambda: not _cached_rdds(spark) - before, 30.0)
+    _until(lambda: not _cached_rdds(spark) - before)
