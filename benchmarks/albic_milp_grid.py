@@ -7,7 +7,9 @@
 its load distance, which run found it) — reference data, so that "within 5 % at 1 s" means within 5 % of what is
 achievable rather than of a bound that may be far from the optimum. :func:`update_best_known` runs the planner with
 long limits and several seeds and keeps whatever is better; the benchmark checks every stored plan again (budget,
-distance) before it uses it.
+distance) before it uses it. :func:`calibrate` adds the certified optimum of a few named instances, computed offline
+by the independent exact reference: how far the planner's bound at 1 s is below the optimum, and whether the best
+known is optimal.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ BEST_KNOWN = Path(__file__).resolve().parent / "data" / "albic_milp_best_known.j
 REL, ABS = 0.05, 0.02
 #: "proven": plan − bound ≤ this many points
 GAP_POINTS = 0.1
+#: the named instances of :func:`calibrate` (the exact reference proves the first in ~75 s of one core)
+CALIBRATION_KEYS = ["20x400/10/0.3/0", "20x400/20/0.3/0"]
 
 
 def keys(seeds: list[int] | None = None) -> list[str]:
@@ -70,6 +74,10 @@ def load_best_known(path: Path = BEST_KNOWN) -> dict[str, dict[str, Any]]:
         if metrics.within_budget(p, a) and not np.any(p.removing[a[a != p.current]]) \
                 and abs(d - entry["best"]) <= 1e-9 * max(1.0, d):
             out[key] = {**entry, "best": d}
+            exact = entry.get("exact")
+            if exact is not None and not exact["lo"] <= d + 1e-9 * max(1.0, d):
+                print(f"best known {key}: below its certified optimum {exact['optimum']} ({d}): optimum dropped")
+                del out[key]["exact"]
         else:
             print(f"best known {key}: the stored plan does not check out (distance {d}, stored {entry['best']})")
     return out
@@ -79,10 +87,7 @@ def update_best_known(seconds: float, seeds: list[int], log: Callable[[str], Non
                       only: list[str] | None = None, command: str = "") -> dict[str, Any]:
     """Run ``albic-milp`` for ``seconds`` with each planner seed on every grid instance (or ``only``) and keep the
     better plans in ``path``; returns the number of instances improved."""
-    doc = json.loads(path.read_text()) if path.exists() else {
-        "about": "best known albic-milp plans of the paper's grid (benchmarks/albic_milp_grid.py): reference data "
-                 "for bench_albic_milp, from long offline runs; 'by' names the run that found each",
-        "instances": {}}
+    doc = _read(path)
     improved = 0
     for key in only or keys():
         p = instance(key)
@@ -97,9 +102,59 @@ def update_best_known(seconds: float, seeds: list[int], log: Callable[[str], Non
                 improved += 1
                 log(f"[best known] {key}: {d:.4f} (was {old['best'] if old else None}, bound "
                     f"{plan.lower_bound:.4f}, seed {seed})")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
+        _write(path, doc)
     return {"improved": improved, "instances": len(doc["instances"])}
+
+
+def calibrate(seconds: float, log: Callable[[str], None], path: Path = BEST_KNOWN, only: list[str] | None = None,
+              command: str = "") -> dict[str, Any]:
+    """Certified optima of ``only`` (default ``CALIBRATION_KEYS``) by the independent exact reference
+    (``tests/solvers/albic_exact_reference.py``: CP-SAT on the paper's model, §4.3.1, its optimum verified without
+    presolve), at most ``seconds`` each; stored as the entry's ``exact`` (``optimum``, the certified ``lo`` below it,
+    ``seconds``, ``by``). A certified plan better than the best known becomes the best known; an optimum above the
+    best known would mean a wrong reference or a wrong stored plan, and is refused (reported, not stored)."""
+    from tests.solvers.albic_exact_reference import optimum_interval
+
+    doc = _read(path)
+    out: dict[str, list[str]] = {"proven": [], "unproven": [], "refused": []}
+    for key in only or CALIBRATION_KEYS:
+        p = instance(key)
+        t0 = time.perf_counter()
+        cert = optimum_interval(p, seconds)
+        took = round(time.perf_counter() - t0, 1)
+        if cert is None:
+            log(f"[calibrate] {key}: not proven in {seconds:g} s")
+            out["unproven"].append(key)
+            continue
+        opt, entry = float(cert.hi), doc["instances"].get(key)
+        if entry is not None and float(cert.lo) > entry["best"] + 1e-9 * max(1.0, entry["best"]):
+            log(f"[calibrate] {key}: REFUSED, certified optimum {opt} above the stored best known {entry['best']}")
+            out["refused"].append(key)
+            continue
+        if entry is None or opt < entry["best"] - 1e-12:
+            moves = [[int(k), int(cert.plan[k])] for k in np.flatnonzero(cert.plan != p.current)]
+            entry = doc["instances"][key] = {**(entry or {}), "best": metrics.load_distance(p, cert.plan),
+                                             "moves": moves, "by": f"{command} (exact reference)"}
+        entry["exact"] = {"optimum": opt, "lo": float(cert.lo), "seconds": took, "by": command}
+        log(f"[calibrate] {key}: optimum {opt:.6f} (certified ≥ {float(cert.lo):.6f}) in {took} s; best known "
+            f"{entry['best']:.6f}")
+        out["proven"].append(key)
+        _write(path, doc)
+    return out
+
+
+def _read(path: Path) -> dict[str, Any]:
+    if path.exists():
+        doc: dict[str, Any] = json.loads(path.read_text())
+        return doc
+    return {"about": "best known albic-milp plans of the paper's grid (benchmarks/albic_milp_grid.py): reference data "
+                     "for bench_albic_milp, from long offline runs; 'by' names the run that found each; 'exact' the "
+                     "certified optimum of a calibration run", "instances": {}}
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
 
 
 #: the planner modules whose deadlines :func:`cpu_clock` switches to CPU seconds
@@ -130,24 +185,30 @@ def run_grid(limits: list[float], seeds: list[int], log: Callable[[str], None]) 
     rows = []
     ks = keys(seeds)
     for i, key in enumerate(ks, start=1):
-        p = instance(key)
-        t0 = time.perf_counter()
-        fl = registry.solve("flux", p, time_limit=60.0)
-        row: dict[str, Any] = {"key": key, "initial": metrics.load_distance(p, p.current),
-                               "flux": metrics.load_distance(p, fl.assignment),
-                               "flux_seconds": time.perf_counter() - t0, "milp": {}}
-        for tl in limits:
-            t0 = time.perf_counter()
-            pl = registry.solve("albic-milp", p, time_limit=tl)
-            row["milp"][str(tl)] = {"load_distance": metrics.load_distance(p, pl.assignment),
-                                    "lower_bound": pl.lower_bound, "status": pl.status,
-                                    "wall": time.perf_counter() - t0, "cpu": pl.details.get("cpu_seconds"),
-                                    "origin": pl.details.get("origin")}
+        row = grid_row(key, limits)
         m = row["milp"][str(limits[0])]
         log(f"[grid {i}/{len(ks)}] {key}: flux {row['flux']:.3f} milp {m['load_distance']:.4f} "
             f"lb {m['lower_bound']:.4f} ({m['status']}, {m['wall']:.2f} s)")
         rows.append(row)
     return rows
+
+
+def grid_row(key: str, limits: list[float]) -> dict[str, Any]:
+    """One instance's row of :func:`run_grid`."""
+    p = instance(key)
+    t0 = time.perf_counter()
+    fl = registry.solve("flux", p, time_limit=60.0)
+    row: dict[str, Any] = {"key": key, "initial": metrics.load_distance(p, p.current),
+                           "flux": metrics.load_distance(p, fl.assignment),
+                           "flux_seconds": time.perf_counter() - t0, "milp": {}}
+    for tl in limits:
+        t0 = time.perf_counter()
+        pl = registry.solve("albic-milp", p, time_limit=tl)
+        row["milp"][str(tl)] = {"load_distance": metrics.load_distance(p, pl.assignment),
+                                "lower_bound": pl.lower_bound, "status": pl.status,
+                                "wall": time.perf_counter() - t0, "cpu": pl.details.get("cpu_seconds"),
+                                "origin": pl.details.get("origin")}
+    return row
 
 
 def within(d: float, best: float) -> bool:
@@ -174,6 +235,12 @@ def summarise(rows: list[dict[str, Any]], best: dict[str, dict[str, Any]]) -> di
                                                         for r, m in known]) if known else None,
             "max_wall": max(m["wall"] for m in ms),
             "share_optimal": float(np.mean([m["status"] == "optimal" for m in ms])),
+            # the named instances with a certified optimum (:func:`calibrate`): how far the bound is below it
+            "calibration": [{"key": r["key"], "optimum": best[r["key"]]["exact"]["optimum"],
+                             "best_known": best[r["key"]]["best"], "plan": m["load_distance"],
+                             "bound": m["lower_bound"], "status": m["status"],
+                             "optimum_minus_bound": best[r["key"]]["exact"]["optimum"] - m["lower_bound"]}
+                            for r, m in known if "exact" in best[r["key"]]],
         }
     return out
 

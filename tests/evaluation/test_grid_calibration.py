@@ -1,0 +1,61 @@
+"""The grid's calibration (``benchmarks.albic_milp_grid.calibrate``): certified optima of named instances from the
+independent exact reference, checked here against brute force on instances small enough to enumerate, and what the
+grid's summary makes of them (the planner's bound against the optimum)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import albic_milp_grid as grid
+from solvers import metrics
+from tests.solvers.albic_exact_reference import brute_force_optimum
+
+#: 3 nodes × 3 key groups each, budgets 1 and 2: a few hundred plans, enumerated exactly
+KEYS = ["3x9/1/0.3/0", "3x9/2/0.5/1"]
+
+
+def _calibrate(path: Path, keys: list[str] = KEYS) -> dict[str, list[str]]:
+    return grid.calibrate(30.0, lambda _: None, path, keys, command="test")
+
+
+def test_certified_optima_equal_brute_force_and_become_the_best_known(tmp_path):
+    path = tmp_path / "best.json"
+    out = _calibrate(path)
+    assert out["proven"] == KEYS and not out["unproven"] and not out["refused"]
+    best = grid.load_best_known(path)           # the stored plans check out (budget, distance)
+    for key in KEYS:
+        p = grid.instance(key)
+        opt = float(brute_force_optimum(p))
+        exact = best[key]["exact"]
+        assert exact["optimum"] == pytest.approx(opt, rel=1e-9, abs=1e-12)
+        assert exact["lo"] <= opt + 1e-9
+        assert best[key]["best"] == pytest.approx(opt, rel=1e-9, abs=1e-12)
+        assert metrics.migrations(p, grid.plan_of(p, best[key]["moves"])) <= p.max_migrations
+
+
+def test_a_best_known_below_the_certified_optimum_is_refused(tmp_path):
+    path = tmp_path / "best.json"
+    key = KEYS[0]
+    p = grid.instance(key)
+    assert metrics.load_distance(p, p.current) > 0
+    # a stored "best" of 0 that no plan reaches: the reference's optimum contradicts it
+    path.write_text(json.dumps({"about": "test", "instances": {key: {"best": 0.0, "moves": [], "by": "hand"}}}))
+    out = _calibrate(path, [key])
+    assert out["refused"] == [key]
+    assert "exact" not in json.loads(path.read_text())["instances"][key]
+
+
+def test_the_summary_sets_the_planners_bound_against_the_optimum(tmp_path):
+    path = tmp_path / "best.json"
+    _calibrate(path)
+    best = grid.load_best_known(path)
+    rows = [grid.grid_row(key, [0.2]) for key in KEYS]
+    cal = grid.summarise(rows, best)["per_limit"]["0.2"]["calibration"]
+    assert [c["key"] for c in cal] == KEYS
+    for c in cal:
+        assert c["bound"] <= c["optimum"] + 1e-9 * max(1.0, c["optimum"])     # a valid bound
+        assert c["plan"] >= c["optimum"] - 1e-9 * max(1.0, c["optimum"])      # no plan beats the optimum
+        assert c["optimum_minus_bound"] == pytest.approx(c["optimum"] - c["bound"])
