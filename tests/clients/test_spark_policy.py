@@ -28,9 +28,11 @@ from rebalancer_client.spark.driver import RebalancingDriver  # noqa: E402
 from rebalancer_client.spark.routing import key_group_column  # noqa: E402
 
 G, N, RATE, WINDOW = 120, 8, 208.0, 3
-SHIFT = 6
-#: batches of the steady stream: five windows (bench_policy runs 60 batches × 3 seeds of it for each planner)
-STEADY = 15
+#: the first batch of the shifting stream's new rates: one full steady window before it
+SHIFT = 3
+#: batches of the steady stream: three full windows, each judged (bench_policy runs 60 batches × 3 seeds of it for
+#: each planner, tests/controller/test_policy.py 30 batches of it on the controller alone)
+STEADY = 9
 
 
 @pytest.fixture(scope="module")
