@@ -107,12 +107,13 @@ def update_best_known(seconds: float, seeds: list[int], log: Callable[[str], Non
 
 
 def calibrate(seconds: float, log: Callable[[str], None], path: Path = BEST_KNOWN, only: list[str] | None = None,
-              command: str = "") -> dict[str, Any]:
+              command: str = "", workers: int = 1) -> dict[str, Any]:
     """Certified optima of ``only`` (default ``CALIBRATION_KEYS``) by the independent exact reference
     (``tests/solvers/albic_exact_reference.py``: CP-SAT on the paper's model, §4.3.1, its optimum verified without
-    presolve), at most ``seconds`` each; stored as the entry's ``exact`` (``optimum``, the certified ``lo`` below it,
-    ``seconds``, ``by``). A certified plan better than the best known becomes the best known; an optimum above the
-    best known would mean a wrong reference or a wrong stored plan, and is refused (reported, not stored)."""
+    presolve; ``workers`` CP-SAT workers), at most ``seconds`` each; stored as the entry's ``exact`` (``optimum``,
+    the certified ``lo`` below it, ``seconds``, ``by``). A certified plan better than the best known becomes the
+    best known; an optimum above the best known would mean a wrong reference or a wrong stored plan, and is refused
+    (reported, not stored)."""
     from tests.solvers.albic_exact_reference import optimum_interval
 
     doc = _read(path)
@@ -120,7 +121,7 @@ def calibrate(seconds: float, log: Callable[[str], None], path: Path = BEST_KNOW
     for key in only or CALIBRATION_KEYS:
         p = instance(key)
         t0 = time.perf_counter()
-        cert = optimum_interval(p, seconds)
+        cert = optimum_interval(p, seconds, workers)
         took = round(time.perf_counter() - t0, 1)
         if cert is None:
             log(f"[calibrate] {key}: not proven in {seconds:g} s")

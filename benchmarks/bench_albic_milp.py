@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--update-best-known", action="store_true",
                     help="instead of benchmarking: long offline runs that improve the stored best-known plans")
     ap.add_argument("--calibrate", action="store_true",
-                    help="instead of benchmarking: certified optima of named grid instances (the exact reference)")
+                    help="instead of benchmarking: certified optima of named grid instances (the exact reference, a "
+                         "CP-SAT worker per core)")
     ap.add_argument("--seconds", type=float, default=20.0, help="time limit of the offline runs")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1], help="planner seeds of the offline runs")
     ap.add_argument("--keys", nargs="+", default=None, help="grid instances of the offline runs (default: all)")
@@ -122,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks.bench_albic_milp " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.calibrate:
         bench.result["calibration"] = grid.calibrate(args.seconds, bench.log, Path(args.best_known_file), args.keys,
-                                                     command)
+                                                     command, workers=os.cpu_count() or 1)
         return bench.finish()
     if args.update_best_known:
         if args.cpu_clock:

@@ -70,7 +70,7 @@ def exact_optimum(p: Problem, time_limit: float = 20.0) -> Fraction | None:
     return None if cert is None else cert.hi
 
 
-def optimum_interval(p: Problem, time_limit: float = 20.0) -> Certificate | None:
+def optimum_interval(p: Problem, time_limit: float = 20.0, workers: int = 1) -> Certificate | None:
     """A certified interval around the optimum.
 
     The distance rows ``|u_j − t| ≤ d`` are scaled by their common denominator when that keeps every coefficient
@@ -89,21 +89,21 @@ def optimum_interval(p: Problem, time_limit: float = 20.0) -> Certificate | None
         return None
     s, err, top = built[3], built[4], built[5]
     presolve = top <= PRESOLVE_MAX
-    st, v, plan = _minimise(p, time_limit, presolve)
+    st, v, plan = _minimise(p, time_limit, presolve, workers)
     if st != cp_model.OPTIMAL:
         return None
     return Certificate((Fraction(v) - err) / s, exact_distance(p, plan), plan, presolve)
 
 
-def _minimise(p: Problem, time_limit: float, presolve: bool) -> tuple[int, int, np.ndarray]:
-    """(CP-SAT status, the model's least ``d``, its plan) of :func:`_model`."""
+def _minimise(p: Problem, time_limit: float, presolve: bool, workers: int = 1) -> tuple[int, int, np.ndarray]:
+    """(CP-SAT status, the model's least ``d``, its plan) of :func:`_model`, with ``workers`` search workers."""
     built = _model(p)
     if built is None:
         return cp_model.MODEL_INVALID, 0, np.zeros(0, dtype=np.int64)
     model, x, d = built[:3]
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit)
-    solver.parameters.num_workers = 1
+    solver.parameters.num_workers = workers
     solver.parameters.cp_model_presolve = presolve
     solver.parameters.presolve_inclusion_work_limit = 0
     st = solver.solve(model)
