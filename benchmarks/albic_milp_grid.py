@@ -48,10 +48,17 @@ def keys(seeds: list[int] | None = None) -> list[str]:
 
 
 def instance(key: str) -> Problem:
-    cluster, mm, v, s = key.split("/")
-    nodes, kgs = (int(x) for x in cluster.split("x"))
-    return albic_synthetic(nodes, key_groups_per_node=kgs // nodes, varies=float(v), seed=int(s),
-                           max_migrations=int(mm))
+    """The instance of a key ``NODESxKGS/BUDGET/VARIES/SEED`` (ValueError naming the key if it is not one)."""
+    try:
+        cluster, mm, v, s = key.split("/")
+        nodes, kgs = (int(x) for x in cluster.split("x"))
+        if nodes < 1 or kgs < nodes:
+            raise ValueError("at least one node and one key group per node")
+        return albic_synthetic(nodes, key_groups_per_node=kgs // nodes, varies=float(v), seed=int(s),
+                               max_migrations=int(mm))
+    except ValueError as exc:
+        raise ValueError(f"instance key {key!r} is not NODESxKGS/BUDGET/VARIES/SEED, e.g. 20x400/10/0.3/0 "
+                         f"({exc})") from None
 
 
 def plan_of(p: Problem, moves: list[list[int]]) -> np.ndarray:

@@ -121,11 +121,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.scale_worker:
         print(json.dumps(scale.scale_worker(*json.loads(args.scale_worker))))
         return 0
+    for key in args.keys or []:
+        try:
+            grid.instance(key)
+        except ValueError as exc:
+            ap.error(f"--keys: {exc}")
     command = "python -m benchmarks.bench_albic_milp " + " ".join(sys.argv[1:] if argv is None else argv)
     if args.calibrate:
-        bench.result["calibration"] = grid.calibrate(args.seconds, bench.log, Path(args.best_known_file), args.keys,
-                                                     command, workers=os.cpu_count() or 1)
-        return bench.finish()
+        cal = grid.calibrate(args.seconds, bench.log, Path(args.best_known_file), args.keys, command,
+                             workers=os.cpu_count() or 1)
+        bench.result["calibration"] = cal
+        # an optimum above a stored best known is a contradiction (a wrong reference or plan), not a miss
+        return bench.finish() or (1 if cal["refused"] else 0)
     if args.update_best_known:
         if args.cpu_clock:
             grid.cpu_clock()

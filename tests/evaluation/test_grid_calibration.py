@@ -59,3 +59,27 @@ def test_the_summary_sets_the_planners_bound_against_the_optimum(tmp_path):
         assert c["bound"] <= c["optimum"] + 1e-9 * max(1.0, c["optimum"])     # a valid bound
         assert c["plan"] >= c["optimum"] - 1e-9 * max(1.0, c["optimum"])      # no plan beats the optimum
         assert c["optimum_minus_bound"] == pytest.approx(c["optimum"] - c["bound"])
+
+
+def test_an_optimum_that_contradicts_its_stored_plan_is_dropped_on_load(tmp_path, capsys):
+    path = tmp_path / "best.json"
+    _calibrate(path, [KEYS[0]])
+    doc = json.loads(path.read_text())
+    doc["instances"][KEYS[0]]["exact"]["lo"] = doc["instances"][KEYS[0]]["best"] * 2 + 1   # above the checked plan
+    path.write_text(json.dumps(doc))
+    best = grid.load_best_known(path)
+    assert KEYS[0] in best and "exact" not in best[KEYS[0]]
+    assert "below its certified optimum" in capsys.readouterr().out
+
+
+def test_the_command_exits_1_on_a_refusal_and_2_naming_a_bad_key(tmp_path, capsys):
+    from benchmarks.bench_albic_milp import main
+
+    path = tmp_path / "best.json"
+    path.write_text(json.dumps({"about": "test", "instances": {KEYS[0]: {"best": 0.0, "moves": [], "by": "hand"}}}))
+    common = ["--calibrate", "--seconds", "30", "--best-known-file", str(path), "--out", str(tmp_path / "out")]
+    assert main([*common, "--keys", KEYS[0]]) == 1
+    with pytest.raises(SystemExit) as e:
+        main([*common, "--keys", "3x9/1/zero/0"])
+    assert e.value.code == 2
+    assert "'3x9/1/zero/0' is not NODESxKGS/BUDGET/VARIES/SEED" in capsys.readouterr().err
