@@ -35,7 +35,7 @@ EXACT_FIRST_MAX = 1000         # … and up to which it follows the warm start a
 RUIN_SHARE = 0.3               # share of the best plan's migrations undone by one ruin-and-recreate round
 TARGET_RANGE = (0.8, 0.98)     # every other ruin is repaired towards a band of this share of the best distance
 ACCEPT = 0.03                  # a round's plan is the next round's start when within this share of the best distance
-KICK_SHARE = 0.3               # share of the rounds that kick the plan (:mod:`.kicks`) instead of ruining it
+KICK_SHARE = 0.5               # share of the rounds that kick the plan (:mod:`.kicks`) instead of ruining it
 # time shares (fractions of the time limit, measured from the start of the call)
 FLUX_SHARE = 1.0               # Flux runs to completion unless it needs more than this (1.0: up to the stop margin)
 GREEDY_SHARE = 0.25            # the greedy local search from the cheapest placement, after Flux
