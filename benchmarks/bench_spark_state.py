@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.spark_demo import start_controller
+from cli.common import positive_int
 
 AGG_SCHEMA = "key string, v long"
 SESSION_SCHEMA = "key string, ts double, v long"
@@ -269,14 +270,14 @@ def _workload(spark, args, work: Path, client, name: str, z: float | None) -> di
             runs[side].append(restart_once(spark, side, work / f"src-{name}-{side}", work, client,
                                            f"{name}-{side}", workload))
     for side in ran:
-        doc[side]["recovery_s"] = round(statistics.median(runs[side]), 2) if runs[side] else None
+        doc[side]["recovery_s"] = round(statistics.median(runs[side]), 2)
         doc[side]["recovery_runs_s"] = [round(x, 2) for x in runs[side]]
     r = doc["rebalancer"]["p50_batch_s"]
     for base in [b for b in ("builtin", "tws") if b in doc]:
         b = doc[base].get("p50_batch_s")
         key = "p50_ratio_rebalancer_over_" + base
         doc[key] = round(r / b, 3) if b else None
-        if base in ran and runs[base]:
+        if base in ran:
             doc["recovery_ratio_rebalancer_over_" + base] = round(
                 statistics.median(runs["rebalancer"]) / statistics.median(runs[base]), 3)
     doc["target_ratio"] = 0.8 if name == "sessions" else 1.25
@@ -322,11 +323,11 @@ def check_sessions(spark, work: Path, client, batches: int = 5, rows: int = 3000
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_spark_state", description=__doc__.splitlines()[0])
-    ap.add_argument("--batches", type=int, default=24)
-    ap.add_argument("--rows", type=int, default=25_000)
-    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--batches", type=positive_int, default=24)
+    ap.add_argument("--rows", type=positive_int, default=25_000)
+    ap.add_argument("--keys", type=positive_int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="8 batches of 10k records")
-    ap.add_argument("--restarts", type=int, default=5, help="restarts of each side (recovery: their median)")
+    ap.add_argument("--restarts", type=positive_int, default=5, help="restarts of each side (recovery: their median)")
     ap.add_argument("--output", default="bench-results/spark_state.json")
     ap.add_argument("--only", nargs="+", default=["sessions", "aggregate", "uniform"],
                     choices=["sessions", "aggregate", "uniform"], help="workloads to run")
@@ -356,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             if name not in args.only:
                 continue
             doc[name] = _workload(spark, args, work, client, name, z)
-            if name == "aggregate" and args.restarts:
+            if name == "aggregate":
                 recovery = {side: doc[name][side]["recovery_s"] for side in ("builtin", "rebalancer")}
                 recovery["ratio"] = doc[name]["recovery_ratio_rebalancer_over_builtin"]
         if "sessions" in args.only:
