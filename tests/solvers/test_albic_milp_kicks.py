@@ -1,5 +1,6 @@
 """The kicks and the budget-freeing step of ``albic-milp``'s restarts (:mod:`solvers.albic.milp.kicks`): exchanges
-among the nodes a plan already touches that keep the budget, Lemma 1 and (for the freeing step) the distance."""
+among the nodes a plan already touches that keep the budget, Lemma 1 and (for the freeing step) the distance; and the
+swap that lands a ruined plan's worst node inside the band (:func:`solvers.albic.milp.search.land`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from solvers.albic.milp.kicks import free_step, kick, kickable
-from solvers.albic.milp.search import _apply, improve
+from solvers.albic.milp.search import _apply, improve, land
 from solvers.albic.milp.state import State, placement_ok
 from solvers.albic.milp.units import build_units
 from solvers.model import Problem
@@ -85,3 +86,36 @@ def test_swap_with_the_budget_spent_keeps_every_improving_swap(seed):
     p, s = _plan(seed, search=False)
     s.max_c = float(s.used_c)                      # the budget is spent
     assert_best_swap_found(s)
+
+
+def _lands(s: State, t: State, h: int, target: float) -> bool:
+    """``t`` (``s`` after a swap) puts ``h`` within ``target`` and leaves every other node within the larger of
+    ``target`` and its deviation in ``s``, in the budget."""
+    before, after = s.devs(), t.devs()
+    tol = 1e-9 * s.t
+    others = np.arange(s.n) != h
+    return bool(t.feasible_budget() and after[h] <= target + tol
+                and np.all(after[others] <= np.maximum(target, before[others]) + tol))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_land_puts_the_worst_node_in_the_band_whenever_a_swap_can(seed):
+    # a plan with budget left (its migrations partly undone, as after a ruin): land() applies a swap with the
+    # worst node that lands it within the target when one exists (brute force over every pair), else nothing
+    p, s = _plan(seed, search=seed % 2 == 0)
+    for x in np.flatnonzero(s.place != s.units.home)[: 1 + seed % 3].tolist():
+        s.move(x, int(s.units.home[x]))
+    h = int(np.argmax(s.devs()))
+    target = float(s.devs()[h]) * (0.3 + 0.6 * (seed % 4) / 3)
+    exists = False
+    for r in np.flatnonzero(s.place == h).tolist():
+        for q in np.flatnonzero((s.place != h) & s.act[s.place]).tolist():
+            t = s.copy()
+            _apply(t, ("swap", r, q))
+            exists = exists or _lands(s, t, h, target)
+    t = s.copy()
+    applied = land(t, h, target, np.random.default_rng(seed))
+    assert applied == exists
+    if applied:
+        assert int((t.place != s.place).sum()) == 2 and _lands(s, t, h, target)
+        assert placement_ok(t.units, t.place)

@@ -208,6 +208,23 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
     return steps
 
 
+def land(s: State, h: int, target: float, rng: np.random.Generator | None = None) -> bool:
+    """Bring node ``h`` within ``target`` of the target utilisation by one swap of a unit on it with a unit of
+    another node, that node left within the larger of ``target`` and its own deviation — whatever the distance
+    elsewhere (:func:`_best_swap` in target mode, the cheapest such swap in the budget left; with ``rng`` one of the
+    3 best drawn). Returns whether a swap was applied. The restarts' ruins call it on an untouched worst node:
+    there a swap (two migrations) is the only fix, and a greedy repair spends the freed budget on the nodes the
+    ruin unbalanced before it gets there (:func:`solvers.albic.milp.phases.restarts`)."""
+    u = s.util()
+    dev = np.where(s.act, np.abs(u - s.t), -1.0)
+    op, landed = _best_swap(s, u, dev, h, float(dev.max()), s.max_c - s.used_c, s.max_b - s.used_b, 64,
+                            max(s.t, 1e-12), rng, 3, target)
+    if op is None or not landed:
+        return False
+    _apply(s, op)
+    return True
+
+
 def _apply(s: State, op: tuple[Any, ...]) -> None:
     if op[0] == "move":
         s.move(op[1], op[2])
