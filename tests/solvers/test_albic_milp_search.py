@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from solvers.albic.milp.levels import full_levels
+from solvers.albic.milp.pick import first_by_unit
 from solvers.albic.milp.scaled import build, exact_util_scale
 from solvers.albic.milp.search import _apply, _best_swap
 from solvers.albic.milp.state import Pool, State
@@ -61,6 +62,23 @@ def test_swap_window_keeps_every_improving_swap(seed):
     p = Problem.from_arrays(np.round(rng.uniform(1, 20, m), 2), rng.integers(0, n, m),
                             rng.choice([0.5, 1.0, 2.0], n), max_migrations=int(rng.integers(2, 8)))
     assert_best_swap_found(_state(p, p.current))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_first_candidates_by_unit_are_those_of_a_stable_lexsort(seed):
+    # the randomised greedy draws among the first k candidates of distinct units in the order (q, dc, dss, index):
+    # the k-pass selection must give exactly what a stable lexsort and the first of each unit give, ties included
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    q = rng.integers(0, 3, n).astype(float)
+    dc = rng.choice([0.0, 0.5, 1.0], n)
+    dss = rng.integers(-3, 3, n).astype(float)
+    unit = rng.integers(0, max(1, n // 4), n)
+    order = np.lexsort((dss, dc, q))
+    for k in (1, 2, 3, 5):
+        assert first_by_unit(q, dc, dss, None, k) == order[:k].tolist()
+        _, first = np.unique(unit[order], return_index=True)
+        assert first_by_unit(q, dc, dss, unit, k) == order[np.sort(first)][:k].tolist()
 
 
 def test_exact_scale_of_short_decimals():

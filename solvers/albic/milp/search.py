@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 
 from solvers.albic.milp.kicks import free_step
+from solvers.albic.milp.pick import pick
 from solvers.albic.milp.state import State, drain_floor
 
 EPS = 1e-12
 SWAP_PAIRS_MAX = 200_000   # unit pairs scored per swap step
-PICK_KEEP = 64             # improving candidates ordered in full per step (the rest by new distance only)
 
 
 def _rest(dev: np.ndarray, h: int, nodes: np.ndarray) -> np.ndarray:
@@ -57,55 +57,6 @@ def _use(s: State, dc: np.ndarray, db: np.ndarray) -> np.ndarray:
     elif not np.isfinite(s.max_c):
         use = np.asarray(dc, dtype=np.float64)
     return np.asarray(use, dtype=np.float64)
-
-
-def _pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: float, scale: float,
-          rng: np.random.Generator | None = None, topk: int = 1, land: np.ndarray | None = None,
-          unit: np.ndarray | None = None) -> tuple[tuple[Any, ...] | None, bool]:
-    """Index of the best improving candidate: lowest new d, then lowest budget use ``dc`` (:func:`_use`), then
-    lowest Σc·dev².
-
-    With ``rng`` one of the ``topk`` best is drawn at random (the randomised greedy of the restarts), each the best
-    candidate of a different ``unit`` (the unit of the critical node it moves, same shape as ``newd``): the few
-    best candidates are often one key group sent to different nodes, and drawing among them changes nothing.
-    With ``land`` (target mode) the cheapest candidate that lands the critical node inside the target band
-    without pushing its partner out of it wins; only if there is none the rule above applies."""
-    if land is not None:
-        cand = ok & land
-        if cand.any():
-            dcb = np.broadcast_to(dc, newd.shape)
-            cmin = dcb[cand].min()
-            cand &= dcb <= cmin + 1e-12
-            score = np.where(cand, dss, np.inf)
-            if rng is not None and topk > 1:
-                flat = np.flatnonzero(cand.ravel())
-                order = flat[np.argsort(score.ravel()[flat], kind="stable")]
-                return np.unravel_index(int(order[int(rng.integers(min(topk, order.size)))]), newd.shape), True
-            return np.unravel_index(int(np.argmin(score)), score.shape), True
-    tie_better = (newd <= d + 1e-12 * scale) & (dss < -1e-9 * scale * scale) & (dc <= 0)
-    improving = ok & ((newd < d - 1e-9 * scale) | tie_better)
-    if not improving.any():
-        return None, False
-    flat = np.flatnonzero(improving.ravel())
-    nd = newd.ravel()[flat]
-    if flat.size > PICK_KEEP:  # only the PICK_KEEP lowest new distances can be among the few best
-        keep = nd <= np.partition(nd, PICK_KEEP - 1)[PICK_KEEP - 1]
-        flat, nd = flat[keep], nd[keep]
-    if rng is not None and topk > 1 and flat.size > 1:
-        # quantise d so that near-ties are ordered by budget use and Σc·dev²
-        q = np.round(nd / (1e-6 * scale))
-        order = np.lexsort((dss.ravel()[flat], np.broadcast_to(dc, newd.shape).ravel()[flat], q))
-        if unit is not None:  # the best candidate of each unit, in order
-            _, first = np.unique(np.broadcast_to(unit, newd.shape).ravel()[flat][order], return_index=True)
-            order = order[np.sort(first)]
-        pick = order[int(rng.integers(min(topk, order.size)))]
-        return np.unravel_index(int(flat[pick]), newd.shape), False
-    best = nd.min()
-    tie = nd <= best + 1e-9 * scale
-    dcf = np.broadcast_to(dc, newd.shape).ravel()[flat]
-    tie &= dcf <= dcf[tie].min() + 1e-12
-    score = np.where(tie, dss.ravel()[flat], np.inf)
-    return np.unravel_index(int(flat[int(np.argmin(score))]), newd.shape), False
 
 
 def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int = 64,
@@ -161,7 +112,7 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
                 if target is not None:
                     land = (np.abs(uh - s.t) <= target)[:, None] & (
                         np.abs(uj - s.t) <= np.maximum(target, np.abs(u[D] - s.t))[None, :])
-                idx, landed = _pick(newd, _use(s, dc, db), dss, ok, d, scale, rng, topk, land, R[:, None])
+                idx, landed = pick(newd, _use(s, dc, db), dss, ok, d, scale, rng, topk, land, R[:, None])
                 if idx is not None:
                     best = ("move", int(R[idx[0]]), int(D[idx[1]]))
         else:
@@ -193,7 +144,7 @@ def improve(s: State, deadline: float, max_steps: int = 10**9, swap_nodes: int =
                 land = None
                 if target is not None:
                     land = (np.abs(uh - s.t) <= target) & (dev_src <= np.maximum(target, dev[src]))
-                idx, landed = _pick(newd, _use(s, dc, db), dss, ok, d, scale, rng, topk, land)
+                idx, landed = pick(newd, _use(s, dc, db), dss, ok, d, scale, rng, topk, land)
                 if idx is not None:
                     best = ("move", int(S[idx[0]]), h)
         if swap_nodes > 0 and (best is None or (target is not None and not landed)):
@@ -384,7 +335,7 @@ def _best_swap(s: State, u: np.ndarray, dev: np.ndarray, h: int, d: float, room_
     land = None
     if target is not None:
         land = (np.abs(uh - s.t) <= target) & (np.abs(uj - s.t) <= np.maximum(target, dev[jq]))
-    idx, landed = _pick(newd, _use(s, dc, db), dss, ok, d, scale, rng, topk, land, r_)
+    idx, landed = pick(newd, _use(s, dc, db), dss, ok, d, scale, rng, topk, land, r_)
     if idx is None:
         return None, False
     return ("swap", int(r_[idx[0]]), int(q_[idx[0]])), landed
