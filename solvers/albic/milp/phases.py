@@ -194,7 +194,7 @@ def restarts(run: Run, end: float) -> None:
     :func:`~solvers.albic.milp.kicks.free_step` 106–109). When the start's worst node is one it does not touch, a
     ruin first *lands* it inside the band by a swap (:func:`~solvers.albic.milp.search.land`) with the budget the
     ruin freed, before the repair spends that budget on the nodes the ruin unbalanced: the plan's distance is then
-    no longer pinned to that node (grid at 1 s, planner seeds 0–3, 16 runs: 101–106 of 108 within the best known +
+    no longer pinned to that node (grid at 1 s, planner seeds 0–5, 22 runs: 100–106 of 108 within the best known +
     5 %, median 103, against 97–100 without it in the same hour). (GRASP restarts from the starts in one round of
     three made the plans of 12 grid instances × 2 seeds at 1 s of CPU 7 % worse in geometric mean: the time goes to
     ruins.)"""
@@ -228,7 +228,7 @@ def restarts(run: Run, end: float) -> None:
         if lone and land(s, h, run.best.key()[2] * rng.uniform(*TARGET_RANGE), rng):
             origin = "ruin+land"
         if ruins % 2 == 0:
-            origin = "ruin+target"
+            origin += "+target"
             tau = run.best.key()[2] * rng.uniform(*TARGET_RANGE)
             improve(s, end, rng=rng, topk=2, target=tau, swap_nodes=64)
         else:

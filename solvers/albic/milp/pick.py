@@ -14,8 +14,8 @@ PICK_KEEP = 64             # improving candidates ordered in full per step (the 
 def pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: float, scale: float,
           rng: np.random.Generator | None = None, topk: int = 1, land: np.ndarray | None = None,
           unit: np.ndarray | None = None) -> tuple[tuple[Any, ...] | None, bool]:
-    """Index of the best improving candidate: lowest new d, then lowest budget use ``dc`` (:func:`_use`), then
-    lowest Σc·dev².
+    """Index of the best improving candidate: lowest new d, then lowest budget use ``dc``
+    (:func:`solvers.albic.milp.search._use`), then lowest Σc·dev².
 
     With ``rng`` one of the ``topk`` best is drawn at random (the randomised greedy of the restarts), each the best
     candidate of a different ``unit`` (the unit of the critical node it moves, same shape as ``newd``): the few
@@ -50,8 +50,8 @@ def pick(newd: np.ndarray, dc: np.ndarray, dss: np.ndarray, ok: np.ndarray, d: f
         first = first_by_unit(np.round(nd / (1e-6 * scale)), np.broadcast_to(dc, newd.shape).ravel()[flat],
                                dss.ravel()[flat], None if unit is None else
                                np.broadcast_to(unit, newd.shape).ravel()[flat], topk)
-        pick = first[int(rng.integers(len(first)))]
-        return np.unravel_index(int(flat[pick]), newd.shape), False
+        i = first[int(rng.integers(len(first)))]
+        return np.unravel_index(int(flat[i]), newd.shape), False
     best = nd.min()
     tie = nd <= best + 1e-9 * scale
     dcf = np.broadcast_to(dc, newd.shape).ravel()[flat]
