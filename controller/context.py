@@ -94,6 +94,7 @@ class Context:
         for t in list(self._tasks):
             t.cancel()
         if isinstance(self._writer, InlineWriter):
+            await self._writer.drain()
             self._writer.close()
         elif self._writer is not None:
             await asyncio.to_thread(self._writer.close)

@@ -29,6 +29,7 @@ from controller.planning import Planning, check_algorithm
 from controller.rounds import Rounds
 from controller.settings import Settings
 from controller.windows import Window
+from controller.writer import heavy_rows
 from rebalancer_client import contract as c
 from rebalancer_client.wire import dump, read
 from solvers import documents
@@ -260,7 +261,7 @@ class Jobs:
         self.ctx.jobs[job.job_id] = job  # reserve the id before the await (a concurrent PUT sees it and compares)
         try:
             async with job.lock:
-                await self.ctx.writer.run(repo.insert_job(job_row, epoch_row))
+                await self.ctx.writer.run(repo.insert_job(job_row, epoch_row), heavy_rows(job_row, epoch_row))
         except BaseException:
             self.ctx.jobs.pop(job.job_id, None)
             raise

@@ -28,7 +28,7 @@ from controller.planning import Planning
 from controller.solver_worker import Solved
 from controller.stats import batch_of
 from controller.windows import Batch
-from controller.writer import add_batch
+from controller.writer import add_batch, heavy_rows
 from rebalancer_client import contract as c
 from solvers.errors import InvalidInput
 from solvers.model import Problem
@@ -191,7 +191,8 @@ class Rounds:
             compaction = history.compact(job.job_id, base + 1, history.retention(self.ctx.settings))
         ok = await self.ctx.writer.run(repo.advance_epoch(
             job.job_id, base, history.job_values(erow, now), erow, proposal_id=proposal_id, proposal=proposal,
-            last_round_batch=last_round_batch, then=compaction, plan=plan if proposal_id else None))
+            last_round_batch=last_round_batch, then=compaction, plan=plan if proposal_id else None),
+            heavy_rows(erow))
         if not ok:
             raise Conflict(f"job {job.job_id!r} is no longer at epoch {base}")
         job.epoch = base + 1

@@ -163,7 +163,8 @@ class Writer(GroupCommit):
         self._last_group = 0
         self._thread.start()
 
-    async def run(self, op: Op) -> Any:
+    async def run(self, op: Op, heavy: bool = False) -> Any:
+        """``op(conn)``'s result once committed (``heavy`` is for the inline writer; this one is a thread)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         self._q.put(self._item(op, fut, loop))
@@ -220,12 +221,19 @@ class InlineWriter(GroupCommit):
     event loop is committed in one transaction by a callback scheduled with ``call_soon``; the awaiting requests
     resume only after that commit. Automatic checkpoints (which fsync) are disabled on this connection and done by
     a background thread instead (``PRAGMA wal_checkpoint(PASSIVE)`` every second, never blocking the writer).
+
+    A ``heavy`` operation (megabytes of rows: a job of 200,000 key groups writes ~6 MB, 40-55 ms of SQLite) is
+    committed, with the operations queued beside it, in a thread on the same connection: the event loop goes on
+    answering, and what is queued meanwhile is committed after it, in order, as one group.
     """
 
     def __init__(self, engine: Engine, batch: int = 256, checkpoint_every: float = 1.0):
         super().__init__(engine, batch)
         self._pending: list[Item] = []
         self._scheduled = False
+        self._heavy = False  # a heavy operation is pending
+        self._busy = False  # a group is being committed in a thread: flushes wait for it
+        self.threaded_commits = 0
         self._conn = engine.connect()
         self._conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
         self._conn.commit()
@@ -234,11 +242,13 @@ class InlineWriter(GroupCommit):
         self._ckpt = threading.Thread(target=self._checkpoints, name="rebalancer-checkpoint", daemon=True)
         self._ckpt.start()
 
-    async def run(self, op: Op) -> Any:
+    async def run(self, op: Op, heavy: bool = False) -> Any:
+        """``op(conn)``'s result once committed; ``heavy``: its group is committed in a thread."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
         self._pending.append(self._item(op, fut, loop))
-        if not self._scheduled:
+        self._heavy |= heavy
+        if not self._scheduled and not self._busy:
             self._scheduled = True
             loop.call_soon(self._flush)
         return await fut
@@ -246,10 +256,28 @@ class InlineWriter(GroupCommit):
     def _flush(self) -> None:
         self._scheduled = False
         items, self._pending = self._pending, []
+        if self._heavy and not self._busy:
+            self._heavy, self._busy = False, True
+            done = asyncio.get_running_loop().run_in_executor(None, self._commit_all, items)
+            done.add_done_callback(self._after_thread)
+            return
+        self._commit_all(items)
+
+    def _commit_all(self, items: list[Item]) -> None:
         t0 = time.thread_time()
         for i in range(0, len(items), self.batch):
             self._commit(items[i: i + self.batch])
         self.cpu_seconds += time.thread_time() - t0
+
+    def _after_thread(self, done: asyncio.Future[None]) -> None:
+        """On the loop, after a group committed in a thread: what was queued meanwhile is flushed now."""
+        self._busy = False
+        self.threaded_commits += 1
+        if done.exception() is not None:  # pragma: no cover - _commit delivers every error to its operation
+            log.error("a threaded group commit failed", exc_info=done.exception())
+        if self._pending and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
 
     @contextmanager
     def _inline_transaction(self) -> Iterator[Connection]:
@@ -265,10 +293,13 @@ class InlineWriter(GroupCommit):
         return self._inline_transaction()
 
     def _deliver(self, item: Item, result: Any = None, exc: BaseException | None = None) -> None:
-        if exc is None:
-            _set_result(item[1], result)
+        fut = item[1]
+        if self._busy:  # from the committing thread
+            item[2].call_soon_threadsafe(*((_set_result, fut, result) if exc is None else (_set_exc, fut, exc)))
+        elif exc is None:
+            _set_result(fut, result)
         else:
-            _set_exc(item[1], exc)
+            _set_exc(fut, exc)
 
     def _checkpoints(self) -> None:
         while not self._stop.wait(self._every):
@@ -278,9 +309,17 @@ class InlineWriter(GroupCommit):
             except Exception:  # pragma: no cover - best effort; the next one retries
                 log.debug("checkpoint failed", exc_info=True)
 
+    async def drain(self, timeout: float = 60.0) -> None:
+        """Wait (on the loop) until a group committing in a thread and what is queued behind it are written."""
+        deadline = time.monotonic() + timeout
+        while (self._busy or self._pending) and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+
     def close(self) -> None:
+        """Commit what is queued and stop (after :meth:`drain`, on the loop's thread)."""
         if self._pending:
-            self._flush()
+            items, self._pending = self._pending, []
+            self._commit_all(items)
         self._stop.set()
         self._ckpt.join(timeout=10)
         try:
@@ -289,6 +328,15 @@ class InlineWriter(GroupCommit):
         except Exception:  # the WAL is folded in at the next open anyway
             log.warning("final WAL checkpoint failed", exc_info=True)
         self._conn.close()
+
+
+#: rows of at least this many bytes make a heavy write (:meth:`InlineWriter.run`)
+HEAVY_ROW_BYTES = 1 << 20
+
+
+def heavy_rows(*rows: dict[str, Any]) -> bool:
+    """Whether these rows' text and bytes values hold :data:`HEAVY_ROW_BYTES` or more."""
+    return sum(len(v) for row in rows for v in row.values() if isinstance(v, (str, bytes))) >= HEAVY_ROW_BYTES
 
 
 def make_writer(engine: Engine, url: str, sqlite_synchronous: str, batch: int,
