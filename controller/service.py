@@ -41,6 +41,7 @@ from controller.proposals import Proposals
 from controller.rounds import Rounds
 from controller.scaling import Scaling
 from controller.settings import Settings
+from controller.stalls import StallWatch
 from controller.telemetry import watch_loop
 from rebalancer_client import contract
 
@@ -59,6 +60,7 @@ class Controller:
         self.jobs = Jobs(self.ctx, self.planning, self.rounds)
         self.scaling = Scaling(self.ctx, self.planning, self.rounds)
         self._transition = asyncio.Lock()
+        self._stalls: StallWatch | None = None
         ctx, t = self.ctx, self.ctx.telemetry
         t.gauge("rebalancer_jobs", "registered jobs", lambda: len(ctx.jobs))
         t.gauge("rebalancer_solves_in_flight", "solves running or queued",
@@ -74,6 +76,9 @@ class Controller:
 
     async def start(self, warm: bool = True) -> None:
         self.ctx.spawn(watch_loop(self.ctx.telemetry.loop_lag))
+        if self.ctx.settings.loop_stall_ms > 0:
+            self._stalls = StallWatch(asyncio.get_running_loop(), self.ctx.settings.loop_stall_ms / 1000)
+            self._stalls.start()
         lead = self.ctx.leadership
         if isinstance(lead, ReplicaLeadership):
             await self._start_replica(lead, warm)
@@ -171,6 +176,8 @@ class Controller:
     async def close(self) -> None:
         """Stop following the lease, write what is queued, then hand the lease over."""
         lead = self.ctx.leadership
+        if self._stalls is not None:
+            self._stalls.stop()
         await asyncio.to_thread(lead.halt)
         await self.ctx.close()
         await asyncio.to_thread(lead.stop)

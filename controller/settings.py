@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     request_wait_s: float = Field(default=5.0, ge=0)
     #: solver worker processes (the process pool off the event loop).
     solver_workers: int = Field(default=2, ge=1)
+    #: log where the event loop's thread is whenever the loop falls this many ms behind (0 = off):
+    #: :mod:`controller.stalls`, logger ``rebalancer.stalls``.
+    loop_stall_ms: float = Field(default=0.0, ge=0)
     #: niceness added to the solver workers (0-19): on a busy machine the event loop (health checks, statistics
     #: posts) gets the CPU before a background solve (19: under the mixed-load benchmark on 2 cores /healthz p99
     #: was 101 ms, with 5 it was 3.4-7.2 s; the solves took 5-70 % longer there).
