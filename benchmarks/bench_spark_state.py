@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.spark_demo import start_controller
+from benchmarks.spark_state_cold import cold_restarts, session
 from cli.common import positive_int
 
 AGG_SCHEMA = "key string, v long"
@@ -272,6 +272,8 @@ def _workload(spark, args, work: Path, client, name: str, z: float | None) -> di
     for side in ran:
         doc[side]["recovery_s"] = round(statistics.median(runs[side]), 2)
         doc[side]["recovery_runs_s"] = [round(x, 2) for x in runs[side]]
+    if args.cold_restarts and workload == "aggregate":
+        cold_restarts(args, work, name, z, ran, doc)
     r = doc["rebalancer"]["p50_batch_s"]
     for base in [b for b in ("builtin", "tws") if b in doc]:
         b = doc[base].get("p50_batch_s")
@@ -328,29 +330,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keys", type=positive_int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="8 batches of 10k records")
     ap.add_argument("--restarts", type=positive_int, default=5, help="restarts of each side (recovery: their median)")
+    ap.add_argument("--cold-restarts", type=int, default=0,
+                    help="more restarts per side, each in a new process and JVM (aggregate and uniform)")
     ap.add_argument("--output", default="bench-results/spark_state.json")
     ap.add_argument("--only", nargs="+", default=["sessions", "aggregate", "uniform"],
                     choices=["sessions", "aggregate", "uniform"], help="workloads to run")
     args = ap.parse_args(argv)
     if args.quick:
         args.batches, args.rows = min(args.batches, 8), min(args.rows, 10_000)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
     from rebalancer_client import RebalancerClient
 
     work = Path(tempfile.mkdtemp(prefix="bench-spark-state-"))
     proc = start_controller(work / "rebalancer.db")
-    url = proc.url
-    spark = (SparkSession.builder.master("local[2]").appName("bench_spark_state")
-             .config("spark.sql.shuffle.partitions", "8").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    url = args.controller_url = proc.url
+    spark = session()
     client = RebalancerClient(url, timeout=10, retries=1)
     doc: dict = {"config": {"batches": args.batches, "rows": args.rows, "keys": args.keys, "partitions": 8,
                             "key_groups": 120, "master": "local[2]", "algorithm": "albic-milp",
                             "budget": {"max_migrations": 12}, "window_batches": 2, "warmup_batches": 3,
-                            "restarts": args.restarts}}
+                            "restarts": args.restarts, "cold_restarts": args.cold_restarts}}
     try:
         recovery = {}
         for name, z in (("sessions", 1.1), ("aggregate", 1.1), ("uniform", None)):
@@ -360,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
             if name == "aggregate":
                 recovery = {side: doc[name][side]["recovery_s"] for side in ("builtin", "rebalancer")}
                 recovery["ratio"] = doc[name]["recovery_ratio_rebalancer_over_builtin"]
+                if args.cold_restarts:
+                    recovery["cold"] = {side: doc[name][side]["cold_recovery_s"] for side in ("builtin", "rebalancer")}
+                    recovery["cold"]["ratio"] = doc[name]["cold_recovery_ratio_rebalancer_over_builtin"]
         if "sessions" in args.only:
             doc["sessions"]["same_sessions"] = check_sessions(spark, work, client)
         doc["recovery_s"] = recovery
@@ -384,6 +385,10 @@ def main(argv: list[str] | None = None) -> int:
     if recovery:
         print(f"recovery after a restart (median of {args.restarts}): builtin {recovery['builtin']} s, "
               f"rebalancer {recovery['rebalancer']} s (ratio {recovery['ratio']}, target <= 1.0)")
+        if "cold" in recovery:
+            cold = recovery["cold"]
+            print(f"cold recovery, a new process per restart (median of {args.cold_restarts}): builtin "
+                  f"{cold['builtin']} s, rebalancer {cold['rebalancer']} s (ratio {cold['ratio']})")
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
