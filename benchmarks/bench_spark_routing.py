@@ -118,18 +118,21 @@ def measure_overhead(spark, *, rows: int = 1_000_000, keys: int = 100_000, parti
     }
 
 
-def spark_session(partitions: int = 8):
+def spark_session(partitions: int = 8, app: str = "rebalancer-spark", arrow: bool = True):
+    """The benchmarks' local SparkSession: ``local[2]``, no UI, 2 GB of driver memory, ``partitions`` shuffle
+    partitions, Arrow for pandas conversions unless ``arrow`` is False (``bench_spark_state`` measures without)."""
     import os
 
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers run in this interpreter's env
-    spark = (SparkSession.builder.master("local[2]").appName("rebalancer-spark")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", str(partitions))
-             .config("spark.driver.memory", "2g")
-             .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-             .getOrCreate())
+    builder = (SparkSession.builder.master("local[2]").appName(app)
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", str(partitions))
+               .config("spark.driver.memory", "2g"))
+    if arrow:
+        builder = builder.config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

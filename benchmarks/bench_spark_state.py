@@ -41,7 +41,7 @@ import numpy as np
 
 from benchmarks.spark_demo import start_controller
 from benchmarks.spark_state_cold import cold_restarts, session
-from cli.common import positive_int
+from cli.common import nonnegative_int, positive_int
 
 AGG_SCHEMA = "key string, v long"
 SESSION_SCHEMA = "key string, ts double, v long"
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keys", type=positive_int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="8 batches of 10k records")
     ap.add_argument("--restarts", type=positive_int, default=5, help="restarts of each side (recovery: their median)")
-    ap.add_argument("--cold-restarts", type=int, default=0,
+    ap.add_argument("--cold-restarts", type=nonnegative_int, default=0,
                     help="more restarts per side, each in a new process and JVM (aggregate and uniform)")
     ap.add_argument("--output", default="bench-results/spark_state.json")
     ap.add_argument("--only", nargs="+", default=["sessions", "aggregate", "uniform"],

@@ -12,7 +12,6 @@ session's start (``session_s``) and the restart itself as the warm runs time it 
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -21,16 +20,11 @@ from pathlib import Path
 from typing import Any
 
 
-def session(app: str = "bench_spark_state") -> Any:
-    """The benchmark's SparkSession: ``local[2]``, 8 shuffle partitions, no UI, 2 GB of driver memory."""
-    from pyspark.sql import SparkSession
+def session() -> Any:
+    """The SparkSession of ``bench_spark_state`` (warm and cold sides alike): 8 shuffle partitions, no Arrow."""
+    from benchmarks.bench_spark_routing import spark_session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.master("local[2]").appName(app)
-             .config("spark.sql.shuffle.partitions", "8").config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", "2g").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return spark_session(8, app="bench_spark_state", arrow=False)
 
 
 def cold_restart(side: str, src: Path, work: Path, job_id: str, workload: str, url: str) -> dict[str, float]:

@@ -115,6 +115,11 @@ def nonnegative_float(text: str) -> float:
     return _number_type(text, integer=False, minimum=0, strict=False)
 
 
+def nonnegative_int(text: str) -> int:
+    """argparse type: a whole number >= 0."""
+    return int(_number_type(text, integer=True, minimum=0, strict=False))
+
+
 def positive_int(text: str) -> int:
     """argparse type: a whole number >= 1 (``1e6`` accepted)."""
     return int(_number_type(text, integer=True, minimum=1, strict=False))

@@ -74,7 +74,7 @@ class StallWatch:
         for ident, frame in frames.items():
             if ident in (self._loop_thread, threading.get_ident()):
                 continue
-            summary = traceback.extract_stack(frame)[-OTHER_FRAMES:]
+            summary = traceback.extract_stack(frame, limit=OTHER_FRAMES)
             path = " < ".join(f"{f.name} ({f.filename.rsplit('/', 1)[-1]}:{f.lineno})" for f in reversed(summary))
             out.append(f"  thread {names.get(ident, ident)}: {path}\n")
         return "".join(out)
