@@ -51,7 +51,7 @@ def _dense(job: Job, stats: Stats) -> tuple[np.ndarray, np.ndarray, np.ndarray |
             raise InvalidInput(name, f"has {len(values)} numbers; job {job.job_id!r} has {m} key groups (one "
                                      f"number per key group, in the job's order)")
     if stats.state_bytes is not None:
-        state = np.array([np.nan if v is None else v for v in stats.state_bytes], dtype=np.float64)
+        state = np.array(stats.state_bytes, dtype=np.float64)  # (None is NaN)
         if np.isnan(state).all():
             state = None
     return np.arange(m, dtype=np.int64), np.array(stats.load, dtype=np.float64), state

@@ -133,11 +133,17 @@ class Window:
         return np.maximum(var, 0.0)
 
     def latest_state(self, registered: np.ndarray) -> np.ndarray:
+        """Each key group's state bytes as last reported in the window (``registered`` where none was): the
+        batches from the latest received back, until every key group has a report (usually the latest batch)."""
         out = registered.copy()
-        for b in self.batches.values():  # in the order received: the latest report wins
+        missing = np.ones(out.size, dtype=bool)
+        for b in reversed(self.batches.values()):
             if b.state is not None:
-                ok = ~np.isnan(b.state)
-                out[b.idx[ok]] = b.state[ok]
+                take = missing[b.idx] & ~np.isnan(b.state)
+                out[b.idx[take]] = b.state[take]
+                missing[b.idx[take]] = False
+                if not missing.any():
+                    break
         return out
 
     def mean_comm(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

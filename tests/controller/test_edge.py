@@ -9,6 +9,8 @@ import dataclasses
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controller.edge import Invalid, encode, error_items, field_path, parse
 from rebalancer_client import contract as c
@@ -153,3 +155,43 @@ def test_what_the_server_encodes_the_client_reads_back():
         assert read(type(doc), json.loads(encode(doc))) == doc
     assert all(getattr(cls, "__pydantic_config__", {}).get("extra") in ("forbid", RESPONSE["extra"])
                for cls in vars(c).values() if isinstance(cls, type) and dataclasses.is_dataclass(cls))
+
+
+STATS_DOCS = [
+    {"batch_id": 3, "epoch": 0, "load": [1.5, 2, 0]},
+    {"batch_id": 3, "epoch": 1, "load": [1.5, 2, 0], "state_bytes": [10, None, 5]},
+    {"batch_id": 3, "epoch": 0, "load": [1.5], "state_bytes": [None], "communication": []},
+    {"batch_id": 3, "epoch": 0, "key_groups": [{"id": "o/0", "load": 1}, {"id": "o/1", "load": 2, "state_bytes": 7}]},
+    {"batch_id": 3, "epoch": 0, "load": [1, 2], "communication": [{"src": "o/0", "dst": "o/1", "rate": 2.5}]},
+]
+
+
+@pytest.mark.parametrize("body", STATS_DOCS, ids=range(len(STATS_DOCS)))
+def test_the_keys_counted_from_a_documents_fields_are_those_it_serialises(body):
+    """:func:`given_keys` counts a flat document (fields of numbers and lists of numbers) from its fields, any
+    other by serialising it: both counts agree with the serialised document's keys."""
+    from controller.edge import given_keys
+
+    doc = parse(c.Stats, json.dumps(body))
+    assert given_keys(doc) == encode(doc, exclude_defaults=True).count(b'":')
+    job = parse(c.JobSpec, json.dumps(JOB))
+    assert given_keys(job) == encode(job, exclude_defaults=True).count(b'":')
+
+
+@given(n=st.integers(1, 6), keys=st.permutations(["batch_id", "epoch", "load", "state_bytes"]),
+       twice=st.sampled_from([None, "batch_id", "epoch", "load", "state_bytes"]),
+       spaces=st.lists(st.sampled_from(["", " ", "\n", "\t", "\r\n  "]), min_size=5, max_size=5))
+def test_a_statistics_body_names_each_key_once_or_is_refused(n, keys, twice, spaces):
+    """Statistics as arrays, keys in any order, each with any JSON white space before its colon: accepted exactly
+    when no key is given twice (the fast count of :func:`given_keys` must not let a repeated key through)."""
+    values = {"batch_id": "7", "epoch": "0", "load": "[" + ",".join(["1.5"] * n) + "]",
+              "state_bytes": "[" + ",".join(["null"] * (n - 1) + ["4"]) + "]"}
+    items = [f'"{k}"{spaces[i]}:{spaces[i]}{values[k]}' for i, k in enumerate(keys)]
+    if twice is not None:
+        items.insert(1, f'"{twice}"{spaces[4]}:{values[twice]}')
+    raw = ("{" + ",".join(items) + "}").encode()
+    if twice is None:
+        assert parse(c.Stats, raw).load == [1.5] * n
+    else:
+        with pytest.raises(Invalid, match="given twice"):
+            parse(c.Stats, raw)
