@@ -27,6 +27,7 @@ from sqlalchemy import insert
 from sqlalchemy.engine import Connection, Engine
 
 from controller import repository as repo
+from controller.errors import Busy
 from controller.leadership import Fenced, ReplicaLeadership
 from controller.windows import Batch
 
@@ -233,6 +234,7 @@ class InlineWriter(GroupCommit):
         self._scheduled = False
         self._heavy = False  # a heavy operation is pending
         self._busy = False  # a group is being committed in a thread: flushes wait for it
+        self._closed = False  # closed while a group was committing in a thread
         self.threaded_commits = 0
         self._conn = engine.connect()
         self._conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
@@ -273,6 +275,9 @@ class InlineWriter(GroupCommit):
         """On the loop, after a group committed in a thread: what was queued meanwhile is flushed now."""
         self._busy = False
         self.threaded_commits += 1
+        if self._closed:
+            self._conn.close()
+            return
         if done.exception() is not None:  # pragma: no cover - _commit delivers every error to its operation
             log.error("a threaded group commit failed", exc_info=done.exception())
         if self._pending and not self._scheduled:
@@ -316,7 +321,20 @@ class InlineWriter(GroupCommit):
             await asyncio.sleep(0.005)
 
     def close(self) -> None:
-        """Commit what is queued and stop (after :meth:`drain`, on the loop's thread)."""
+        """Commit what is queued and stop (after :meth:`drain`, on the loop's thread). A group still committing in
+        a thread (:meth:`drain` gave up waiting) keeps the connection to itself: what is queued behind it is not
+        written (its awaiters get :class:`Busy`: retry) and the connection is left to that thread."""
+        if self._busy:
+            items, self._pending = self._pending, []
+            log.error("closing while a group commit still runs in a thread: %d queued operations not written",
+                      len(items))
+            for item in items:
+                _set_exc(item[1], Busy("the server is stopping and its database write is stuck; nothing of this "
+                                       "request was written: retry it"))
+            self._stop.set()
+            self._ckpt.join(timeout=10)
+            self._closed = True  # the connection is closed once that group is done (_after_thread)
+            return
         if self._pending:
             items, self._pending = self._pending, []
             self._commit_all(items)

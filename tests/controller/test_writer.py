@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy.engine import Connection
 
 from controller.database import make_engine
+from controller.errors import Busy
 from controller.writer import HEAVY_ROW_BYTES, InlineWriter, heavy_rows
 
 
@@ -109,6 +110,40 @@ def test_drain_waits_for_a_threaded_group_before_close(writer):
 
     asyncio.run(main())
     assert _rows(writer) == [7, 8]
+
+
+def test_close_after_a_drain_that_gave_up_leaves_the_connection_to_the_stuck_commit(tmp_path):
+    """A threaded commit stuck past :meth:`InlineWriter.drain`'s wait: ``close`` must not commit what is queued on
+    the connection that thread is using; the queued operation fails with ``Busy`` (nothing written), and the stuck
+    group still commits when it is released."""
+    engine = make_engine(f"sqlite:///{tmp_path}/w.db")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE log (n INTEGER NOT NULL, body TEXT)")
+    w = InlineWriter(engine)
+    gate, inside = threading.Event(), threading.Event()
+
+    def stuck(conn: Connection) -> None:
+        inside.set()
+        gate.wait(30)
+        conn.exec_driver_sql("INSERT INTO log (n, body) VALUES (?, ?)", (1, ""))
+
+    async def main() -> tuple[BaseException | None, asyncio.Future[None]]:
+        held = asyncio.ensure_future(w.run(stuck, heavy=True))
+        await asyncio.to_thread(inside.wait, 30)
+        queued = asyncio.ensure_future(w.run(_append(2)))
+        await w.drain(timeout=0.05)
+        w.close()
+        await asyncio.sleep(0)
+        error = queued.exception() if queued.done() else None
+        gate.set()
+        await held
+        return error, queued
+
+    error, queued = asyncio.run(main())
+    assert isinstance(error, Busy), (error, queued)
+    with engine.connect() as conn:
+        assert [r[0] for r in conn.exec_driver_sql("SELECT n FROM log")] == [1]
+    engine.dispose()
 
 
 def test_heavy_rows_counts_the_text_of_the_rows():
