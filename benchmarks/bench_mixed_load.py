@@ -28,6 +28,7 @@ import functools
 import json
 import multiprocessing
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,7 +49,7 @@ from benchmarks.bench_api import (
     wait_workers,
 )
 from benchmarks.harness import Bench
-from tests.helpers.server import ServerProcess
+from tests.helpers.server import ServerProcess, free_port
 
 HEALTHZ_P99_MS = 50.0
 STATS_P99_FACTOR = 2.0
@@ -103,13 +104,14 @@ def senders(n: int) -> cf.ProcessPoolExecutor:
     return pool
 
 
-async def phase(srv: ServerProcess, args: Any, wl: StatsWorkload,
-                heavy: dict[str, Callable[[], dict[str, Any]]], pool: cf.Executor | None = None) -> dict[str, Any]:
+async def phase(srv: ServerProcess, args: Any, wl: StatsWorkload, heavy: dict[str, Callable[[], dict[str, Any]]],
+                pool: cf.Executor | None = None, bare_port: int | None = None) -> dict[str, Any]:
     """Statistics and probes (open loop) for ``--seconds`` (no ``heavy``), or from ``LEAD_S`` before the
-    ``heavy`` requests until ``TAIL_S`` after the last one answered; server RSS sampled every second."""
+    ``heavy`` requests until ``TAIL_S`` after the last one answered; server RSS sampled every second. With
+    ``bare_port``, the server that does nothing (:mod:`benchmarks.bare_asgi`) is probed as ``/healthz`` is."""
     stop, rss = asyncio.Event(), [rss_bytes(srv.pid)]
     done: dict[str, dict[str, Any]] = {}
-    times: dict[str, list[float]] = {"stats": [], "healthz": []}
+    times: dict[str, list[float]] = {"stats": [], "healthz": [], "bare": []}
 
     async def driver() -> float:
         await asyncio.sleep(0.2 + (LEAD_S if heavy else args.seconds))
@@ -129,11 +131,14 @@ async def phase(srv: ServerProcess, args: Any, wl: StatsWorkload,
 
     sampler = asyncio.create_task(sample())
     lag0 = loop_lag(srv.url)
-    (stats, s_lat), (hz, h_lat), wall = await asyncio.gather(
+
+    def probe(port: int, what: str) -> Any:
+        return open_loop(port, 2, args.probe_rate, 900.0, lambda i, k: ("GET", "/healthz", None, (200,)),
+                         stop=stop, times=times[what])
+
+    (stats, s_lat), (hz, h_lat), wall, *bare = await asyncio.gather(
         open_loop(srv.port, args.clients, args.rate, 900.0, wl, stop=stop, times=times["stats"]),
-        open_loop(srv.port, 2, args.probe_rate, 900.0, lambda i, k: ("GET", "/healthz", None, (200,)), stop=stop,
-                  times=times["healthz"]),
-        driver())
+        probe(srv.port, "healthz"), driver(), *([probe(bare_port, "bare")] if bare_port else []))
     sampler.cancel()
     lag = {k: v - lag0.get(k, 0.0) for k, v in loop_lag(srv.url).items()}
     out = {"stats": stats, "healthz": hz, "server_rss_mb": {"start": rss[0] >> 20, "max": max(rss) >> 20},
@@ -141,6 +146,9 @@ async def phase(srv: ServerProcess, args: Any, wl: StatsWorkload,
                               "over_25ms": int(lag["count"] - lag["0.025"]), "sum_s": round(lag["sum"], 3)},
            "loadavg_1m_end": round(os.getloadavg()[0], 2),
            "series": {"stats": [times["stats"], s_lat], "healthz": [times["healthz"], h_lat]}}
+    if bare:
+        out["bare"] = bare[0][0]
+        out["series"]["bare"] = [times["bare"], bare[0][1]]
     if heavy:
         out.update({"heavy": done, "heavy_wall_s": round(wall, 2)})
     return out
@@ -177,9 +185,36 @@ def heavy_requests(url: str, args: Any, log: Callable[[str], None],
     return {k: functools.partial(send, url, m, p, str(tmp / f"{k}.json")) for k, (m, p, _) in bodies.items()}
 
 
+class BareServer:
+    """:mod:`benchmarks.bare_asgi` in its own process on a free port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.bare_asgi", str(self.port)],
+                                     cwd=Path(__file__).resolve().parents[1])
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=2).raise_for_status()
+                return
+            except httpx.HTTPError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("the bare server did not start") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def side_by_side(base: dict[str, Any], mixed: dict[str, Any]) -> dict[str, Any]:
     keys = ("requests", "errors", "throughput_rps", "p50_ms", "p99_ms", "max_ms")
-    return {f"{what} {k}": [base[what][k], mixed[what][k]] for what in ("stats", "healthz") for k in keys}
+    return {f"{what} {k}": [base[what][k], mixed[what][k]] for what in ("stats", "healthz", "bare") for k in keys}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -200,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                         test_settings=False, log_path=tmp / "server.log")
     bench.log(f"server {srv.url}, log {tmp}/server.log")
     srv.start()
+    bare = BareServer()
     try:
         wait_workers(srv, args.workers)
         httpx.get(srv.url + "/v1/jobs", timeout=120)  # the first request builds the routes' state
@@ -208,17 +244,19 @@ def main(argv: list[str] | None = None) -> int:
         heavy = heavy_requests(srv.url, args, bench.log, tmp)
         pool = senders(len(heavy))
         bench.log(f"baseline: {args.rate:.0f} stats/s + {args.probe_rate:.0f} healthz/s for {args.seconds:.0f} s")
-        base = asyncio.run(phase(srv, args, wl, {}))
-        bench.log(f"  stats p99 {base['stats']['p99_ms']} ms, healthz p99 {base['healthz']['p99_ms']} ms; server "
-                  f"event-loop lag {base['event_loop_lag']}")
+        base = asyncio.run(phase(srv, args, wl, {}, bare_port=bare.port))
+        bench.log(f"  stats p99 {base['stats']['p99_ms']} ms, healthz p99 {base['healthz']['p99_ms']} ms, bare "
+                  f"server p99 {base['bare']['p99_ms']} ms; server event-loop lag {base['event_loop_lag']}")
         bench.log(f"mixed: the same load around {', '.join(heavy)}")
-        mixed = asyncio.run(phase(srv, args, wl, heavy, pool))
+        mixed = asyncio.run(phase(srv, args, wl, heavy, pool, bare_port=bare.port))
         pool.shutdown()
-        bench.log(f"  stats p99 {mixed['stats']['p99_ms']} ms, healthz p99 {mixed['healthz']['p99_ms']} ms; server "
+        bench.log(f"  stats p99 {mixed['stats']['p99_ms']} ms, healthz p99 {mixed['healthz']['p99_ms']} ms, bare "
+                  f"server p99 {mixed['bare']['p99_ms']} ms; server "
                   f"event-loop lag {mixed['event_loop_lag']}; heavy "
                   + ", ".join(f"{k} {v['status']} in {v['seconds']} s" for k, v in mixed["heavy"].items()))
     finally:
         srv.stop()
+        bare.stop()
     report(bench, args, base, mixed)
     return bench.finish()
 
@@ -241,6 +279,13 @@ def report(bench: Bench, args: Any, base: dict[str, Any], mixed: dict[str, Any])
     bench.target(f"stats p99 under mixed load <= {STATS_P99_FACTOR:g} x the baseline's", round(ratio, 2),
                  STATS_P99_FACTOR, ratio <= STATS_P99_FACTOR and mixed["stats"]["errors"] == 0,
                  f"{mixed['stats']['p99_ms']} vs {base['stats']['p99_ms']} ms; {mixed['stats']['errors']} errors")
+    slow = {what: round(mixed[what]["p99_ms"] / max(base[what]["p99_ms"], 1e-9), 2) for what in ("stats", "bare")}
+    bench.result["p99_slowdown (mixed / baseline)"] = slow
+    bench.target(f"stats p99 slowdown <= {STATS_P99_FACTOR:g} x the bare server's (proposed)",
+                 round(slow["stats"] / max(slow["bare"], 1e-9), 2), STATS_P99_FACTOR,
+                 slow["stats"] <= STATS_P99_FACTOR * slow["bare"] and mixed["stats"]["errors"] == 0,
+                 f"stats {slow['stats']}x, a server that does nothing {slow['bare']}x (bare p99 "
+                 f"{base['bare']['p99_ms']} -> {mixed['bare']['p99_ms']} ms): the machine's own slow-down")
     bench.target("every heavy request answered 2xx", sum(1 for c in codes.values() if c and c < 300), len(codes),
                  all(c is not None and c < 300 for c in codes.values()), str(codes))
 
@@ -252,7 +297,7 @@ def plot(bench: Bench, base: dict[str, Any], mixed: dict[str, Any]) -> None:
             return
         axes = fig.subplots(1, 2, sharey=True)
         for ax, (name, ph) in zip(axes, (("baseline", base), ("mixed", mixed)), strict=True):
-            for what, marker in (("stats", "."), ("healthz", "x")):
+            for what, marker in (("stats", "."), ("healthz", "x"), ("bare", "+")):
                 t, lat = ph["series"][what]
                 n = min(len(t), len(lat))
                 ax.plot(np.array(t[:n]) - (t[0] if t else 0), np.array(lat[:n]) * 1000, ls="none", marker=marker,

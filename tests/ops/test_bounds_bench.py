@@ -18,7 +18,9 @@ def test_bench_mixed_load_quick_run_against_a_real_server(tmp_path):
     assert set(doc["mixed"]["heavy"]) == {"plan", "what_if_big", "put_200k", "what_if_0"}
     for phase in ("baseline", "mixed"):
         assert doc[phase]["stats"]["requests"] > 0 and doc[phase]["healthz"]["requests"] > 0
+        assert doc[phase]["bare"]["requests"] > 0 and doc[phase]["bare"]["errors"] == 0  # the server doing nothing
         lag = doc[phase]["event_loop_lag"]  # the server's own samples, every 0.1 s of the phase
         assert lag["samples"] >= 1 and lag["samples"] >= lag["over_25ms"] >= lag["over_50ms"] >= 0
-    assert set(doc["side_by_side (baseline, mixed)"]["healthz p99_ms"]) and len(doc["targets"]) == 3
+    assert set(doc["side_by_side (baseline, mixed)"]["healthz p99_ms"]) and len(doc["targets"]) == 4
+    assert set(doc["p99_slowdown (mixed / baseline)"]) == {"stats", "bare"}
     assert (tmp_path / "mixed_load.png").exists()
