@@ -133,7 +133,7 @@ def test_close_after_a_drain_that_gave_up_leaves_the_connection_to_the_stuck_com
         queued = asyncio.ensure_future(w.run(_append(2)))
         await w.drain(timeout=0.05)
         w.close()
-        await asyncio.sleep(0)
+        await asyncio.wait({queued}, timeout=10)
         error = queued.exception() if queued.done() else None
         gate.set()
         await held
