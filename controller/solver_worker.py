@@ -1,9 +1,10 @@
 """The solver worker process: what runs on the far side of :class:`controller.solving.SolverPool`'s pipes.
 
-A worker binds its life to the server's (:mod:`controller.lifeline`), imports numpy, scipy, the registry and every
-planner once, then answers ``(fn, args)`` messages with ``fn(*args)``: a plan document or an error tuple comes back
-as plain data (``InvalidInput`` does not pickle with its two arguments). A task travels as :func:`pack` makes it:
-its pickle, then each big ``bytes`` argument (a request body) out of band, straight from the server's buffer.
+A worker binds its life to the server's (:mod:`controller.lifeline`), starts with numpy, scipy, the registry and
+every planner imported (the forkserver imported them once: :data:`PRELOAD`), then answers ``(fn, args)`` messages
+with ``fn(*args)``: a plan document or an error tuple comes back as plain data (``InvalidInput`` does not pickle
+with its two arguments). A task travels as :func:`pack` makes it: its pickle, then each big ``bytes`` argument (a
+request body) out of band, straight from the server's buffer.
 """
 
 from __future__ import annotations
@@ -23,10 +24,19 @@ from controller.lifeline import bind_worker
 from rebalancer_client.contract import Plan
 from solvers.errors import InvalidInput
 from solvers.model import Problem
+from solvers.registry import PLANNER_MODULES
 
-#: imported once by the forkserver (so every worker starts with them); the first binds it to the server's life
+#: what the planners import lazily (the CLI should not pay for OR-tools when it runs Flux): a long-lived worker
+#: imports it at start-up, so a solve never spends its time limit importing (~1 s for OR-tools on a busy machine)
+LAZY_SOLVER_MODULES = ["solvers.albic.milp.cpsat", "solvers.albic.milp.cbc"]
+
+#: imported once by the forkserver, so that every worker starts with them: a worker killed at its hard deadline or
+#: lost is replaced in ~0.15 s instead of ~0.8 s (seconds on a busy machine: the imports are most of a worker's
+#: start), and the workers share the pages of OR-tools, pandas and scipy (PSS of a 2-worker pool 168 MB instead of
+#: 199 MB). The first binds the forkserver to the server's life. The forkserver skips a module that fails to import;
+#: the worker's own import (:func:`_init_worker`) then fails too and reports why.
 PRELOAD = ["controller.forkserver_lifeline", "numpy", "scipy.sparse", "solvers.model", "solvers.metrics",
-           "solvers.registry"]
+           "solvers.registry", *PLANNER_MODULES.values(), *LAZY_SOLVER_MODULES]
 
 
 def _import_planners() -> list[str]:
@@ -38,12 +48,8 @@ def _import_planners() -> list[str]:
     return sorted(registry.PLANNER_MODULES)
 
 
-#: what the planners import lazily (the CLI should not pay for OR-tools when it runs Flux): a long-lived worker
-#: imports it at start-up, so a solve never spends its time limit importing (~1 s for OR-tools on a busy machine)
-LAZY_SOLVER_MODULES = ["solvers.albic.milp.cpsat", "solvers.albic.milp.cbc"]
-
-
 def _init_worker() -> None:
+    """Import what the forkserver should have (a no-op when it did): an import that fails raises here."""
     for m in PRELOAD[1:]:
         importlib.import_module(m)
     _import_planners()
@@ -64,13 +70,28 @@ MEMORY_LIMIT = 0
 
 def _limit_memory(limit: int) -> None:
     """Cap the worker's data segment (heap and anonymous mappings: ``RLIMIT_DATA``): a solve that needs more gets
-    a ``MemoryError`` (its request a clear error) instead of taking the machine's memory."""
+    a ``MemoryError`` (its request a clear error) instead of taking the machine's memory. A limit below what the
+    worker holds when it starts (the planners the forkserver imported) leaves it nothing to solve with: the start
+    fails with a ``MemoryError`` that says so."""
     global MEMORY_LIMIT
     if limit > 0:
         import resource
 
+        held = _data_bytes()
+        if held >= limit:
+            raise MemoryError(f"the solver memory limit ({limit >> 20} MB) is below what a worker holds at its start "
+                              f"({held >> 20} MB: the planners): raise REBALANCER_SOLVER_MEMORY_LIMIT_MB")
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
         MEMORY_LIMIT = limit
+
+
+def _data_bytes() -> int:
+    """This process's data segment now (``VmData``), in bytes: what ``RLIMIT_DATA`` counts."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) << 10
+    return 0
 
 
 #: task arguments of at least this many bytes travel out of band (:func:`pack`)
@@ -113,8 +134,8 @@ def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0, memory_li
     bind_worker(server_pid)
     if nice:  # the event loop wins the CPU over a solve when the machine is busy
         os.nice(nice)
-    _limit_memory(memory_limit)
     try:
+        _limit_memory(memory_limit)
         _init_worker()
     except BaseException as exc:  # reported to the server, which refuses solves with this reason
         conn.send(("init-error", f"{type(exc).__name__}: {exc}"))

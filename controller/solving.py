@@ -1,10 +1,10 @@
 """Solves off the event loop: pre-warmed worker processes, admission with a share reserved for automatic rounds,
 and a hard time limit per solve.
 
-Workers are started with the ``forkserver`` method (never ``fork`` from a threaded server) and import numpy,
-scipy, the registry and every planner (OR-tools included) once; :meth:`SolverPool.warm` starts them at startup so
-the first request does not pay for the imports. A planner that does not import is an error at startup, not a
-silent omission.
+Workers are started with the ``forkserver`` method (never ``fork`` from a threaded server), which imports numpy,
+scipy, the registry and every planner (OR-tools included) once, so each worker starts with them
+(:data:`~controller.solver_worker.PRELOAD`); :meth:`SolverPool.warm` starts them at startup so the first request
+does not pay for the imports. A planner that does not import is an error at startup, not a silent omission.
 
 Each worker is one process with its own pipe (not a ``ProcessPoolExecutor``, whose shared queues make one worker's
 death fail every solve in flight). So the pool can
