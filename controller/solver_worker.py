@@ -86,11 +86,15 @@ def _limit_memory(limit: int) -> None:
 
 
 def _data_bytes() -> int:
-    """This process's data segment now (``VmData``), in bytes: what ``RLIMIT_DATA`` counts."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmData:"):
-                return int(line.split()[1]) << 10
+    """This process's data segment now (``VmData``), in bytes: what ``RLIMIT_DATA`` counts (0 where there is no
+    ``/proc``: not checked)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) << 10
+    except OSError:
+        pass
     return 0
 
 
