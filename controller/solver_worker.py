@@ -49,12 +49,11 @@ def _import_planners() -> list[str]:
 
 
 def _init_worker() -> None:
-    """Import what the forkserver should have (a no-op when it did): an import that fails raises here."""
+    """Import what the forkserver should have (a no-op when it did; the registry read again, as registered now): an
+    import that fails raises here."""
     for m in PRELOAD[1:]:
         importlib.import_module(m)
     _import_planners()
-    for m in LAZY_SOLVER_MODULES:
-        importlib.import_module(m)
 
 
 def loaded(names: list[str]) -> list[bool]:

@@ -9,7 +9,7 @@ from tests.helpers.server import InProcessServer
 
 
 def test_healthz_is_503_once_the_pool_is_broken_and_solves_answer_503(tmp_path) -> None:
-    # a 1 MB data segment: every solver worker fails to import its planners, every time (2 starts with back-off)
+    # a 1 MB data segment, below what a worker holds at its start: every start fails (2 starts with back-off)
     settings = {"solver_memory_limit_mb": 1, "solver_start_failures": 2, "solver_start_backoff_s": 0.01}
     with InProcessServer(database_url=f"sqlite:///{tmp_path / 'db.sqlite'}", **settings).start() as srv, \
             srv.client() as client:

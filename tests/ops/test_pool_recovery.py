@@ -42,10 +42,12 @@ def test_a_replacement_worker_killed_while_it_starts_is_started_again() -> None:
 
 
 def test_a_pool_that_cannot_start_any_worker_is_broken_and_says_why() -> None:
-    # a data-segment limit of 1 MB: every worker fails to import its planners (MemoryError), every time
+    # a data-segment limit of 1 MB, below what a worker holds at its start (the planners the forkserver imported):
+    # every start fails with a MemoryError that names the setting to raise
     async def body(pool: SolverPool) -> None:
         assert pool.state == "broken" and not pool.healthy
         assert "MemoryError" in str(pool.broken) and pool.health()["broken"] == pool.broken
+        assert "REBALANCER_SOLVER_MEMORY_LIMIT_MB" in str(pool.broken)
         with pytest.raises(PoolBroken, match="solver workers cannot start: .*MemoryError"):
             await pool.call("time", "sleep", 0)
 
