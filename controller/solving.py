@@ -49,14 +49,14 @@ from controller.pool_admission import Admission, Ticket
 from controller.pool_errors import PoolBroken, SolveCancelled, SolverUnavailable, SolveTimeout, WorkerDied
 from controller.pool_queue import KINDS, FairQueue, Kind, Task, retrieve, settle
 from controller.pool_workers import NotDelivered, Worker, Workers, memory_limit_bytes
-from controller.solver_worker import PRELOAD, Solved, _call_task, _import_planners, _solve_task, pack
+from controller.solver_worker import PRELOAD, Solved, _call_task, _solve_task, pack
 from solvers.errors import InvalidInput
 from solvers.model import Problem
 
 log = logging.getLogger("rebalancer.solving")
 
 __all__ = ["KINDS", "Busy", "Kind", "PoolBroken", "SolveCancelled", "SolveTimeout", "SolverPool", "SolverUnavailable",
-           "Ticket", "WorkerDied", "_call_task", "_import_planners", "_solve_task", "memory_limit_bytes"]
+           "Ticket", "WorkerDied", "memory_limit_bytes"]
 
 
 class SolverPool:

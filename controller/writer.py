@@ -144,11 +144,6 @@ class GroupCommit:
         for res, it in zip(results, items, strict=True):
             self._deliver(it, res)
 
-    def run_sync(self, op: Op) -> Any:
-        """Run ``op`` in its own transaction in the calling thread (startup, tests)."""
-        with self.engine.begin() as conn:
-            return op(conn)
-
 
 class Writer(GroupCommit):
     """One thread that commits queued write operations in batches.

@@ -175,7 +175,7 @@ def test_auto_solves_jump_the_queue(tmp_path: Path) -> None:
 
 
 def test_planner_import_errors_surface(monkeypatch: pytest.MonkeyPatch) -> None:
-    from controller.solving import _import_planners
+    from controller.solver_worker import _import_planners
     from solvers import registry
 
     monkeypatch.setitem(registry.PLANNER_MODULES, "broken", "solvers.no_such_planner_module")

@@ -2,7 +2,8 @@
 
 Same model (ALBIC §4.3.1, constraints (1)–(5) with the w1 ≫ w2 objective written with both bands), but in real
 numbers: CBC takes the scaled utilisations as floats, so no rounding tolerance beyond CBC's own (1e-9 relative
-gap settings aside). The incumbent is passed as a MIP start.
+gap settings aside). The incumbent is passed as a MIP start. ``seed`` 0 keeps CBC's own fixed seed; a positive
+seed is CBC's ``randomCbcSeed`` (its heuristics' rounding choices), so the planner's seeds vary this backend too.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def solve_cbc(state: State, sm: SubModel, time_limit: float, workers: int = 1, s
     if remaining <= 0.05:
         return SubResult(None, "none", None, time.perf_counter() - t0)
     solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.floor(remaining))) if remaining >= 1 else remaining,
-                               warmStart=True, threads=max(1, workers))
+                               warmStart=True, threads=max(1, workers),
+                               options=[f"randomCbcSeed {seed}"] if seed > 0 else [])
     try:
         prob.solve(solver)
     except pulp.PulpSolverError:
