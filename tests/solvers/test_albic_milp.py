@@ -116,7 +116,7 @@ def test_synthetic_small_matches_enumeration_and_beats_current():
     assert metrics.migrations(p, plan.assignment) <= 2
 
 
-@pytest.mark.parametrize("seed", [0, 5])  # 5: CBC's own seed set (randomCbcSeed)
+@pytest.mark.parametrize("seed", [0, 5, 2**40])  # 5, 2**40: CBC's own seed set (randomCbcSeed, folded)
 def test_cbc_backend_finds_optimum(seed):
     p = Problem.from_arrays([6, 5, 4, 3, 1, 1], [0, 0, 0, 0, 1, 2], [1, 1, 1], max_migrations=2)
     plan = registry.solve("albic-milp", p, time_limit=3.0, backend="cbc", seed=seed)

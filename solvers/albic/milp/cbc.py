@@ -3,7 +3,8 @@
 Same model (ALBIC §4.3.1, constraints (1)–(5) with the w1 ≫ w2 objective written with both bands), but in real
 numbers: CBC takes the scaled utilisations as floats, so no rounding tolerance beyond CBC's own (1e-9 relative
 gap settings aside). The incumbent is passed as a MIP start. ``seed`` 0 keeps CBC's own fixed seed; a positive
-seed is CBC's ``randomCbcSeed`` (its heuristics' rounding choices), so the planner's seeds vary this backend too.
+seed is CBC's ``randomCbcSeed`` (its heuristics' rounding choices; folded into CBC's range, 1 to 2³¹ − 1), so the
+planner's seeds vary this backend too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import pulp
 
 from solvers.albic.milp.scaled import SubModel, SubResult
 from solvers.albic.milp.state import State
+
+CBC_SEED_MAX = 2**31 - 1  # CBC's randomCbcSeed: -1 (its default), 0 (the time of day) or up to this
 
 
 def solve_cbc(state: State, sm: SubModel, time_limit: float, workers: int = 1, seed: int = 0) -> SubResult:
@@ -71,7 +74,7 @@ def solve_cbc(state: State, sm: SubModel, time_limit: float, workers: int = 1, s
         return SubResult(None, "none", None, time.perf_counter() - t0)
     solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, int(math.floor(remaining))) if remaining >= 1 else remaining,
                                warmStart=True, threads=max(1, workers),
-                               options=[f"randomCbcSeed {seed}"] if seed > 0 else [])
+                               options=[f"randomCbcSeed {1 + (seed - 1) % CBC_SEED_MAX}"] if seed > 0 else [])
     try:
         prob.solve(solver)
     except pulp.PulpSolverError:
