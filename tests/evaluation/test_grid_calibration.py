@@ -36,6 +36,16 @@ def test_certified_optima_equal_brute_force_and_become_the_best_known(tmp_path):
         assert metrics.migrations(p, grid.plan_of(p, best[key]["moves"])) <= p.max_migrations
 
 
+def test_each_entry_names_the_command_for_its_own_key(tmp_path):
+    path = tmp_path / "best.json"
+    command = f"python -m benchmarks.bench_albic_milp --calibrate --keys {' '.join(KEYS)} --out {tmp_path}"
+    grid.calibrate(30.0, lambda _: None, path, KEYS, command=command)
+    doc = json.loads(path.read_text())["instances"]
+    for key in KEYS:
+        mine = f"python -m benchmarks.bench_albic_milp --calibrate --keys {key} --out {tmp_path}"
+        assert doc[key]["exact"]["by"] == mine and doc[key]["by"] == f"{mine} (exact reference)"
+
+
 def test_a_best_known_below_the_certified_optimum_is_refused(tmp_path):
     path = tmp_path / "best.json"
     key = KEYS[0]
