@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -58,7 +59,7 @@ def write_batches(out_dir: Path, *, batches: int, rows: int, keys: int, z: float
     import pandas as pd
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
+    rng, base = np.random.default_rng(seed), time.time() - batches - 60  # files older than any added later
     if z is not None:
         p = np.arange(1, keys + 1, dtype=np.float64) ** -z
         cdf = np.cumsum(p / p.sum())
@@ -66,8 +67,10 @@ def write_batches(out_dir: Path, *, batches: int, rows: int, keys: int, z: float
         ranks = (np.searchsorted(cdf, rng.random(rows), side="right") + 1) if z is not None \
             else rng.integers(1, keys + 1, rows)
         ts = np.sort(rng.uniform(100 * (first + b), 100 * (first + b) + 100, rows))
+        path = out_dir / f"b-{b:04d}.parquet"
         pd.DataFrame({"key": np.char.add("u", np.minimum(ranks, keys).astype(str)), "ts": ts,
-                      "v": rng.integers(0, 100, rows)}).to_parquet(out_dir / f"b-{b:04d}.parquet", index=False)
+                      "v": rng.integers(0, 100, rows)}).to_parquet(path, index=False)
+        os.utime(path, (base + b, base + b))  # read in order (the file source sorts by time; ties: listing order)
 
 
 def _dir_bytes(path: Path) -> int:

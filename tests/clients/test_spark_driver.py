@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers.streams import write_stream
+
 pytestmark = pytest.mark.spark  # starts a local Spark session (make test-fast skips it)
 pytest.importorskip("pyspark")
 
@@ -89,11 +91,9 @@ def test_stale_epoch_is_refused_and_the_driver_recovers(spark, controller):
 def test_controller_slow_then_stopped_mid_run_every_batch_completes(spark, make_controller, tmp_path):
     ctl = make_controller()
     src = tmp_path / "events"
-    src.mkdir()
     rng = np.random.default_rng(2)
     frames = [_batch(rng, rows=600) for _ in range(5)]
-    for i, f in enumerate(frames):
-        f.to_parquet(src / f"part-{i:03d}.parquet", index=False)
+    write_stream(src, frames)
 
     rc = RebalancerClient(ctl.url, timeout=1.5, connect_timeout=1, retries=1, backoff=0.05)
 

@@ -44,6 +44,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers.streams import write_stream
+
 pytest.importorskip("pyspark")
 
 from rebalancer_client.spark.driver import RebalancingDriver  # noqa: E402
@@ -57,9 +59,7 @@ SPARK_STATE_PARTITIONS = 1   # Spark's side: state partitions, the tasks of a ba
 
 # ---------------------------------------------------------------------------------------------------- the runs
 def _write(src: Path, frames: list[pd.DataFrame]) -> None:
-    src.mkdir(parents=True)
-    for i, f in enumerate(frames):
-        f.to_parquet(src / f"part-{i:03d}.parquet", index=False)
+    write_stream(src, frames)
 
 
 def _rows(df: Any) -> list[tuple]:

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers.streams import write_stream
+
 pytestmark = pytest.mark.spark
 pytest.importorskip("pyspark")
 
@@ -22,11 +24,9 @@ from rebalancer_client.spark.progress import RebalancerProgressListener  # noqa:
 def test_every_progress_event_carries_the_report_of_its_own_batch(spark, controller, tmp_path):
     rng = np.random.default_rng(4)
     src = tmp_path / "src"
-    src.mkdir()
     sizes = [300, 500, 700, 400]  # a different row count per batch: a report joined to the wrong batch shows
-    for i, n in enumerate(sizes):
-        ranks = np.minimum(rng.zipf(1.2, n), 80)
-        pd.DataFrame({"key": [f"k{r}" for r in ranks]}).to_parquet(src / f"part-{i}.parquet", index=False)
+    write_stream(src, [pd.DataFrame({"key": [f"k{r}" for r in np.minimum(rng.zipf(1.2, n), 80)]}) for n in sizes],
+                 "part-{}.parquet")
     client = RebalancerClient(controller.url, timeout=10, retries=1)
     driver = RebalancingDriver(spark, key="key", key_groups=12, partitions=3,
                                controller=ControllerConfig(client, "prog-" + uuid.uuid4().hex[:8], algorithm="flux",

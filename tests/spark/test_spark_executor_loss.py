@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers.streams import write_stream
+
 pytest.importorskip("pyspark")
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -24,13 +26,11 @@ ROOT = JOB.parents[2]
 
 def test_an_executor_lost_mid_stream_leaves_the_state_exact(tmp_path):
     rng = np.random.default_rng(12)
-    (tmp_path / "src").mkdir()
     frames = []
-    for i in range(3):  # batch 1's blocks are lost with the executor; batch 2 finds them gone
+    for _ in range(3):  # batch 1's blocks are lost with the executor; batch 2 finds them gone
         ranks = np.minimum(rng.zipf(1.2, 500), 100)
-        f = pd.DataFrame({"key": [f"k{r}" for r in ranks], "v": rng.integers(0, 10, 500).astype("int64")})
-        f.to_parquet(tmp_path / "src" / f"part-{i:03d}.parquet", index=False)
-        frames.append(f)
+        frames.append(pd.DataFrame({"key": [f"k{r}" for r in ranks], "v": rng.integers(0, 10, 500).astype("int64")}))
+    write_stream(tmp_path / "src", frames)
     cmd = [sys.executable, str(JOB), "--src", str(tmp_path / "src"), "--chk", str(tmp_path / "chk"),
            "--out", str(tmp_path / "out"), "--result", str(tmp_path / "result.json"),
            "--master", "local-cluster[2,1,1024]", "--kill-executor-after", "1"]

@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers.streams import write_stream
+
 pytest.importorskip("pyspark")
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -32,13 +34,11 @@ KILLS = [("between:1", "up"), ("during-commit:2", "up"), ("migration:3", "up"), 
 
 def _input(src: Path) -> list[pd.DataFrame]:
     rng = np.random.default_rng(11)
-    src.mkdir()
     frames = []
-    for i in range(BATCHES):
+    for _ in range(BATCHES):
         ranks = np.minimum(rng.zipf(1.2, 600), 120)
-        f = pd.DataFrame({"key": [f"k{r}" for r in ranks], "v": rng.integers(0, 10, 600).astype("int64")})
-        f.to_parquet(src / f"part-{i:03d}.parquet", index=False)
-        frames.append(f)
+        frames.append(pd.DataFrame({"key": [f"k{r}" for r in ranks], "v": rng.integers(0, 10, 600).astype("int64")}))
+    write_stream(src, frames)
     return frames
 
 

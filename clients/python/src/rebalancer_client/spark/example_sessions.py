@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
@@ -50,10 +51,14 @@ def main(work: str | None = None) -> None:
     work = work or tempfile.mkdtemp(prefix="sessions-")
     os.makedirs(f"{work}/in", exist_ok=True)
     rng = np.random.default_rng(1)
+    base = time.time() - 600
     for i in range(6):  # 5,000 clicks per file, users from Zipf(1.1) over 2,000 ranks, in event-time order
         users = np.minimum(rng.zipf(1.1, 5_000), 2_000)
         pd.DataFrame({"user": [f"u{u}" for u in users], "ts": np.sort(rng.uniform(100 * i, 100 * i + 100, 5_000))}) \
             .to_parquet(f"{work}/in/part-{i}.parquet", index=False)
+        # the file source reads files by modification time: files written within one clock tick share it, and
+        # an event-time stream must read them in order
+        os.utime(f"{work}/in/part-{i}.parquet", (base + i, base + i))
 
     spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "8")
              .config("spark.ui.enabled", "false").getOrCreate())
