@@ -1,9 +1,10 @@
 """Input files of the tests' file-source streams, in a fixed order.
 
-Spark's file source takes new files in order of modification time and leaves ties in the order of the directory
-listing. Files written within one tick of the kernel's clock (a few milliseconds) share a modification time, so a
-stream with ``maxFilesPerTrigger=1`` could read them in any order: seen once in CI, where the second file became the
-first batch and its watermark was above the next batch's event times. :func:`write_stream` gives file ``i`` the
+Spark's file source takes new files in order of modification time, which Hadoop's local file system reports in
+milliseconds, and leaves ties in the order of the directory listing (hash order, not the names'). Small files written
+one after the other often share a millisecond, so a stream with ``maxFilesPerTrigger=1`` could read them in any
+order: seen once in CI, where the second file became the first batch and its watermark was above the next batch's
+event times. :func:`write_stream` gives file ``i`` the
 time ``base + i`` seconds, ``base`` far enough in the past that files added later (a restart's) come after them.
 """
 

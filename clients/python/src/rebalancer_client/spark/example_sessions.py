@@ -56,8 +56,8 @@ def main(work: str | None = None) -> None:
         users = np.minimum(rng.zipf(1.1, 5_000), 2_000)
         pd.DataFrame({"user": [f"u{u}" for u in users], "ts": np.sort(rng.uniform(100 * i, 100 * i + 100, 5_000))}) \
             .to_parquet(f"{work}/in/part-{i}.parquet", index=False)
-        # the file source reads files by modification time: files written within one clock tick share it, and
-        # an event-time stream must read them in order
+        # the file source reads files by modification time (in milliseconds: small files written one after the
+        # other often share one), and an event-time stream must read them in order
         os.utime(f"{work}/in/part-{i}.parquet", (base + i, base + i))
 
     spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", "8")
