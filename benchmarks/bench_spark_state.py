@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -43,6 +42,7 @@ import numpy as np
 from benchmarks.spark_demo import start_controller
 from benchmarks.spark_state_cold import cold_restarts, session
 from cli.common import nonnegative_int, positive_int
+from tests.helpers.streams import write_stream
 
 AGG_SCHEMA = "key string, v long"
 SESSION_SCHEMA = "key string, ts double, v long"
@@ -58,19 +58,18 @@ def write_batches(out_dir: Path, *, batches: int, rows: int, keys: int, z: float
     record has an event time ``ts`` in ``[100 b, 100 b + 100)`` for batch ``b`` (counted from ``first``)."""
     import pandas as pd
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    rng, base = np.random.default_rng(seed), time.time() - batches - 60  # files older than any added later
+    rng = np.random.default_rng(seed)
     if z is not None:
         p = np.arange(1, keys + 1, dtype=np.float64) ** -z
         cdf = np.cumsum(p / p.sum())
+    frames = []
     for b in range(batches):
         ranks = (np.searchsorted(cdf, rng.random(rows), side="right") + 1) if z is not None \
             else rng.integers(1, keys + 1, rows)
         ts = np.sort(rng.uniform(100 * (first + b), 100 * (first + b) + 100, rows))
-        path = out_dir / f"b-{b:04d}.parquet"
-        pd.DataFrame({"key": np.char.add("u", np.minimum(ranks, keys).astype(str)), "ts": ts,
-                      "v": rng.integers(0, 100, rows)}).to_parquet(path, index=False)
-        os.utime(path, (base + b, base + b))  # read in order (the file source sorts by time; ties: listing order)
+        frames.append(pd.DataFrame({"key": np.char.add("u", np.minimum(ranks, keys).astype(str)), "ts": ts,
+                                    "v": rng.integers(0, 100, rows)}))
+    write_stream(out_dir, frames, "b-{:04d}.parquet")  # read in file order, before any file added later
 
 
 def _dir_bytes(path: Path) -> int:
