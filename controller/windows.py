@@ -36,6 +36,10 @@ class Batch:
     src: np.ndarray | None = None        # int32
     dst: np.ndarray | None = None        # int32
     rate: np.ndarray | None = None       # float64
+    whole: bool = field(init=False)      # idx is 0, 1, …, len − 1: the arrays are the key groups' in order
+
+    def __post_init__(self) -> None:
+        self.whole = bool(np.array_equal(self.idx, np.arange(self.idx.size)))
 
     @property
     def nbytes(self) -> int:
@@ -77,9 +81,10 @@ class Window:
             self._remove(self.batches.pop(evict))
         self.batches[batch.batch_id] = batch
         self.nbytes += batch.nbytes
-        self.load_sum[batch.idx] += batch.load  # ids are unique within a batch (checked by the controller)
-        self.load_sq_sum[batch.idx] += np.square(batch.load)
-        self.seen[batch.idx] += 1
+        at = self._at(batch)
+        self.load_sum[at] += batch.load  # ids are unique within a batch (checked by the controller)
+        self.load_sq_sum[at] += np.square(batch.load)
+        self.seen[at] += 1
         if batch.src is not None and batch.dst is not None and batch.rate is not None:
             for s, d, r in zip(batch.src.tolist(), batch.dst.tolist(), batch.rate.tolist(), strict=True):
                 key = (s, d)
@@ -99,9 +104,10 @@ class Window:
 
     def _remove(self, batch: Batch) -> None:
         self.nbytes -= batch.nbytes
-        self.load_sum[batch.idx] -= batch.load
-        self.load_sq_sum[batch.idx] -= np.square(batch.load)
-        self.seen[batch.idx] -= 1
+        at = self._at(batch)
+        self.load_sum[at] -= batch.load
+        self.load_sq_sum[at] -= np.square(batch.load)
+        self.seen[at] -= 1
         # numerical hygiene: a key group no batch reports any more has exactly 0 load
         gone = self.seen == 0
         self.load_sum[gone] = 0.0
@@ -116,6 +122,12 @@ class Window:
                     self.comm_sum.pop(key, None)
                 else:
                     self.comm_sum[key] = v
+
+    def _at(self, batch: Batch) -> np.ndarray | slice:
+        """Where ``batch``'s arrays go in the window's: every key group in order (the arrays form, a post by id in
+        the job's order) is a slice — a numpy update through an index array of 1,000 took 9 µs, through a slice
+        0.5 µs, and a statistics post makes six."""
+        return slice(None) if batch.whole and batch.idx.size == self.m else batch.idx
 
     # ---- views
     def mean_load(self) -> np.ndarray:
@@ -139,9 +151,11 @@ class Window:
         missing = np.ones(out.size, dtype=bool)
         for b in reversed(self.batches.values()):
             if b.state is not None:
-                take = missing[b.idx] & ~np.isnan(b.state)
-                out[b.idx[take]] = b.state[take]
-                missing[b.idx[take]] = False
+                at = self._at(b)
+                take = missing[at] & ~np.isnan(b.state)
+                where = take if isinstance(at, slice) else b.idx[take]
+                out[where] = b.state[take]
+                missing[where] = False
                 if not missing.any():
                     break
         return out

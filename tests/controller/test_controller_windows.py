@@ -18,8 +18,11 @@ from solvers.scaling import rounds_needed as _rounds
 M = 6
 
 
-def _batch(bid: int, loads: dict[int, float], state: dict[int, float] | None = None) -> Batch:
-    idx = np.array(sorted(loads), dtype=np.int32)
+def _batch(bid: int, loads: dict[int, float], state: dict[int, float] | None = None, order: int = 0) -> Batch:
+    """``order``: the key groups sorted (0), reversed (1) or rotated by one (2) — a post by id in another order."""
+    keys = sorted(loads)
+    keys = keys[::-1] if order == 1 else keys[1:] + keys[:1] if order == 2 else keys
+    idx = np.array(keys, dtype=np.int32)
     st_arr = None
     if state:
         st_arr = np.array([state.get(int(k), np.nan) for k in idx])
@@ -27,7 +30,8 @@ def _batch(bid: int, loads: dict[int, float], state: dict[int, float] | None = N
 
 
 batches_st = st.lists(
-    st.tuples(st.integers(0, 30), st.dictionaries(st.integers(0, M - 1), st.floats(0, 1e6), min_size=0, max_size=M)),
+    st.tuples(st.integers(0, 30), st.dictionaries(st.integers(0, M - 1), st.floats(0, 1e6), min_size=0, max_size=M),
+              st.integers(0, 2)),
     min_size=1, max_size=25)
 
 
@@ -36,12 +40,12 @@ batches_st = st.lists(
 def test_window_equals_recomputation_from_scratch(size, posts):
     w = Window(size=size, m=M)
     accepted: dict[int, dict[int, float]] = {}  # insertion order = order received
-    for bid, loads in posts:
+    for bid, loads, order in posts:
         counted, dup, evict = w.classify(bid)
         late = len(accepted) == size and min(accepted) - size <= bid < min(accepted)
         assert dup == (bid in accepted) and counted == (not dup and not late)
-        if counted:
-            w.add(_batch(bid, loads), evict)
+        if counted:  # (each key group's state: its load + the batch id, so that the latest report is known)
+            w.add(_batch(bid, loads, {k: v + bid for k, v in loads.items()}, order), evict)
             accepted[bid] = loads
             if evict is not None:
                 assert evict == next(iter(accepted))
@@ -54,6 +58,15 @@ def test_window_equals_recomputation_from_scratch(size, posts):
         for k, v in loads.items():
             expect[k] += v
     np.testing.assert_allclose(w.mean_load(), expect / len(accepted), rtol=1e-9, atol=1e-6)
+    latest = np.full(M, -1.0)  # the state of the latest batch received that reports the key group
+    for bid, loads in accepted.items():
+        for k, v in loads.items():
+            latest[k] = v + bid
+    np.testing.assert_allclose(w.latest_state(np.full(M, -1.0)), latest, rtol=1e-12)
+    if len(accepted) >= 2:
+        per_batch = np.array([[loads.get(k, 0.0) for k in range(M)] for loads in accepted.values()])
+        np.testing.assert_allclose(w.load_variance(), per_batch.var(axis=0, ddof=1), rtol=1e-6,
+                                   atol=1e-9 * float(np.square(per_batch).sum()))
     assert w.state().key_groups_covered == len({k for loads in accepted.values() for k in loads})
 
 
