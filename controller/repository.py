@@ -53,10 +53,9 @@ def batch_row(job_id: str, b: Batch, now: float) -> dict[str, Any]:
     if b.src is not None and b.dst is not None and b.rate is not None and b.src.size:
         comm = (b.src.astype(np.int32).tobytes() + b.dst.astype(np.int32).tobytes()
                 + b.rate.astype(np.float64).tobytes())
-    full = bool(b.idx.size) and b.idx[0] == 0 and b.idx[-1] == b.idx.size - 1 and bool((np.diff(b.idx) == 1).all())
     return {"job_id": job_id, "batch_id": b.batch_id, "epoch": b.epoch,
             # b"" = key groups 0..n-1 in order (what a driver sending every key group posts)
-            "kg_index": b"" if full else b.idx.astype(np.int32).tobytes(),
+            "kg_index": b"" if b.whole else b.idx.astype(np.int32).tobytes(),
             "load": b.load.astype(np.float64).tobytes(),
             "state_bytes": None if b.state is None else b.state.astype(np.float64).tobytes(),
             "comm": comm, "received_at": now}
