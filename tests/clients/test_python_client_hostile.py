@@ -74,6 +74,10 @@ class Scripted:
 
     def close(self) -> None:
         self.stopping.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept now (not after its 0.2 s timeout)
+        except OSError:
+            pass
         self._thread.join(2)
         self._sock.close()
 
