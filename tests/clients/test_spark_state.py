@@ -154,22 +154,22 @@ def test_state_bytes_tracked_from_the_batches_equal_a_measurement_of_the_whole_s
     d = _driver(spark, tmp_path / "s")
     for b in range(3):
         d.process(with_nulls(frames[b]) if b == 0 else spark.createDataFrame(frames[b]), b)
-        assert d._state_b is not None and d._state_b[0] == b
-        assert (d._state_b[1] == d.state.state_bytes_per_key_group()).all()
+        assert d.state_bytes.at is not None and d.state_bytes.at[0] == b
+        assert (d.state_bytes.at[1] == d.state.state_bytes_per_key_group()).all()
     # a routing change at the next boundary: bytes move with their key groups, the count per key group stays
     moved = d.routing.partition_of.copy()
     moved[:4] = (moved[:4] + 1) % 3
     d.place(moved, epoch=1)
     r = d.process(spark.createDataFrame(frames[3]), 3)
     assert r.migrations == 4
-    tracked = d._state_b[1].copy()
+    tracked = d.state_bytes.at[1].copy()
     assert (tracked == d.state.state_bytes_per_key_group()).all() and tracked.sum() > 0
     assert r.state_bytes == tracked.sum()
     d.close()
     d2 = _driver(spark, tmp_path / "s")             # a restart: measured once, then tracked again
     for b in (4, 5):
         d2.process(spark.createDataFrame(frames[b]), b)
-        assert (d2._state_b[1] == d2.state.state_bytes_per_key_group()).all()
+        assert (d2.state_bytes.at[1] == d2.state.state_bytes_per_key_group()).all()
     d2.close()
 
 

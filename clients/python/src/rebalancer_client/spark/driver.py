@@ -22,8 +22,9 @@ its durable versions (:class:`rebalancer_client.spark.store.StateStore`) and, th
    delta, which also measures the batch's records and bytes per key group (and, for the aggregations, the change of each
    key group's state bytes) with a Spark ``Observation``; with the output sink that is two jobs per batch in steady
    state (plus the moves of a migration; the function API measures its state size in a job of its own every
-``state_stats_every`` batches); 5. statistics (the load and the state bytes of every key group, as arrays in the job's
-   order) go to the controller with the batch id and the epoch
+   ``state_stats_every`` batches);
+5. **statistics** (the load and the state bytes of every key group, as arrays in the job's order,
+   :class:`rebalancer_client.spark.state_bytes.StateBytes`) go to the controller with the batch id and the epoch
    (:class:`rebalancer_client.spark.control.ControllerLink`); a new placement comes back with the answer (automatic
    mode) or from a proposal the controller judged worth it, for the next boundary.
 
@@ -52,6 +53,7 @@ from rebalancer_client.spark.recovery import Durable
 from rebalancer_client.spark.reports import BatchReport, StateMismatchError
 from rebalancer_client.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable, partition_ids
 from rebalancer_client.spark.state import KeyedState, MigrationReport
+from rebalancer_client.spark.state_bytes import StateBytes
 from rebalancer_client.spark.stats import max_over_mean, partition_record_counts
 from rebalancer_client.spark.store import Commit, StateStore
 
@@ -118,13 +120,13 @@ class RebalancingDriver(Durable, LinkOwner):
         self.link = (ControllerLink(self.config, self.n, [(operator, self.G)], self)
                      if self.config.client is not None else None)
         self.measure_hash = measure_hash
-        self.state_stats_every = max(1, int(self.config.state_stats_every or self.config.window_batches))
-        self._state_b: tuple[int, np.ndarray] | None = None   # (batch measured at, bytes per key group)
         self.on_batch = on_batch
         self.output = output
         self.routing = RoutingTable.contiguous(operator, self.G, self.n)
         self.state = (KeyedState(spark, self.keys, aggregations or {"count": ("count", None)}, self.routing)
                       if function is None else function_state(spark, self.keys, function, self.routing))
+        self.state_bytes = StateBytes(self.G, self.config.state_stats_every or self.config.window_batches,
+                                      self.config.state_stats, self.state.state_bytes_per_key_group)
         dur = durability if durability is not None else DurabilityConfig()
         root = dur.root
         self.store = None if root is None else StateStore(spark, root, snapshot_every=dur.snapshot_every,
@@ -349,8 +351,8 @@ class RebalancingDriver(Durable, LinkOwner):
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(records, load, state bytes) per key group of the batch from its observation."""
         kg_n, kg_b, kg_d = self.state.statistics(observed)
-        state_b = (self._tracked_state_bytes(batch_id, kg_d, had_state) if kg_d is not None else
-                   self._state_bytes(batch_id, migrated))
+        state_b = (self.state_bytes.tracked(batch_id, kg_d, had_state) if kg_d is not None else
+                   self.state_bytes.sampled(batch_id, migrated))
         return kg_n, kg_n if self.config.load == "records" else kg_b, state_b
 
     def _write_tasks(self) -> int:
@@ -359,27 +361,6 @@ class RebalancingDriver(Durable, LinkOwner):
             return max(1, min(self.n, int(self.spark.sparkContext.defaultParallelism)))
         except Exception:  # noqa: BLE001 - no SparkContext (e.g. Spark Connect): one task per partition
             return self.n
-
-    def _tracked_state_bytes(self, batch_id: int, change: np.ndarray, had_state: bool) -> np.ndarray:
-        """State bytes per key group kept exact from the batches' changes (no job of its own): measured on the
-        whole state only when there is no count yet with the state that this batch merged into (the first batch
-        after a start or a recovery). A migration moves key groups, not bytes: the count stays."""
-        if not self.config.state_stats:
-            return np.zeros(self.G, dtype=np.int64)
-        if self._state_b is not None and self._state_b[0] == batch_id - 1:
-            self._state_b = (batch_id, self._state_b[1] + change)
-        elif not had_state:
-            self._state_b = (batch_id, change.copy())
-        else:
-            self._state_b = (batch_id, self.state.state_bytes_per_key_group())
-        return self._state_b[1]
-
-    def _state_bytes(self, batch_id: int, migrated: bool) -> np.ndarray:
-        if not self.config.state_stats:
-            return np.zeros(self.G, dtype=np.int64)
-        if self._state_b is None or migrated or batch_id - self._state_b[0] >= self.state_stats_every:
-            self._state_b = (batch_id, self.state.state_bytes_per_key_group())
-        return self._state_b[1]
 
     # ------------------------------------------------------------------ results
     def state_frame(self) -> DataFrame:

@@ -33,6 +33,7 @@ from rebalancer_client.spark.store import Commit, StateStore
 if TYPE_CHECKING:
     from rebalancer_client.spark.functions import FunctionState
     from rebalancer_client.spark.state import KeyedState
+    from rebalancer_client.spark.state_bytes import StateBytes
 
 log = logging.getLogger("rebalancer.spark")
 
@@ -52,7 +53,7 @@ class Durable:
     reports: list[BatchReport]
     output: Callable[[Any, int], None] | None
     on_batch: Callable[[BatchReport], None] | None
-    _state_b: tuple[int, np.ndarray] | None
+    state_bytes: StateBytes
     _local_nodes: list[str]
     _prepared: bool = False
     _recovered: bool = False
@@ -170,8 +171,7 @@ class Durable:
         self.state.restore(df, self.routing, dedup=True, lazy=True)
         if prefetch:
             self.state.prefetch()
-        sizes = rec.extra.get("state_bytes")
-        self._state_b = None if sizes is None else (int(rec.version), np.asarray(sizes, dtype=np.int64))
+        self.state_bytes.restored(rec.version, rec.extra.get("state_bytes"))
         log.info("state version %d (epoch %d) of %s planned in %.2f s, placed on %d partitions (epoch %d)",
                  rec.version, rec.epoch, self.store.root, time.perf_counter() - t0, self.n, self.epoch)
 

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rebalancer_client.spark.merge_sql import MERGE, combinable, combined, kept
 from rebalancer_client.spark.partials import BatchPartials
 from rebalancer_client.spark.placement import (
     MigrationReport,
@@ -75,35 +76,6 @@ log = logging.getLogger("rebalancer.spark")
 __all__ = ["B_COL", "D_COL", "N_COL", "TOUCHED_COL", "BatchPartials", "KeyedState", "MigrationReport",
            "release_checkpoint"]
 
-_MERGE = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
-
-
-_FIXED = ("tinyint", "smallint", "int", "bigint", "float", "double", "boolean", "date", "timestamp", "timestamp_ntz")
-
-
-def _combinable(fn: str, dtype: str) -> bool:
-    """True when a state value of aggregation ``fn`` and type ``dtype`` (the batch's partial) combines with the
-    batch's by an expression of that type: a sum of ``bigint`` or ``double``, a minimum or maximum of a fixed-width
-    type (a decimal sum widens its type; strings would not aggregate in a hash map)."""
-    return dtype in (("bigint", "double") if _MERGE[fn] == "sum" else _FIXED)
-
-
-def _combined(out: str, fn: str, order: str, this: str) -> str:
-    """SQL: the merged value of ``out``: the value of the state row with the highest ``order`` (``max_by``, which
-    skips rows whose order is null: the batch's) combined with the batch's (``fn`` over the batch's row only)."""
-    old, new = f"max_by({_q(out)}, {order})", f"{_MERGE[fn]}(if({this}, {_q(out)}, null))"
-    if _MERGE[fn] == "sum":
-        return f"coalesce({old} + {new}, {old}, {new})"
-    return f"{'least' if _MERGE[fn] == 'min' else 'greatest'}({old}, {new})"
-
-
-def _kept(out: str, fn: str, dtype: str) -> str:
-    """SQL: the classic merge of ``out`` over the union, in the type of the batch's partial ``dtype``: a sum of
-    decimals widens its type by 10 digits (as ``groupBy().sum()`` does once), which merged every batch would change
-    the stored type each time — and a restart would then read files of different types."""
-    merged = f"{_MERGE[fn]}({_q(out)})"
-    return f"cast({merged} as {dtype})" if _MERGE[fn] == "sum" and dtype.startswith("decimal") else merged
-
 
 class KeyedState(StateBase):
     """Per-key aggregation state partitioned by a :class:`RoutingTable`.
@@ -119,7 +91,7 @@ class KeyedState(StateBase):
                  aggregations: Mapping[str, tuple[str, str | None]], routing: RoutingTable):
         super().__init__(spark, key, routing)
         for out, (fn, col) in aggregations.items():
-            if fn not in _MERGE:
+            if fn not in MERGE:
                 raise ValueError(f"aggregation {out!r}: unsupported function {fn!r} (count, sum, min, max)")
             if fn != "count" and not col:
                 raise ValueError(f"aggregation {out!r}: {fn} needs an input column")
@@ -286,9 +258,9 @@ class KeyedState(StateBase):
             this = _q(TOUCHED_COL)  # in the union: the batch's row of a key (the state's rows are not)
             front = self._cols([ROUTE_COL, KG_COL, *self.keys, *self.value_columns()])
             types = dict(partials_df.dtypes)
-            self._versioned = all(_combinable(fn, types.get(out, "")) for out, (fn, _) in self.aggregations.items())
+            self._versioned = all(combinable(fn, types.get(out, "")) for out, (fn, _) in self.aggregations.items())
             order = f"if({this}, null, coalesce({_q(N_COL)}, 0))"  # the state rows' (a restore's: their version)
-            merge = [F.expr(_combined(out, fn, order, this) if self._versioned else _kept(out, fn, types.get(out, "")))
+            merge = [F.expr(combined(out, fn, order, this) if self._versioned else kept(out, fn, types.get(out, "")))
                      .alias(out) for out, (fn, _) in self.aggregations.items()]
             merge.append(F.expr(f"bool_or({this})").alias(TOUCHED_COL))
             merge += [F.expr(f"cast(sum(if({this}, {_q(c)}, 0)) as bigint)").alias(c) for c in (N_COL, B_COL)]
