@@ -6,7 +6,7 @@ so ``t`` depends on the plan. The exact cut model (:func:`solvers.albic.milp.sca
 has an LP relaxation of 0 — fractional placements balance perfectly — so its bound only rises as CP-SAT's search
 closes; with two indicators per edge side and no symmetry breaking it often stayed 0 within a 1 s limit on
 instances of 10–14 key groups. :func:`cut_model` solves it in a stronger form (all in
-:mod:`solvers.albic.milp.scaled` and :mod:`solvers.albic.milp.cpsat`):
+:mod:`solvers.albic.milp.scaled` and :mod:`solvers.albic.milp.cpsat_cut`):
 
 - one indicator per unit edge and node, ``s = x[a,b] ∧ x[c,b]`` (both ends on ``b``), instead of one per side:
   the node gains ``cc·rate·(x[a,b] + x[c,b] − 2s)``, the target ``2·cc·rate·(1 − Σ_b s)``;

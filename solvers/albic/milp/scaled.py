@@ -145,11 +145,12 @@ def build(state: State, cand: np.ndarray, nodes: np.ndarray, relax: bool = False
 
     ``exact_comm`` (the full model only: every unit, every node): communication costs are modelled exactly — a
     unit's own load without its edges, and per unit edge ``(u, v)`` and node ``j`` the indicator
-    ``s = x[u, j] ∧ x[v, j]`` (:func:`_cut_terms`): ``j`` gains ``cc·rate·(x[u,j] + x[v,j] − 2s)``, the target
-    ``2·cc·rate·(1 − Σ_j s)``; the rounding tolerance grows by two units per edge. Interchangeable nodes
-    (:func:`node_symmetry`) get value-precedence constraints; ``perm_budget`` (no unit spread over nodes) groups
-    nodes regardless of migration costs and charges the budget through a permutation of each group
-    (:func:`_perm_budget`), an exact reformulation that lets nodes with residents be grouped too.
+    ``s = x[u, j] ∧ x[v, j]`` (:func:`~solvers.albic.milp.cpsat_cut.cut_terms`): ``j`` gains
+    ``cc·rate·(x[u,j] + x[v,j] − 2s)``, the target ``2·cc·rate·(1 − Σ_j s)``; the rounding tolerance grows by two
+    units per edge. Interchangeable nodes (:func:`node_symmetry`) get value-precedence constraints; ``perm_budget``
+    (no unit spread over nodes) groups nodes regardless of migration costs and charges the budget through a
+    permutation of each group (:func:`~solvers.albic.milp.cpsat_cut.perm_budget`), an exact reformulation that lets
+    nodes with residents be grouped too.
     """
     U = state.units
     p = U.problem
@@ -284,7 +285,7 @@ def node_symmetry(sm: SubModel, act: np.ndarray, costs: bool = True) -> list[np.
     them now, or the budget is dropped), resource rooms. Swapping two such nodes maps every solution to one with
     the same loads, costs and objective, so solutions may be restricted to one labelling (value precedence).
     ``costs=False`` ignores the migration and byte costs (they are then charged through a permutation of the group,
-    see :func:`_perm_budget`)."""
+    see :func:`~solvers.albic.milp.cpsat_cut.perm_budget`)."""
     cols = [act[None, :].astype(np.int64), sm.mask.astype(np.int64), sm.coef, sm.base[None, :]]
     if costs:
         cols += [sm.cc, sm.cb]
