@@ -63,7 +63,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from solvers import metrics
-from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain, balance_hint
+from solvers.albic.collocation_hint import balance_hint
+from solvers.albic.collocation_moves import ORDERS, PairState, add_pairs_gain
 from solvers.albic.collocation_paper import add_pairs_paper
 from solvers.albic.collocation_sets import collocated_sets, metis_fits, migration_cost_fraction, split_set
 from solvers.albic.collocation_target import FREE_MOVE_CELLS

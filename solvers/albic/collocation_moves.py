@@ -12,7 +12,7 @@ constrained onto one node this round, and where (parameter ``pair_order`` of :fu
   compensating move (a swap); the budget of nodes already out of the band is kept for the MILP. Single key groups
   not in a pair also move towards the node holding more of their traffic (the fully partitioned edges the scores
   ignore), within half the band and leaving FREE_RESERVE of the budget; the migrations left make a balanced warm
-  start (:func:`balance_hint`).
+  start (:func:`solvers.albic.collocation_hint.balance_hint`).
 
 Shared: budget accounting relative to the current assignment (``pair_budget_share`` of the budget); the band (a
 move may not push a node more than ``band`` from the target utilisation, or further if it already is; if that
@@ -157,7 +157,7 @@ def commit(st: PairState, mv: Move, gi: int, gj: int, case: int, options: list[i
     """Apply ``mv``: the moved unit joins unit ``v`` on node ``t``, which is pinned there (``options``)."""
     mem_v = st.members.get(mv.v, np.array([mv.v], dtype=np.int64))
     merged = np.concatenate([mem_v, mv.mem])
-    _account(st, mv)
+    account(st, mv)
     st.hint[merged] = mv.t
     st.unit_of[mv.mem] = mv.v
     st.members[mv.v] = merged
@@ -169,7 +169,8 @@ def commit(st: PairState, mv: Move, gi: int, gj: int, case: int, options: list[i
     st.added.append((gi, gj, mv.t, case))
 
 
-def _account(st: PairState, mv: Move) -> None:
+def account(st: PairState, mv: Move) -> None:
+    """Charge ``mv``'s migrations and bytes to the round's budget and apply its load change to the nodes."""
     st.moves += mv.d_moves
     st.nbytes += mv.d_bytes
     for nd, dv in mv.delta.items():
@@ -303,7 +304,7 @@ def _take(st: PairState, mv: Move, p: int, src: np.ndarray, dst: np.ndarray) -> 
     if p >= 0:
         _commit_pair(st, mv, int(src[p]), int(dst[p]))
     else:  # a single key group pinned to the node where more of its traffic is local
-        _account(st, mv)
+        account(st, mv)
         st.hint[mv.mem] = mv.t
         st.target[mv.u] = mv.t
         st.choice[mv.u] = [mv.t]
@@ -350,51 +351,3 @@ def _commit_pair(st: PairState, mv: Move, gi: int, gj: int) -> None:
     case = 3 if (in_u and in_v) else 2 if (in_u or in_v) else 1
     options = [mv.t] if st.pin == "paper" else sorted({mv.s, mv.t})
     commit(st, mv, gi, gj, case, options)
-
-
-def balance_hint(st: PairState, max_moves: int | None, max_bytes: float | None) -> int:
-    """Warm start for the MILP (``"gain"`` order): spend the migrations the pairs left on greedy balancing moves —
-    repeatedly a unit that is not pinned (a key group or a METIS part, moved whole) from the most to the least
-    utilised active node when that lowers the larger of the two nodes' distances to the target, preferring the
-    unit whose move keeps the most collocated traffic per migration. The MILP (§4.3.1) still decides: these moves
-    are not pinned, they only make its start (and its answer when the time limit is too short to improve on it)
-    balanced. Returns the moves made."""
-    p = st.problem
-    active = np.flatnonzero(p.active)
-    if active.size < 2:
-        return 0
-    T = st.t_util
-    made = 0
-    while (max_moves is None or st.moves < max_moves) and not st.out_of_time():
-        ua = st.util[active]
-        hi, lo = int(active[int(np.argmax(ua))]), int(active[int(np.argmin(ua))])
-        worst = max(abs(float(st.util[hi]) - T), abs(float(st.util[lo]) - T))
-        best: tuple[float, Move] | None = None
-        seen: set[int] = set()
-        for k in np.flatnonzero(st.hint == hi).tolist():
-            if st.out_of_time():
-                break
-            u, mem, node = st.unit(k)
-            if u in seen or u in st.target or node != hi:
-                continue
-            seen.add(u)
-            mv = evaluate(st, u, mem, hi, u, lo)
-            if mv.d_moves <= 0 and mem.size > 1:
-                continue
-            if max_moves is not None and st.moves + mv.d_moves > max_moves:
-                continue
-            if max_bytes is not None and st.nbytes + mv.d_bytes > max_bytes * (1 + _EPS):
-                continue
-            after = max(abs(float(st.util[hi]) + mv.delta[hi] - T), abs(float(st.util[lo]) + mv.delta[lo] - T))
-            if after >= worst - _EPS:
-                continue
-            key = mv.gain / max(mv.d_moves, 1) - 1e-6 * after  # least collocation lost, then the better balance
-            if best is None or key > best[0]:
-                best = (key, mv)
-        if best is None:
-            break
-        mv = best[1]
-        _account(st, mv)
-        st.hint[mv.mem] = lo
-        made += 1
-    return made
