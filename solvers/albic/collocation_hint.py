@@ -7,7 +7,7 @@ import numpy as np
 
 from solvers.albic.collocation_moves import Move, PairState, account, evaluate
 
-EPS = 1e-9
+_EPS = 1e-9
 
 
 def balance_hint(st: PairState, max_moves: int | None, max_bytes: float | None) -> int:
@@ -41,10 +41,10 @@ def balance_hint(st: PairState, max_moves: int | None, max_bytes: float | None) 
                 continue
             if max_moves is not None and st.moves + mv.d_moves > max_moves:
                 continue
-            if max_bytes is not None and st.nbytes + mv.d_bytes > max_bytes * (1 + EPS):
+            if max_bytes is not None and st.nbytes + mv.d_bytes > max_bytes * (1 + _EPS):
                 continue
             after = max(abs(float(st.util[hi]) + mv.delta[hi] - T), abs(float(st.util[lo]) + mv.delta[lo] - T))
-            if after >= worst - EPS:
+            if after >= worst - _EPS:
                 continue
             key = mv.gain / max(mv.d_moves, 1) - 1e-6 * after  # least collocation lost, then the better balance
             if best is None or key > best[0]:
