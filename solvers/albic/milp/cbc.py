@@ -29,9 +29,9 @@ def solve_cbc(state: State, sm: SubModel, time_limit: float, workers: int = 1, s
     act = p.active[sm.nodes]
     cur_pos = np.searchsorted(sm.nodes, state.place[sm.cand])
     prob = pulp.LpProblem("albic_milp", pulp.LpMinimize)
-    d = pulp.LpVariable("d", lowBound=max(0, sm.d_fixed))
-    hi = pulp.LpVariable("hi")
-    lo = pulp.LpVariable("lo")
+    d = prob.add_variable("d", lowBound=max(0, sm.d_fixed))
+    hi = prob.add_variable("hi")
+    lo = prob.add_variable("lo")
     maxU = float(sm.base.max() + (np.where(sm.mask, sm.coef, 0).sum(axis=0).max() if nc else 0)) + 1
     maxU = max(maxU, sm.T, sm.hi_fixed or 0) + 1
     W1 = 2 * maxU + 1
@@ -41,7 +41,7 @@ def solve_cbc(state: State, sm: SubModel, time_limit: float, workers: int = 1, s
         cols = np.flatnonzero(sm.mask[a])
         row = []
         for b in cols.tolist():
-            v = pulp.LpVariable(f"x_{a}_{b}", cat="Binary")
+            v = prob.add_variable(f"x_{a}_{b}", cat="Binary")
             v.setInitialValue(1 if b == cur_pos[a] else 0)
             row.append(v)
             xs[b].append((v, a))
