@@ -11,18 +11,11 @@ GAP_S = 30.0
 
 
 def close_sessions(key, times, start, end, n):
-    """The session logic of :func:`rebalancer_client.spark.recipes.sessions` over a key's new event times: the
-    sessions the times close and the open session ``(start, end, n)`` after them."""
-    closed = []
-    for t in sorted(times):
-        if n and t - end > GAP_S:
-            closed.append([key, start, end, n])
-            n = 0
-        if n == 0:
-            start = end = t
-        end = max(end, t)
-        n += 1
-    return closed, (start, end, n)
+    """The recipe's session logic (:func:`rebalancer_client.spark.recipes.close_sessions`) with the gap ``GAP_S``:
+    the Spark sides run the very per-key code our side runs; only the frameworks differ."""
+    from rebalancer_client.spark.recipes import close_sessions as close
+
+    return close(key, times, start, end, n, GAP_S)
 
 
 def builtin_sessions(key, pdfs, state):

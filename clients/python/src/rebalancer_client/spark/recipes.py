@@ -25,7 +25,6 @@ def sessions(key: str, time_col: str, gap_s: float, *, key_type: str = "string",
     out_cols = [key, "start", "end", "events"]
 
     def fn(k: Any, rows: Any, state: Any) -> tuple[Any, Any]:
-        closed = []
         if state is not None and len(state):
             start, end, n = float(state["start"].iloc[0]), float(state["end"].iloc[0]), int(state["events"].iloc[0])
         else:
@@ -35,20 +34,30 @@ def sessions(key: str, time_col: str, gap_s: float, *, key_type: str = "string",
             return (pd.DataFrame([[k, start, end, n]], columns=out_cols) if n else None), None
         ts = rows[time_col]
         times = (ts.astype("int64") / 1e9) if pd.api.types.is_datetime64_any_dtype(ts) else ts.astype("float64")
-        for t in sorted(float(x) for x in times):
-            if n and t - end > gap_s:
-                closed.append([k, start, end, n])
-                n = 0
-            if n == 0:
-                start = end = t
-            end = max(end, t)
-            n += 1
+        closed, (start, end, n) = close_sessions(k, times, start, end, n, gap_s)
         out = pd.DataFrame(closed, columns=out_cols) if closed else None
         return out, pd.DataFrame([[start, end, n]], columns=["start", "end", "events"])
 
     return KeyedFunction(fn, output_schema=f"`{key}` {key_type}, start double, end double, events long",
                          state_schema="start double, end double, events long", timeout_s=gap_s,
                          event_time=time_col, watermark_delay_s=watermark_delay_s)
+
+
+def close_sessions(key: Any, times: Any, start: float, end: float, n: int, gap_s: float
+                   ) -> tuple[list[list[Any]], tuple[float, float, int]]:
+    """The session logic of :func:`sessions` for one key: its new event times (seconds, any order) against the open
+    session ``(start, end, n)`` (``n`` = 0: none). Returns the sessions they close, ``[key, start, end, events]``
+    each, and the open session after them."""
+    closed: list[list[Any]] = []
+    for t in sorted(float(x) for x in times):
+        if n and t - end > gap_s:
+            closed.append([key, start, end, n])
+            n = 0
+        if n == 0:
+            start = end = t
+        end = max(end, t)
+        n += 1
+    return closed, (start, end, n)
 
 
 def top_n(key: str, value_col: str, n: int, *, key_type: str = "string",
