@@ -220,8 +220,9 @@ def create_app(settings: Settings | None = None, warm: bool = True, lease: Serve
         comps = schema.setdefault("components", {}).setdefault("schemas", {})
         for name, cls in REQUEST_DOCUMENTS.items():  # the request documents the routes read themselves
             doc = edge.schema(cls)
-            for sub_name, sub in doc.pop("$defs", {}).items():
-                comps.setdefault(sub_name, sub)
+            # their sub-documents replace FastAPI's renderings of the same name (e.g. Budget, also in an answer):
+            # its OpenAPI model holds bounds as floats, so 2^63 - 1 became 9.223372036854776e+18 (2^63) there
+            comps.update(doc.pop("$defs", {}))
             comps[name] = doc
         # every 422 of this API has the {"detail": [{"field", "reason"}]} shape, not FastAPI's default
         comps["HTTPValidationError"] = {"$ref": "#/components/schemas/Error"}

@@ -51,8 +51,8 @@ def _reason(e: Mapping[str, Any]) -> str:
     if kind in _BOUNDS:
         sign, key = _BOUNDS[kind]
         bound = ctx.get(key)
-        return f"must be {sign} {bound:g}, got {_shown(e.get('input'))}" if isinstance(bound, (int, float)) else \
-            f"must be {sign} {bound}, got {_shown(e.get('input'))}"
+        shown = f"{bound:g}" if isinstance(bound, float) else str(bound)  # an int bound exactly (2^63 - 1)
+        return f"must be {sign} {shown}, got {_shown(e.get('input'))}"
     if kind in _TYPES:
         return f"must be {_TYPES[kind]}, got {_shown(e.get('input'))}"
     if kind == "string_too_long":

@@ -69,6 +69,36 @@ def test_the_openapi_schema_is_the_contracts(openapi):
     assert comps["HTTPValidationError"] == {"$ref": "#/components/schemas/Error"}
 
 
+def _integer_bounds(node, path=""):
+    """(path, keyword, bound) of every bound of an integer schema in ``node``."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            yield from ((path, k, node[k]) for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+                        if k in node)
+        for k, v in node.items():
+            yield from _integer_bounds(v, f"{path}/{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _integer_bounds(v, f"{path}[{i}]")
+
+
+def test_integer_bounds_are_the_contracts_exactly(openapi):
+    """A sub-document that is also part of an answer (Budget, Policy) has the contract's schema, not FastAPI's
+    rendering, whose OpenAPI model holds bounds as floats: 2^63 - 1 became 9.223372036854776e+18, i.e. 2^63, which a
+    client validating against the schema would send and the server refuse."""
+    bounds = list(_integer_bounds(openapi))
+    assert bounds and not [b for b in bounds if not isinstance(b[2], int)], bounds
+    budget = openapi["components"]["schemas"]["Budget"]["properties"]["max_migrations"]["anyOf"][0]
+    assert budget["maximum"] == c.MAX_INT64 and budget["minimum"] == 0
+
+
+def test_an_integer_over_its_bound_is_refused_naming_the_bound_exactly(client):
+    r = client.post("/v1/plans", json={"algorithm": "flux", "problem": _set("budget.max_migrations", c.MAX_INT64 + 1)})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"] == [{"field": "problem.budget.max_migrations",
+                                   "reason": f"must be ≤ {c.MAX_INT64}, got {c.MAX_INT64 + 1}"}]
+
+
 def test_every_operation_a_standby_refuses_documents_the_421(openapi):
     """A replica that is not the leader answers 421 naming the leader (tests/ops/test_ha_postgres.py) on every
     operation but the probes, the metrics and the documentation."""
