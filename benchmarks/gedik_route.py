@@ -14,13 +14,14 @@ import numpy as np
 
 def measure_route(keys_count: int, tmp: Path, reps: int = 3) -> dict:
     """Throughput of ``rebalancer partition route`` (a subprocess, stdin → stdout), keys/s incl. start-up."""
+    from rebalancer_client.wire import dump
     from solvers.gedik import build_document
 
     h = np.sum(1.0 / np.arange(1, 10**6 + 1))
     freqs = {f"k{i}": 1.0 / (i * h) for i in range(1, 3001)}
     doc = build_document({"algorithm": "readj", "channels": 10, "frequencies": freqs, "domain_size": 10**6})
     fpath = tmp / "fn.json"
-    fpath.write_text(json.dumps(doc))
+    fpath.write_text(json.dumps(dump(doc)))
     rng = np.random.default_rng(0)
     ranks = rng.zipf(1.05, keys_count) % 10**6
     kpath = tmp / "keys.txt"

@@ -115,7 +115,7 @@ class Settings(BaseSettings):
     max_total_window_bytes: int = Field(default=2 * 1024**3, ge=1)
 
     #: ``POST /v1/partitioning`` caps (413 beyond them): channels, channels × replicas (consistent-hash points),
-    #: keys with a frequency, channels × keys (see api/routes/planning.py).
+    #: keys with a frequency, channels × keys (see controller/planning.py: check_partitioning_size).
     max_partition_channels: int = Field(default=1024, ge=1)
     max_partition_ring: int = Field(default=2**20, ge=1)
     max_partition_keys: int = Field(default=100_000, ge=1)

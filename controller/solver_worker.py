@@ -190,7 +190,7 @@ def _solve_task(name: str, problem: Problem, time_limit: float, params: dict[str
 
 
 def _call_task(module: str, func: str, arg: Any) -> tuple[Any, ...]:
-    """Worker side: call ``module.func(arg)`` (used for the Gedik partitioning document)."""
+    """Worker side of :meth:`controller.solving.SolverPool.call`: ``module.func(arg)``."""
     try:
         mod = importlib.import_module(module)
         return ("ok", getattr(mod, func)(arg))

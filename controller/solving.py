@@ -180,8 +180,8 @@ class SolverPool:
 
     async def call(self, module: str, func: str, arg: Any, admit: bool = True, kind: Kind = "adhoc", *,
                    ticket: Ticket | None = None, owner: Hashable | None = None) -> Any:
-        """``module.func(arg)`` in a worker (the Gedik partitioning document), bounded like a solve at the
-        maximum time limit."""
+        """``module.func(arg)`` in a worker, bounded like a solve at the maximum time limit (the pool's own tests
+        run their work through it)."""
         return await self.submit(_call_task, module, func, arg, admit=admit, kind=kind, ticket=ticket, owner=owner)
 
     async def submit(self, fn: Callable[..., tuple[Any, ...]], *args: Any, admit: bool = True, kind: Kind = "adhoc",

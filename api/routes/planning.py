@@ -1,7 +1,8 @@
 """Planning without a job: plans, offline evaluation, what-if scaling, Gedik partitioning, the algorithm list.
 
-Plan, evaluation and what-if bodies go to a solver worker as raw bytes, whatever their size: it validates, builds
-the problem, solves and serialises (:mod:`controller.planning`); the event loop only moves bytes."""
+Plan, evaluation, what-if and partitioning bodies go to a solver worker as raw bytes, whatever their size: it
+validates, builds the problem, solves and serialises (:mod:`controller.planning`); the event loop only moves
+bytes."""
 
 from __future__ import annotations
 
@@ -9,17 +10,14 @@ import asyncio
 import time
 from typing import Any
 
-from fastapi import APIRouter, Body, Depends, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
 from api.deps import get_controller
 from api.io import answer, read_body, request_body, respond
 from controller import planning
-from controller.errors import TooLarge
 from controller.service import Controller
-from controller.settings import Settings
 from rebalancer_client import contract as c
-from solvers.errors import InvalidInput
 
 router = APIRouter(prefix="/v1", tags=["planning"])
 
@@ -80,59 +78,19 @@ async def what_if_scaling(request: Request, ctl: Controller = Depends(get_contro
     return respond(w.report(list(plans)))
 
 
-@router.post("/partitioning", responses=SOLVE_ERRORS)
-async def partitioning(request: Request, spec: dict[str, Any] = Body(..., description="the Gedik partitioning spec"),
-                       ctl: Controller = Depends(get_controller)) -> Any:
-    """Build a Gedik partitioning-function document (scan / redist / readj) with
-    ``solvers.gedik.build_document``. Caps (413 beyond them): ``channels`` ≤ ``REBALANCER_MAX_PARTITION_CHANNELS``
-    (default 1024), ``channels × replicas`` ≤ ``REBALANCER_MAX_PARTITION_RING`` (consistent-hash points, default
-    2^20), keys with a frequency ≤ ``REBALANCER_MAX_PARTITION_KEYS`` (default 100,000) and ``channels × keys`` ≤
-    ``REBALANCER_MAX_PARTITION_WORK`` (default 2^24); the same for the ``previous`` function. ``domain_size`` is an
-    integer in [1, 2^63 − 1] (422)."""
-    check_partitioning_caps(spec, request.app.state.settings)
-    return await ctl.planning.partitioning(spec)
-
-
-#: the caps are the settings ``max_partition_*``. Measured (build_document, one process, a loaded 2-core machine):
-#: readj with 4096 channels × 1000 replicas took 24 s and 1 GB; scan with 1024 channels and 20,000 keys 4.2 s and
-#: 0.28 GB; readj with 64 channels × 30,000 replicas 6.4 s and 0.5 GB.
-DEFAULT_REPLICAS = 1000  # solvers.gedik.ring.DEFAULT_REPLICAS
-
-
-def check_partitioning_caps(spec: Any, settings: Settings) -> None:
-    """Refuse partitioning specs whose size would stall a worker (TooLarge: 413) and domain sizes that are not
-    64-bit integers (InvalidInput: 422), before any work; the spec's own rules are checked by ``solvers.gedik``."""
-    if not isinstance(spec, dict):
-        return  # solvers.gedik answers with its own 422
-    dom = spec.get("domain_size")
-    if dom is not None and (isinstance(dom, bool) or not isinstance(dom, (int, float))
-                            or not (1 <= dom <= c.MAX_INT64)):
-        raise InvalidInput("domain_size", f"must be an integer in [1, 2^63 - 1], got {str(dom)[:40]}")
-    prev = spec.get("previous")
-    ring = prev.get("consistent_hash") if isinstance(prev, dict) else None
-    functions = [("", spec.get("channels"), spec.get("replicas"), spec.get("frequencies"))]
-    if isinstance(prev, dict):
-        functions.append(("previous.", prev.get("channels"), ring.get("replicas") if isinstance(ring, dict) else None,
-                          prev.get("explicit")))
-    for where, channels, replicas, keys in functions:
-        _check_function(settings, where, channels, replicas, keys)
-
-
-def _check_function(s: Settings, where: str, channels: Any, replicas: Any, keys: Any) -> None:
-    n = channels if isinstance(channels, int) and not isinstance(channels, bool) else 0
-    r = replicas if isinstance(replicas, int) and not isinstance(replicas, bool) else DEFAULT_REPLICAS
-    k = len(keys) if isinstance(keys, dict) else 0
-    if n > s.max_partition_channels:
-        raise TooLarge(f"{where}channels: {n} > {s.max_partition_channels} (REBALANCER_MAX_PARTITION_CHANNELS)")
-    if n * r > s.max_partition_ring:
-        raise TooLarge(f"{where}channels × replicas: {n} × {r} = {n * r} consistent-hash points > "
-                       f"{s.max_partition_ring} (REBALANCER_MAX_PARTITION_RING)")
-    if k > s.max_partition_keys:
-        raise TooLarge(f"{where}{'frequencies' if not where else 'explicit'}: {k} keys > "
-                       f"{s.max_partition_keys} (REBALANCER_MAX_PARTITION_KEYS)")
-    if n * k > s.max_partition_work:
-        raise TooLarge(f"{where}channels × keys: {n} × {k} = {n * k} > {s.max_partition_work} "
-                       "(REBALANCER_MAX_PARTITION_WORK)")
+@router.post("/partitioning", response_model=c.PartitionFunction, responses=SOLVE_ERRORS,
+             openapi_extra=request_body(c.PartitioningSpec))
+async def partitioning(request: Request, ctl: Controller = Depends(get_controller)) -> Response:
+    """Build a Gedik partitioning-function document (scan / redist / readj, or the consistent or uniform hash
+    alone) for a spec; a previous function document, when given, limits the migration from it. Caps (413 beyond
+    them): ``channels`` ≤ ``REBALANCER_MAX_PARTITION_CHANNELS`` (default 1024), ``channels × replicas`` ≤
+    ``REBALANCER_MAX_PARTITION_RING`` (consistent-hash points, default 2^20), keys with a frequency ≤
+    ``REBALANCER_MAX_PARTITION_KEYS`` (default 100,000) and ``channels × keys`` ≤ ``REBALANCER_MAX_PARTITION_WORK``
+    (default 2^24); the same for the ``previous`` function."""
+    t0 = time.perf_counter()
+    status, body, _, _ = await in_worker(ctl, planning.partitioning_task, await read_body(request), True)
+    ctl.ctx.telemetry.solve_seconds.observe(time.perf_counter() - t0, "gedik")
+    return answer(status, body)
 
 
 @router.get("/algorithms", response_model=list[c.Algorithm])

@@ -11,7 +11,8 @@ import numpy as np
 from solvers.gedik.model import Config, balance_metrics, beta
 
 if TYPE_CHECKING:
-    from solvers.gedik.function import PartitionFunction
+    from solvers.gedik.function import PartitionFunction, Spec
+
 
 def _shares(fn: PartitionFunction) -> np.ndarray:
     if fn.ring is None:
@@ -30,7 +31,7 @@ def _moved_fraction(prev: PartitionFunction, new: PartitionFunction) -> float:
     return float(np.mean(prev.base_lookup(pos) != new.base_lookup(pos)))
 
 
-def estimate_metrics(new: PartitionFunction, prev: PartitionFunction | None, s: dict[str, Any], cfg: Config,
+def estimate_metrics(new: PartitionFunction, prev: PartitionFunction | None, s: Spec, cfg: Config,
                       keys: list[str], f: np.ndarray, pos: np.ndarray, o_keys: list[str],
                       prev_f: dict[str, float]) -> dict[str, Any]:
     """Balance (Eq. 11) and migration (Eq. 12) metrics of a built function from what its spec knows: keys with a
@@ -38,7 +39,7 @@ def estimate_metrics(new: PartitionFunction, prev: PartitionFunction | None, s: 
     the consistent hash's arc shares; migration of those keys is the fraction of the ring whose owner changed."""
     n = new.channels
     known_ch = new.route_positions(pos) if len(keys) else np.empty(0, dtype=np.int32)
-    rest_n = max(s["domain_size"] - len(keys), 0)
+    rest_n = max(s.domain_size - len(keys), 0)
     rest_f = max(1.0 - float(f.sum()), 0.0)
     q = rest_f / rest_n if rest_n else 0.0
     shares = _shares(new)
@@ -58,7 +59,7 @@ def estimate_metrics(new: PartitionFunction, prev: PartitionFunction | None, s: 
         out["migration"] = {"moved": None, "ideal": ideal, "tracked_moved": None, "untracked_moved_expected": None}
         return out
     # keys known now or explicit before: exact; their frequency from the spec, else from the previous document
-    extra = [k for k in o_keys if k not in s["frequencies"]]
+    extra = [k for k in o_keys if k not in s.frequencies]
     all_keys = list(keys) + extra
     all_f = np.concatenate([f, np.array([prev_f.get(k, 0.0) for k in extra])])
     old_ch = prev.route_keys(all_keys) if all_keys else np.empty(0)

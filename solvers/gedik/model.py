@@ -27,14 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from rebalancer_client.contract.partitioning import RESOURCE_FUNCTIONS as FUNCTIONS
+from rebalancer_client.contract.partitioning import RESOURCES, UTILITIES
+
 __all__ = [
     "RESOURCES", "FUNCTIONS", "UTILITIES", "Config", "beta", "theta", "delta_for", "select_tracked",
     "utility", "balance_metrics", "rho_of_loads",
 ]
-
-RESOURCES = ("state", "computation", "communication")
-FUNCTIONS = ("constant", "linear", "quadratic")
-UTILITIES = ("A", "APM", "APLM", "ATM", "ATLM")
 
 
 @dataclass

@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from rebalancer_client.contract.partitioning import DEFAULT_REPLICAS, DEFAULT_SEED
 from solvers.hashing import hash64_array
 
 __all__ = ["ConsistentHash", "uniform_lookup", "DEFAULT_REPLICAS", "DEFAULT_SEED"]
-
-#: the paper's setting (§5.5: "we use 1000 replicas and 100 buckets")
-DEFAULT_REPLICAS = 1000
-DEFAULT_SEED = 0
 
 
 class ConsistentHash:

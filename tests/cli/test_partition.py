@@ -87,6 +87,35 @@ def test_invalid_spec_exits_2_with_one_line(tmp_path, patch, field):
     assert len(err) == 1 and field in err[0]
 
 
+@pytest.mark.parametrize("patch, message", [
+    ({"previous": {"channels": "3"}}, "previous.channels: must be an integer, got '3'"),
+    ({"frequencies": {"k1": 1.5}}, "frequencies.k1: must be ≤ 1, got 1.5"),
+    ({"channels": True}, "channels: must be an integer, got True"),
+    ({"bogus": 1}, "bogus: unknown field"),
+])
+def test_a_bad_spec_is_refused_as_the_api_refuses_it(tmp_path, patch, message):
+    """The spec file is validated by the API's contract parser: the same field path and reason as a 422."""
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps({**zipf_spec(), **patch}))
+    r = cli("build", "--input", str(p))
+    assert r.returncode == 2 and r.stdout == b""
+    assert r.stderr.decode().strip() == f"rebalancer partition: error: spec file {p}: {message}"
+
+
+def test_a_bad_function_file_is_refused_naming_the_field(tmp_path, function_file):
+    _, doc = function_file
+    p = tmp_path / "fn.json"
+    p.write_text(json.dumps({**doc, "channels": "8"}))
+    r = cli("route", "--function", str(p), stdin=b"a\n")
+    assert r.returncode == 2 and f"function file {p}: channels: must be an integer, got '8'" in r.stderr.decode()
+    p.write_text(json.dumps({**doc, "channels": 0}))  # read without its ranges, this was a ValueError's traceback
+    r = cli("route", "--function", str(p), stdin=b"a\n")
+    assert r.returncode == 2 and r.stderr.decode().strip().endswith("channels: must be ≥ 1, got 0")
+    p.write_text(json.dumps({**doc, "channels": 2}))  # an explicit channel beyond the function's channels
+    r = cli("route", "--function", str(p), stdin=b"a\n")
+    assert r.returncode == 2 and "function.explicit." in r.stderr.decode()
+
+
 def test_missing_function_file_exits_2(tmp_path):
     r = cli("route", "--function", str(tmp_path / "nope.json"), stdin=b"a\n")
     assert r.returncode == 2 and len(r.stderr.decode().strip().splitlines()) == 1

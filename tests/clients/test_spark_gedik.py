@@ -23,7 +23,7 @@ def test_gedik_adapter_routes_like_the_document_and_places_exactly(spark, contro
     assert abs(sum(spec["frequencies"].values()) - min(1.0, sum(spec["frequencies"].values()))) < 1e-9
     with RebalancerClient(controller.url, timeout=30) as rc:
         doc = rc.partitioning(spec)  # the controller builds the function (POST /v1/partitioning)
-    assert doc["channels"] == 4 and doc["explicit"], "a Zipf stream must have heavy keys in the explicit map"
+    assert doc.channels == 4 and doc.explicit, "a Zipf stream must have heavy keys in the explicit map"
 
     part = GedikPartitioner(doc)
     placed = part.partition(df, "key")
@@ -32,4 +32,4 @@ def test_gedik_adapter_routes_like_the_document_and_places_exactly(spark, contro
     expected = dict(zip(keys, route_keys(doc, keys).tolist(), strict=True))
     assert all(r[CHANNEL_COL] == expected[r["key"]] for r in rows)  # Algorithm 1 exactly
     assert all(r["p"] == r[CHANNEL_COL] for r in rows)  # every record on its channel's partition
-    assert {r[CHANNEL_COL] for r in rows if r["key"] in doc["explicit"]} <= set(range(4))
+    assert {r[CHANNEL_COL] for r in rows if r["key"] in doc.explicit} <= set(range(4))

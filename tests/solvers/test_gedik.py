@@ -1,6 +1,7 @@
 """Tests of Gedik's partitioning functions (solvers/gedik): hashing, consistent hash, δ, lossy counting,
 construction algorithms, build_document and route_keys."""
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -12,6 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from controller.edge import Invalid, parse
+from rebalancer_client import contract
+from rebalancer_client.contract import PartitioningSpec
+from rebalancer_client.wire import dump
 from solvers.errors import InvalidInput
 from solvers.gedik import (
     Config,
@@ -100,12 +105,12 @@ def test_lookup_is_stable_across_processes():
     here = route_keys(doc, keys).tolist()
     code = ("import json,sys; from solvers.gedik import route_keys; d=json.load(sys.stdin); "
             "print(json.dumps(route_keys(d['doc'], d['keys']).tolist()))")
-    out = subprocess.run([sys.executable, "-c", code], input=json.dumps({"doc": doc, "keys": keys}),
+    out = subprocess.run([sys.executable, "-c", code], input=json.dumps({"doc": dump(doc), "keys": keys}),
                          capture_output=True, text=True, cwd=ROOT, check=True,
                          env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"})
     assert json.loads(out.stdout) == here
     # explicit keys route to their entry, others to the ring
-    for k, c in doc["explicit"].items():
+    for k, c in doc.explicit.items():
         assert here[keys.index(k)] == c
 
 
@@ -261,7 +266,7 @@ def test_readj_balances_better_than_consistent_hash_on_skew():
         for n in range(1, 11):
             prev = build_document(dict(s, algorithm=alg, channels=n, previous=prev))
         docs[alg] = prev
-    b = {a: d["metrics"]["b_k"]["communication"] for a, d in docs.items()}
+    b = {a: d.metrics["b_k"]["communication"] for a, d in docs.items()}
     assert b["readj"] < b["consistent"] and b["scan"] < b["consistent"] and b["redist"] < b["consistent"]
 
 
@@ -273,7 +278,7 @@ def test_function_built_with_previous_only_migrates_what_its_metrics_say():
     keys = list(s["frequencies"])
     f = np.array([s["frequencies"][k] for k in keys])
     moved = route_keys(p, keys) != route_keys(q, keys)
-    mig = q["metrics"]["migration"]
+    mig = q.metrics["migration"]
     assert mig["tracked_moved"] == pytest.approx(float(f[moved].sum()), rel=1e-9, abs=1e-15)
     # untracked keys: fraction of a large random key sample whose channel changed, times their mass
     sample = [f"u{i}" for i in range(100_000)]
@@ -281,7 +286,7 @@ def test_function_built_with_previous_only_migrates_what_its_metrics_say():
     rest = 1 - f.sum()
     assert mig["untracked_moved_expected"] == pytest.approx(rest * frac, rel=0.05)
     ideal = (1.0) / 6
-    assert q["metrics"]["m"] == pytest.approx((mig["tracked_moved"] + mig["untracked_moved_expected"]) / ideal)
+    assert q.metrics["m"] == pytest.approx((mig["tracked_moved"] + mig["untracked_moved_expected"]) / ideal)
     # nothing moves between old channels for untracked keys: only to the new channel 5
     a, b = route_keys(p, sample), route_keys(q, sample)
     assert np.all(b[a != b] == 5)
@@ -291,20 +296,20 @@ def test_uniform_hash_migrates_far_more_than_ideal():
     s = spec(frequencies={}, algorithm="uniform", domain_size=10**6)
     p = build_document(dict(s, channels=9))
     q = build_document(dict(s, channels=10, previous=p))
-    assert q["metrics"]["m"] > 6
+    assert q.metrics["m"] > 6
     c = build_document(dict(s, algorithm="consistent", channels=10,
                             previous=build_document(dict(s, algorithm="consistent", channels=9))))
-    assert 0.7 < c["metrics"]["m"] < 1.3
+    assert 0.7 < c.metrics["m"] < 1.3
 
 
 def test_document_round_trip_and_explicit_map():
     d = build_document(spec())
-    assert d["channels"] == 10 and d["metrics"]["explicit_entries"] == len(d["explicit"]) > 0
+    assert d.channels == 10 and d.metrics["explicit_entries"] == len(d.explicit) > 0
     fr = zipf_freqs(300)
-    assert set(d["explicit"]) == {k for k, v in fr.items() if v >= d["delta"]}
-    assert all(0 <= c < 10 for c in d["explicit"].values())
-    fn = load_function(json.loads(json.dumps(d)))
-    assert fn.route_keys(list(d["explicit"])).tolist() == list(d["explicit"].values())
+    assert set(d.explicit) == {k for k, v in fr.items() if v >= d.delta}
+    assert all(0 <= c < 10 for c in d.explicit.values())
+    fn = load_function(json.loads(json.dumps(dump(d))))
+    assert fn.route_keys(list(d.explicit)).tolist() == list(d.explicit.values())
 
 
 @pytest.mark.parametrize("patch,field", [
@@ -313,7 +318,6 @@ def test_document_round_trip_and_explicit_map():
     ({"channels": 2.5}, "channels"),
     ({"frequencies": {"a": -0.1}}, "frequencies.a"),
     ({"frequencies": {"a": float("nan")}}, "frequencies.a"),
-    ({"frequencies": {"a": 0.7, "b": 0.6}}, "frequencies"),
     ({"resources": {"state": "cubic"}}, "resources.state"),
     ({"resources": {"memory": "linear"}}, "resources.memory"),
     ({"imbalance_tolerance": 1.0}, "imbalance_tolerance"),
@@ -321,22 +325,63 @@ def test_document_round_trip_and_explicit_map():
     ({"sigma": 0}, "sigma"),
     ({"sigma": 1.5}, "sigma"),
     ({"utility": "XYZ"}, "utility"),
-    ({"previous": {"channels": 3, "explicit": {"a": 7}, "consistent_hash": {"replicas": 10}}},
-     "previous.explicit.a"),
     ({"previous": [1, 2]}, "previous"),
     ({"previous": {"channels": 0}}, "previous.channels"),
-    ({"domain_size": 1}, "domain_size"),
     ({"bogus": 1}, "bogus"),
 ])
-def test_invalid_specs_raise_invalid_input(patch, field):
+def test_the_contract_refuses_what_a_field_alone_breaks(patch, field):
+    """A spec's shapes and ranges are the contract's: the API and the CLI parse the bytes with it (the builder
+    does not check them again)."""
+    with pytest.raises(Invalid) as e:
+        parse(PartitioningSpec, json.dumps(spec(**patch)))
+    assert e.value.items[0].field == field
+
+
+@pytest.mark.parametrize("patch,field", [
+    ({"frequencies": {"a": 0.7, "b": 0.6}}, "frequencies"),
+    ({"previous": {"channels": 3, "explicit": {"a": 7}, "consistent_hash": {"replicas": 10}}},
+     "previous.explicit.a"),
+    ({"previous": {"channels": 3}}, "previous.consistent_hash"),
+    ({"previous": {"channels": 3, "hash": {"seed": 1}, "consistent_hash": {"seed": 2}}},
+     "previous.consistent_hash.seed"),
+    ({"previous": {"channels": 3, "lookup": "uniform", "explicit": {"a": 1}}}, "previous.explicit"),
+    ({"domain_size": 1}, "domain_size"),
+])
+def test_the_builder_refuses_what_fields_break_together(patch, field):
+    parse(PartitioningSpec, json.dumps(spec(**patch)))  # each field alone is fine
     with pytest.raises(InvalidInput) as e:
         build_document(spec(**patch))
     assert e.value.field == field
 
 
+def test_a_uniform_previous_needs_no_consistent_hash_and_a_dict_is_read_once():
+    p = build_document(spec(algorithm="uniform", channels=4, frequencies={}))
+    assert p.consistent_hash is None and p.lookup == "uniform"
+    q = build_document(spec(channels=5, previous={"channels": 4, "lookup": "uniform"}))  # hand-written, minimal
+    assert q.metrics["m"] is not None and q.hash.seed == 0 and q.consistent_hash.replicas == 1000
+    with pytest.raises(InvalidInput) as e:  # decoded JSON is read as the contract's document: types checked
+        build_document(spec(channels="5"))
+    assert e.value.field == "channels"
+
+
+def test_the_value_lists_and_defaults_are_the_contracts():
+    from solvers.gedik import ALGORITHMS
+    from solvers.gedik.model import FUNCTIONS, RESOURCES, UTILITIES
+
+    assert ALGORITHMS is contract.PARTITIONING_ALGORITHMS and RESOURCES is contract.RESOURCES
+    assert FUNCTIONS is contract.RESOURCE_FUNCTIONS and UTILITIES is contract.UTILITIES
+    for cls in (contract.Tolerances, contract.ResourceFunctions):
+        assert tuple(f.name for f in dataclasses.fields(cls)) == RESOURCES
+    cfg, d, p = Config(), contract.PartitioningSpec(channels=2), contract.PartitionParams()
+    r = d.resources
+    assert cfg.resources == (r.state, r.computation, r.communication) and cfg.alpha == (d.imbalance_tolerance,) * 3
+    assert (cfg.sigma, cfg.utility, cfg.move_limit) == (d.sigma, d.utility, d.move_limit) == \
+        (p.sigma, p.utility, p.move_limit)
+
+
 def test_frequencies_within_tolerance_are_accepted():
     d = build_document(spec(frequencies={"a": 0.5, "b": 0.5 + 1e-9}, channels=3))
-    assert set(d["explicit"]) == {"a", "b"}
+    assert set(d.explicit) == {"a", "b"}
 
 
 @settings(max_examples=30, deadline=None)

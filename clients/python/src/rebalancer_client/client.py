@@ -134,10 +134,12 @@ class RebalancerClient(HTTPSession):
         return self._get(c.WhatIfReport, "POST", "/v1/what-if/scaling",
                          json=_some(body), idempotent=True)
 
-    def partitioning(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        """``POST /v1/partitioning``: a Gedik partitioning-function document for a spec."""
-        return self._typed(lambda doc: read(dict[str, Any], doc), "POST", "/v1/partitioning",
-                           json=dict(spec), idempotent=True)
+    def partitioning(self, spec: c.PartitioningSpec | Mapping[str, Any]) -> c.PartitionFunction:
+        """``POST /v1/partitioning``: the Gedik partitioning-function document built for a spec (a
+        :class:`~rebalancer_client.contract.PartitioningSpec` or a mapping; its ``previous`` may be a function
+        document this method returned)."""
+        return self._get(c.PartitionFunction, "POST", "/v1/partitioning", json=dump(spec, omit_none=True),
+                         idempotent=True)
 
     # ------------------------------------------------------------------ jobs
     @staticmethod

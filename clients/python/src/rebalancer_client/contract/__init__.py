@@ -14,6 +14,9 @@ Two kinds of document:
   whose key groups and nodes both sides know in order (``JobState.key_groups``, ``JobState.nodes``). Their numbers
   travel as arrays in that order: a batch's loads as ``Stats.load[k]`` for key group ``k``, a placement as
   ``placement[k]`` = the index of key group ``k``'s node. Statistics may also name key groups by id.
+
+And Gedik's partitioning functions (``PartitioningSpec`` → ``PartitionFunction``, :mod:`.partitioning`), which map
+keys to channels rather than key groups to nodes.
 """
 
 from rebalancer_client.contract.common import (  # noqa: F401
@@ -84,6 +87,20 @@ from rebalancer_client.contract.offline import (  # noqa: F401
     WhatIfReport,
     WhatIfRequest,
 )
+from rebalancer_client.contract.partitioning import (  # noqa: F401
+    LOOKUPS,
+    PARTITIONING_ALGORITHMS,
+    RESOURCE_FUNCTIONS,
+    RESOURCES,
+    UTILITIES,
+    HashRing,
+    KeyHash,
+    PartitionFunction,
+    PartitioningSpec,
+    PartitionParams,
+    ResourceFunctions,
+    Tolerances,
+)
 
 __all__ = [
     "MAX_INT64",
@@ -148,4 +165,16 @@ __all__ = [
     "Scaled",
     "HistoryEntry",
     "History",
+    "PARTITIONING_ALGORITHMS",
+    "RESOURCES",
+    "RESOURCE_FUNCTIONS",
+    "UTILITIES",
+    "LOOKUPS",
+    "ResourceFunctions",
+    "Tolerances",
+    "KeyHash",
+    "HashRing",
+    "PartitionParams",
+    "PartitionFunction",
+    "PartitioningSpec",
 ]

@@ -23,7 +23,9 @@ frequencies) feeds a build spec; :func:`build_spec` assembles it.
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from rebalancer_client import contract as c
 from rebalancer_client.spark.routing import ROUTE_COL, hash_preimages
+from rebalancer_client.wire import dump
 
 # (no ``from __future__ import annotations`` here: pandas_udf reads the inner function's type hints at run time)
 
@@ -37,15 +39,17 @@ class GedikPartitioner:
     """Apply a Gedik function document to DataFrames.
 
     Args:
-        function: the function document (a dict).
+        function: the function document (:class:`~rebalancer_client.contract.PartitionFunction`, as
+            ``RebalancerClient.partitioning`` returns it, or its JSON as a dict).
     """
 
-    def __init__(self, function: Mapping[str, Any]):
-        if not isinstance(function, Mapping) or "channels" not in function:
+    def __init__(self, function: c.PartitionFunction | Mapping[str, Any]):
+        doc = dump(function) if isinstance(function, c.PartitionFunction) else function
+        if not isinstance(doc, Mapping) or "channels" not in doc:
             raise ValueError("expected a Gedik function document with 'channels'")
-        self.function = dict(function)
-        self.channels = int(function["channels"])
-        self.explicit = {str(k): int(v) for k, v in (function.get("explicit") or {}).items()}
+        self.function = dict(doc)
+        self.channels = int(doc["channels"])
+        self.explicit = {str(k): int(v) for k, v in (doc.get("explicit") or {}).items()}
 
     def _explicit_column(self, key_col: "Column") -> "Column":
         from pyspark.sql import functions as F
@@ -53,8 +57,8 @@ class GedikPartitioner:
         if not self.explicit:
             return F.lit(None).cast("int")
         items = []
-        for k, c in self.explicit.items():
-            items += [F.lit(k), F.lit(c)]
+        for k, ch in self.explicit.items():
+            items += [F.lit(k), F.lit(ch)]
         return F.element_at(F.create_map(*items), key_col.cast("string"))
 
     def _consistent_udf(self) -> "Callable[[Column], Column]":
@@ -108,12 +112,13 @@ def key_frequencies(df: "DataFrame", key: str, top: int = 1000) -> tuple[dict[st
 
 
 def build_spec(df: "DataFrame", key: str, channels: int, *, algorithm: str = "redist", top: int = 1000,
-               previous: Mapping[str, Any] | None = None, **params: Any) -> dict[str, Any]:
-    """A build spec for ``POST /v1/partitioning`` (or ``rebalancer partition build``) from a DataFrame."""
+               previous: c.PartitionFunction | Mapping[str, Any] | None = None, **params: Any) -> dict[str, Any]:
+    """A build spec for ``POST /v1/partitioning`` (or ``rebalancer partition build``) from a DataFrame
+    (:class:`~rebalancer_client.contract.PartitioningSpec` as JSON)."""
     freqs, distinct = key_frequencies(df, key, top)
     spec: dict[str, Any] = {"algorithm": algorithm, "channels": int(channels), "frequencies": freqs,
                             "domain_size": max(distinct, len(freqs), 1)}
     if previous is not None:
-        spec["previous"] = dict(previous)
+        spec["previous"] = dump(previous)
     spec.update(params)
     return spec

@@ -1,0 +1,51 @@
+"""``POST /v1/partitioning`` over real HTTP (a ``rebalancer serve`` process: the ``controller`` fixture): a built
+function document goes back as the next spec's ``previous``, as JSON and through ``RebalancerClient.partitioning``
+(typed both ways: ``PartitioningSpec`` in, ``PartitionFunction`` out, read by ``wire.read``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rebalancer_client import RebalancerClient, ValidationError, contract
+from solvers.gedik import route_keys
+
+FREQUENCIES = {f"k{i}": 0.2 / i**1.2 for i in range(1, 60)}  # summing to 0.68
+KEYS = [f"k{i}" for i in range(1, 400)]
+
+
+def test_build_and_rebuild_from_the_previous_over_http(controller):
+    spec = {"algorithm": "readj", "channels": 4, "frequencies": FREQUENCIES, "domain_size": 10_000}
+    with controller.client(timeout=60) as http:
+        first = http.post("/v1/partitioning", json=spec)
+        assert first.status_code == 200, first.text
+        doc = first.json()
+        second = http.post("/v1/partitioning", json={**spec, "channels": 5, "previous": doc})
+        assert second.status_code == 200, second.text
+        again = second.json()
+        bad = http.post("/v1/partitioning", json={**spec, "previous": {**doc, "channels": "4"}})
+    assert again["channels"] == 5 and again["metrics"]["m"] is not None
+    # the migration the answer reports is that of the keys it names, routed by both documents
+    moved = sum(FREQUENCIES[k] for k, a, b in zip(FREQUENCIES, route_keys(doc, list(FREQUENCIES)),
+                                                  route_keys(again, list(FREQUENCIES)), strict=True) if a != b)
+    assert again["metrics"]["migration"]["tracked_moved"] == pytest.approx(moved)
+    assert bad.status_code == 422 and bad.json()["detail"] == [{"field": "previous.channels",
+                                                                "reason": "must be an integer, got '4'"}]
+
+
+def test_the_client_sends_and_reads_the_typed_documents(controller):
+    with RebalancerClient(controller.url, timeout=60) as rc:
+        first = rc.partitioning({"channels": 4, "frequencies": FREQUENCIES, "domain_size": 10_000})
+        assert isinstance(first, contract.PartitionFunction) and isinstance(first.hash, contract.KeyHash)
+        assert first.algorithm == "readj" and first.explicit and first.params is not None
+        spec = contract.PartitioningSpec(algorithm="redist", channels=6, frequencies=FREQUENCIES,
+                                         domain_size=10_000, previous=first)
+        second = rc.partitioning(spec)
+        assert isinstance(second, contract.PartitionFunction) and second.channels == 6
+        assert second.metrics is not None and second.metrics["m"] is not None
+        # a typed document routes as its JSON does
+        assert route_keys(second, KEYS).tolist() == route_keys(dataclasses.asdict(second), KEYS).tolist()
+        with pytest.raises(ValidationError) as e:
+            rc.partitioning(dataclasses.replace(spec, channels=0))
+        assert "channels" in str(e.value)
