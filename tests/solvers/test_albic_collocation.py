@@ -43,6 +43,7 @@ def test_pairs_per_round_one_reproduces_the_paper():
     assert plan0.details["new_pairs"] == []
 
 
+@pytest.mark.slow  # every level of the retry loop, up to 5 s of solving
 def test_retry_loop_lowers_max_pl_and_terminates():
     p = _small()
     # maxLD = 0 cannot be met: every level is tried, maxPL falls by stepPL down to 0 (the pure MILP), then stop
@@ -62,6 +63,7 @@ def test_retry_stops_at_the_first_level_within_max_ld():
     assert [att["max_pl"] for att in plan.details["attempts"]] == [25.0]
 
 
+@pytest.mark.slow  # six rounds of drifting loads
 def test_every_round_respects_the_budget_and_collocation_grows():
     p = collocation_synthetic(10, 10, 5, one_to_one=0.6, topology="chain", max_migrations=5, seed=11)
     rng = np.random.default_rng(0)

@@ -23,6 +23,9 @@ from solvers.albic.milp.bounds import analytic_bound
 from solvers.model import Problem
 from tests.solvers.albic_exact_reference import exact_optimum, random_problem
 
+#: the larger cases of a sweep against exact references: `make test` runs them, `make test-fast` the smallest
+SWEEP = pytest.mark.slow
+
 
 def _setup(p: Problem) -> lg.LagrangeBound:
     L = np.bincount(p.current, weights=p.load, minlength=p.n_nodes)
@@ -53,7 +56,7 @@ def test_rank_ranges_hold_every_multiset() -> None:
         assert np.all(low <= v + 1e-12) and np.all(v <= up + 1e-12), (v, lo, hi, low, up)
 
 
-@pytest.mark.parametrize("pairs,box", [(64, 48), (2, 2), (1, 1)])
+@pytest.mark.parametrize("pairs,box", [pytest.param(64, 48, marks=SWEEP), pytest.param(2, 2, marks=SWEEP), (1, 1)])
 def test_dual_value_never_exceeds_a_plans_migrations(pairs: int, box: int, monkeypatch) -> None:
     """For random plans P and d = distance(P): the candidates exist and the dual value at random prices is at most
     P's migrations (the relaxation covers every real pattern), for every candidate switch-down."""
@@ -100,6 +103,7 @@ def test_stronger_than_analytic_and_below_the_optimum(seed: int) -> None:
     assert new <= float(opt) + 1e-9 * t, (new, float(opt))
 
 
+@pytest.mark.slow  # 80 instances against their exact optima (5 s each pattern box)
 @pytest.mark.parametrize("pairs,box", [(64, 48), (2, 2)])
 def test_never_above_the_exact_optimum(pairs: int, box: int, monkeypatch) -> None:
     monkeypatch.setattr(lg, "PAIR_NODE_MAX", pairs)

@@ -22,6 +22,9 @@ from solvers.albic.milp.units import build_units
 from solvers.model import Problem
 from tests.solvers.albic_exact_reference import exact_optimum, random_problem
 
+#: the larger cases of a sweep against exact references: `make test` runs them, `make test-fast` the smallest
+SWEEP = pytest.mark.slow
+
 
 def _tol(opt: float) -> float:
     return 1e-6 * max(1.0, opt) + 1e-9
@@ -42,7 +45,7 @@ def _model_bound(p: Problem, seconds: float, perm_budget: bool) -> tuple[float, 
     return float(res.d_bound or 0.0), res.status, sm.tol
 
 
-@pytest.mark.parametrize("seed", [55, 494, 566])
+@pytest.mark.parametrize("seed", [pytest.param(55, marks=SWEEP), pytest.param(494, marks=SWEEP), 566])
 def test_bound_positive_where_the_exact_cut_model_alone_stayed_zero(seed):
     """Seeds of the exact benchmark (random_problem(seed)) where the old proven bound (the cut model with two
     indicators per edge side, no symmetry breaking) was 0 after 2 s: the symmetric model proves the optimum."""
@@ -132,7 +135,7 @@ def test_node_symmetry_groups_only_identical_nodes():
     assert [g.tolist() for g in node_symmetry(perm, p.active)] == [[3, 5]]
 
 
-@pytest.mark.parametrize("seed", [40, 174])
+@pytest.mark.parametrize("seed", [40, pytest.param(174, marks=SWEEP)])
 def test_budget_through_permutations_gives_real_optimal_plans(seed):
     """Budget-bound instances with interchangeable nodes (seed 174: 4 nodes, 14 key groups, 5 migrations, where
     the old model proved nothing in 3 s): the model's canonical labelling is mapped back through the permutation,
