@@ -13,7 +13,7 @@ Its fields and the build spec's (fields, ranges, defaults) are the contract's
                       position is ``hash64(key.encode("utf-8"), S)``, an unsigned 64-bit integer (see
                       ``solvers/hashing.py`` for the exact, documented bit-level definition)
 ``consistent_hash``   ``{"replicas": R, "seed": S, "point": "hash64(channel * 2**32 + replica, seed)"}`` or null
-                      (uniform). The ring holds R points per channel, ``hash64`` of the *integer*
+                      (uniform; in a ``previous`` written by hand, null is R = 1000 seeded like ``hash``). The ring holds R points per channel, ``hash64`` of the *integer*
                       ``c·2^32 + r`` (r = 0..R−1); a key goes to the owner of the smallest point ≥ its position,
                       wrapping around to the smallest point; equal points ordered by (channel, replica).
 ``explicit``          ``{key: channel}`` — H_p, the keys with f ≥ δ. A key whose position equals the position of an
@@ -135,19 +135,15 @@ def load_function(doc: Any, where: str = "function") -> PartitionFunction:
     if isinstance(doc, PartitionFunction):
         return doc
     d = _document(c.PartitionFunction, doc, where)
-    n, ring = d.channels, d.consistent_hash
-    if d.lookup != "uniform":
-        if ring is None:
-            raise InvalidInput(f"{where}.consistent_hash", "must be an object with replicas and seed")
-        if ring.seed is not None and ring.seed != d.hash.seed:
-            raise InvalidInput(f"{where}.consistent_hash.seed", "must equal hash.seed")
+    n, ring = d.channels, d.consistent_hash or c.HashRing()  # null: the defaults, as the builder's
+    if d.lookup != "uniform" and ring.seed is not None and ring.seed != d.hash.seed:
+        raise InvalidInput(f"{where}.consistent_hash.seed", "must equal hash.seed")
     if d.explicit and d.lookup != "explicit+consistent":
         raise InvalidInput(f"{where}.explicit", f"must be empty for lookup {d.lookup!r}")
     for k, ch in d.explicit.items():
         if ch >= n:
             raise InvalidInput(f"{where}.explicit.{k}", f"must be a channel in [0, {n})")
-    fn = PartitionFunction(n, d.lookup, d.hash.seed, ring.replicas if ring is not None and d.lookup != "uniform"
-                           else None, d.explicit)
+    fn = PartitionFunction(n, d.lookup, d.hash.seed, None if d.lookup == "uniform" else ring.replicas, d.explicit)
     fn.frequencies = {k: float(v) for k, v in d.frequencies.items()}
     return fn
 

@@ -61,7 +61,6 @@ def test_a_field_that_breaks_the_contract_is_a_422_naming_it(client, patch, fiel
     ({"frequencies": {"a": 0.7, "b": 0.6}}, "frequencies"),
     ({"domain_size": 2}, "domain_size"),
     ({"previous": {"channels": 2, "explicit": {"k0": 3}, "consistent_hash": {}}}, "previous.explicit.k0"),
-    ({"previous": {"channels": 2}}, "previous.consistent_hash"),
 ])
 def test_fields_that_break_a_rule_together_are_a_422_naming_one(client, patch, field):
     assert [f for f, _ in _refused(client.post("/v1/partitioning", json={**SPEC, **patch}))] == [field]
@@ -83,3 +82,18 @@ def test_the_answer_is_the_contracts_document_and_is_accepted_as_previous(client
     r = client.post("/v1/partitioning", json={**SPEC, "channels": 5, "utility": "u^aplm", "previous": doc})
     assert r.status_code == 200, r.text
     assert r.json()["metrics"]["m"] is not None and r.json()["params"]["utility"] == "APLM"
+
+
+def test_a_previous_without_a_consistent_hash_is_the_default_ring(client):
+    """A hand-written ``previous`` may leave the ring out: it is the builder's default (1000 replicas, the hash's
+    seed), so the answer equals the one against the consistent-hash function built with the defaults."""
+    full = client.post("/v1/partitioning", json={"algorithm": "consistent", "channels": 4}).json()
+    assert full["consistent_hash"]["replicas"] == 1000 and full["hash"]["seed"] == 0
+    answers = [client.post("/v1/partitioning", json={**SPEC, "channels": 5, "previous": prev})
+               for prev in ({"channels": 4}, {"channels": 4, "consistent_hash": None}, full)]
+    assert [r.status_code for r in answers] == [200, 200, 200], [r.text for r in answers]
+    docs = [r.json() for r in answers]
+    for doc in docs[:2]:
+        assert doc["explicit"] == docs[2]["explicit"]
+        assert doc["metrics"]["migration"] == docs[2]["metrics"]["migration"]
+        assert doc["metrics"]["m"] == docs[2]["metrics"]["m"] is not None

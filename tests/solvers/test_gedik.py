@@ -341,7 +341,6 @@ def test_the_contract_refuses_what_a_field_alone_breaks(patch, field):
     ({"frequencies": {"a": 0.7, "b": 0.6}}, "frequencies"),
     ({"previous": {"channels": 3, "explicit": {"a": 7}, "consistent_hash": {"replicas": 10}}},
      "previous.explicit.a"),
-    ({"previous": {"channels": 3}}, "previous.consistent_hash"),
     ({"previous": {"channels": 3, "hash": {"seed": 1}, "consistent_hash": {"seed": 2}}},
      "previous.consistent_hash.seed"),
     ({"previous": {"channels": 3, "lookup": "uniform", "explicit": {"a": 1}}}, "previous.explicit"),

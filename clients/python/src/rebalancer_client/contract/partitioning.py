@@ -9,8 +9,7 @@ key is routed under a function document (Algorithm 1) is documented in :mod:`sol
 The value lists (algorithms, resources, resource functions, utilities, lookups) are defined here, once;
 :mod:`solvers.gedik` imports them. What the documents cannot say alone is checked by the builder
 (``solvers.gedik.function``): frequencies summing to at most 1, ``domain_size`` at least the number of keys with a
-frequency, a function's explicit channels below its ``channels``, its consistent hash present unless its lookup is
-uniform and seeded like its hash.
+frequency, a function's explicit channels below its ``channels``, its consistent hash seeded like its hash.
 """
 
 from __future__ import annotations
@@ -129,7 +128,8 @@ class PartitionFunction:
         "explicit+consistent (scan, redist, readj), consistent or uniform (h mod N)")] = "explicit+consistent"
     channels: Channels
     hash: KeyHash = field(default_factory=KeyHash)
-    consistent_hash: Annotated[HashRing | None, Check("required unless the lookup is uniform")] = None
+    consistent_hash: Annotated[HashRing | None, Check(
+        "null: 1000 replicas seeded like the hash; not used by the uniform lookup")] = None
     explicit: Annotated[dict[str, Annotated[int, Check(ge=0, lt=MAX_CHANNELS)]], Check(
         "H_p: {key: channel} of the keys with f ≥ δ; empty unless the lookup is explicit+consistent")] = \
         field(default_factory=dict)
