@@ -13,7 +13,8 @@ Its fields and the build spec's (fields, ranges, defaults) are the contract's
                       position is ``hash64(key.encode("utf-8"), S)``, an unsigned 64-bit integer (see
                       ``solvers/hashing.py`` for the exact, documented bit-level definition)
 ``consistent_hash``   ``{"replicas": R, "seed": S, "point": "hash64(channel * 2**32 + replica, seed)"}`` or null
-                      (uniform; in a ``previous`` written by hand, null is R = 1000 seeded like ``hash``). The ring holds R points per channel, ``hash64`` of the *integer*
+                      (uniform; in a ``previous`` written by hand, null is R = 1000 seeded like ``hash``).
+                      The ring holds R points per channel, ``hash64`` of the *integer*
                       ``c·2^32 + r`` (r = 0..R−1); a key goes to the owner of the smallest point ≥ its position,
                       wrapping around to the smallest point; equal points ordered by (channel, replica).
 ``explicit``          ``{key: channel}`` — H_p, the keys with f ≥ δ. A key whose position equals the position of an
