@@ -197,13 +197,13 @@ def check_partitioning_size(spec: c.PartitioningSpec, limits: Limits) -> None:
     settings ``max_partition_*``. Measured (build_document, one process, a loaded 2-core machine): readj with 4096
     channels × 1000 replicas took 24 s and 1 GB; scan with 1024 channels and 20,000 keys 4.2 s and 0.28 GB; readj
     with 64 channels × 30,000 replicas 6.4 s and 0.5 GB."""
-    functions = [("", spec.channels, spec.replicas, len(spec.frequencies or {}))]
     prev = spec.previous
+    prev_replicas = DEFAULT_REPLICAS if prev is None or prev.consistent_hash is None else prev.consistent_hash.replicas
+    # the new function's ring has the spec's replicas, else the previous function's (as the builder takes them)
+    functions = [("", spec.channels, spec.replicas or prev_replicas, len(spec.frequencies or {}))]
     if prev is not None:
-        ring = prev.consistent_hash
-        functions.append(("previous.", prev.channels, None if ring is None else ring.replicas, len(prev.explicit)))
-    for where, n, replicas, k in functions:
-        r = DEFAULT_REPLICAS if replicas is None else replicas
+        functions.append(("previous.", prev.channels, prev_replicas, len(prev.explicit)))
+    for where, n, r, k in functions:
         if n > limits.max_partition_channels:
             raise TooLarge(f"{where}channels: {n} > {limits.max_partition_channels} "
                            "(REBALANCER_MAX_PARTITION_CHANNELS)")

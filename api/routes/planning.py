@@ -30,7 +30,7 @@ SOLVE_ERRORS: dict[int | str, dict[str, Any]] = {
     503: {"model": c.Error, "description": "the solve's worker was stopped at its hard deadline or died; retry"}}
 
 
-async def in_worker(ctl: Controller, task: Any, raw: bytes, solve: bool) -> Any:
+async def in_worker(ctl: Controller, task: Any, raw: bytes) -> Any:
     """``task(raw, limits)`` in a solver worker, holding one ad-hoc solve slot; its hard deadline allows the
     maximum time limit (for a solve, or as a base for a parse) and ``offload_seconds_per_mb`` per MB of body."""
     s = ctl.settings
@@ -44,7 +44,7 @@ async def create_plan(request: Request, ctl: Controller = Depends(get_controller
     document (assignment, moves, before/after metrics, solver status and bound). ``time_limit_s`` defaults to
     ``REBALANCER_DEFAULT_TIME_LIMIT_S`` and is capped by ``REBALANCER_MAX_TIME_LIMIT_S``."""
     t0 = time.perf_counter()
-    status, body, name, solver_status = await in_worker(ctl, planning.plan_task, await read_body(request), True)
+    status, body, name, solver_status = await in_worker(ctl, planning.plan_task, await read_body(request))
     if name is not None:
         ctl.planning.observe(name, solver_status, time.perf_counter() - t0)
     return answer(status, body)
@@ -54,7 +54,7 @@ async def create_plan(request: Request, ctl: Controller = Depends(get_controller
              openapi_extra=request_body(c.EvaluateRequest))
 async def evaluate(request: Request, ctl: Controller = Depends(get_controller)) -> Response:
     """Before/after metrics of a plan for a problem (offline evaluation); the plan must belong to the problem."""
-    status, body, _, _ = await in_worker(ctl, planning.evaluate_task, await read_body(request), False)
+    status, body, _, _ = await in_worker(ctl, planning.evaluate_task, await read_body(request))
     return answer(status, body)
 
 
@@ -67,7 +67,7 @@ async def what_if_scaling(request: Request, ctl: Controller = Depends(get_contro
     nodes, and no node above ``max_utilisation`` (default: the hottest node's utilisation today).
     ``recommendation`` is the index of the smallest cluster meeting the goal (Cruise Control's rightsizing, Flink's
     autoscaler report), or null. Each candidate holds one solve slot while it is solved."""
-    w = await in_worker(ctl, planning.what_if_task, await read_body(request), False)
+    w = await in_worker(ctl, planning.what_if_task, await read_body(request))
     if not isinstance(w, planning.WhatIf):
         return answer(w[0], w[1])
     pool = ctl.ctx.pool
@@ -88,7 +88,7 @@ async def partitioning(request: Request, ctl: Controller = Depends(get_controlle
     ``REBALANCER_MAX_PARTITION_KEYS`` (default 100,000) and ``channels × keys`` ≤ ``REBALANCER_MAX_PARTITION_WORK``
     (default 2^24); the same for the ``previous`` function."""
     t0 = time.perf_counter()
-    status, body, _, _ = await in_worker(ctl, planning.partitioning_task, await read_body(request), True)
+    status, body, _, _ = await in_worker(ctl, planning.partitioning_task, await read_body(request))
     ctl.ctx.telemetry.solve_seconds.observe(time.perf_counter() - t0, "gedik")
     return answer(status, body)
 

@@ -216,6 +216,9 @@ def test_loads_whose_sums_overflow_are_422_with_the_field(client):
     ({"channels": 4, "frequencies": {"a": 0.5}, "domain_size": True}, 422, "domain_size"),
     ({"channels": 4, "frequencies": {"a": 0.5},
       "previous": {"channels": 4096, "consistent_hash": {"replicas": 1000, "seed": 0}}}, 413, "previous.channels"),
+    # the new ring inherits the previous function's replicas: 1024 × 100,000 points, not 1024 × 1000
+    ({"channels": 1024, "frequencies": {"a": 0.5},
+      "previous": {"channels": 8, "consistent_hash": {"replicas": 100000}}}, 413, "1024 × 100000"),
 ])
 def test_partitioning_caps(client, spec, status, needle):
     r = client.post("/v1/partitioning", json=spec, timeout=30)
