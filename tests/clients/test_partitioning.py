@@ -49,3 +49,25 @@ def test_the_client_sends_and_reads_the_typed_documents(controller):
         with pytest.raises(ValidationError) as e:
             rc.partitioning(dataclasses.replace(spec, channels=0))
         assert "channels" in str(e.value)
+
+
+def test_the_spark_adapter_loads_each_function_once_per_process():
+    """The adapter's pandas UDF looks keys up with a function loaded once per Python worker (by its document's
+    digest), not read and its ring built again for every Arrow batch; a changed document is another function."""
+    from rebalancer_client.spark import gedik as sg
+    from rebalancer_client.wire import dump
+    from solvers.gedik import build_document
+
+    docs = [dump(build_document({"algorithm": alg, "channels": n, "frequencies": {"a": 0.4, "b": 0.1}}))
+            for alg, n in (("readj", 4), ("redist", 4), ("readj", 5))]
+    digests = [sg.document_digest(d) for d in docs]
+    assert len(set(digests)) == 3 and sg.document_digest(dict(reversed(list(docs[0].items())))) == digests[0]
+    sg._LOADED.clear()
+    first = sg.loaded_function(digests[0], docs[0])
+    assert sg.loaded_function(digests[0], docs[0]) is first  # loaded once
+    keys = [f"k{i}" for i in range(500)] + ["a", "b"]
+    for digest, doc in zip(digests, docs, strict=True):
+        assert sg.loaded_function(digest, doc).route_keys(keys).tolist() == route_keys(doc, keys).tolist()
+    for i in range(sg.LOADED_MAX + 3):  # a bounded cache: the oldest documents go first
+        sg.loaded_function(f"other-{i}", docs[1])
+    assert len(sg._LOADED) == sg.LOADED_MAX and digests[0] not in sg._LOADED
