@@ -23,6 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from controller.errors import TooLarge
 from rebalancer_client.contract import Edge, ErrorItem, KeyGroupStats, Stats
+from rebalancer_client.wire import shown
 from solvers.errors import InvalidInput
 from solvers.model import MAX_MAGNITUDE
 
@@ -39,11 +40,6 @@ _TYPES = {"float_type": "a number", "int_type": "an integer", "int_from_float": 
           "dict_type": "an object", "dataclass_type": "an object", "finite_number": "a finite number"}
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:40] + "…"
-
-
 def _reason(e: Mapping[str, Any]) -> str:
     kind, ctx = str(e.get("type")), e.get("ctx") or {}
     if kind in _MESSAGES:
@@ -51,10 +47,12 @@ def _reason(e: Mapping[str, Any]) -> str:
     if kind in _BOUNDS:
         sign, key = _BOUNDS[kind]
         bound = ctx.get(key)
-        shown = f"{bound:g}" if isinstance(bound, float) else str(bound)  # an int bound exactly (2^63 - 1)
-        return f"must be {sign} {shown}, got {_shown(e.get('input'))}"
+        text = f"{bound:g}" if isinstance(bound, float) else str(bound)  # an int bound exactly (2^63 - 1)
+        return f"must be {sign} {text}, got {shown(e.get('input'))}"
     if kind in _TYPES:
-        return f"must be {_TYPES[kind]}, got {_shown(e.get('input'))}"
+        return f"must be {_TYPES[kind]}, got {shown(e.get('input'))}"
+    if kind == "string_pattern_mismatch":
+        return f"must match {ctx.get('pattern')}, got {shown(e.get('input'))}"
     if kind == "string_too_long":
         return f"must be at most {ctx.get('max_length')} characters"
     if kind in ("string_too_short", "too_short"):

@@ -93,11 +93,12 @@ def _edges(edges: list[c.Edge], kg_index: dict[str, int]) -> tuple[np.ndarray, n
     return src, dst, np.array([edge.rate for edge in edges], dtype=np.float64)
 
 
-def read_document(cls: type[Any], doc: Any, where: str = "") -> Any:
+def read_document(cls: type[Any], doc: Any, where: str = "", checked: bool = False) -> Any:
     """Decoded JSON as a contract document, for callers that hold a ``dict`` (the library, tests, generators):
-    the types are checked (an :class:`InvalidInput` naming the field); the ranges by :meth:`Problem.check`."""
+    the types are checked (an :class:`InvalidInput` naming the field); the ranges by :meth:`Problem.check`, or
+    here with ``checked`` (the fields' ``Check`` bounds, for documents no later check covers)."""
     try:
-        return read(cls, doc, where)
+        return read(cls, doc, where, checked)
     except MalformedResponse as exc:
         raise InvalidInput(exc.field or where, exc.detail) from None
 

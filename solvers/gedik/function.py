@@ -125,9 +125,9 @@ class PartitionFunction:
 # the documents: shapes and ranges are the contract's (rebalancer_client.contract.partitioning); here what it
 # cannot check alone
 def _document(cls: type[T], doc: Any, where: str) -> T:
-    """``doc`` as the contract document ``cls``: as it is, or read from decoded JSON (a library caller's dict; the
-    API and the CLI parse the bytes with :func:`controller.edge.parse`, which also checks the ranges)."""
-    return doc if isinstance(doc, cls) else typing.cast(T, read_document(cls, dump(doc), where))
+    """``doc`` as the contract document ``cls``: as it is (the API and the CLI parse the bytes with
+    :func:`controller.edge.parse`), or read from a library caller's decoded JSON with the contract's bounds."""
+    return doc if isinstance(doc, cls) else typing.cast(T, read_document(cls, dump(doc), where, checked=True))
 
 
 def load_function(doc: Any, where: str = "function") -> PartitionFunction:

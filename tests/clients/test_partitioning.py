@@ -71,3 +71,14 @@ def test_the_spark_adapter_loads_each_function_once_per_process():
     for i in range(sg.LOADED_MAX + 3):  # a bounded cache: the oldest documents go first
         sg.loaded_function(f"other-{i}", docs[1])
     assert len(sg._LOADED) == sg.LOADED_MAX and digests[0] not in sg._LOADED
+
+
+def test_the_spark_adapter_refuses_a_bad_function_on_the_driver():
+    """A hand-written function document with a channel out of range is refused where it is given, naming the field
+    (not in a Spark task's traceback, nor routed to channel -1)."""
+    from rebalancer_client.spark.gedik import GedikPartitioner
+    from solvers.errors import InvalidInput
+
+    with pytest.raises(InvalidInput) as e:
+        GedikPartitioner({"channels": 3, "explicit": {"a": -1}})
+    assert e.value.field == "function.explicit.a" and e.value.reason == "must be ≥ 0, got -1"

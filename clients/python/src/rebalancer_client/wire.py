@@ -6,7 +6,9 @@
 - :func:`read`: one generic reader that turns decoded JSON into a contract document, checking every field's type
   against the dataclass annotations (the client's answer to a malformed response is :class:`MalformedResponse`,
   never an ``AttributeError`` deep inside a caller). Unknown keys are ignored, so a newer controller's extra
-  fields never break an older client.
+  fields never break an older client. With ``checked=True`` it also applies the fields' :class:`Check` bounds
+  (ranges, lengths, patterns), in the words of the server's 422s: for library callers that hand the server's code
+  a document as a ``dict`` instead of JSON bytes.
 - :func:`dump`: a document back to JSON-ready data, as the server writes it (or without the optional fields that
   are ``None``).
 
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -94,18 +98,48 @@ _HINTS: dict[type, dict[str, Any]] = {}
 def _hints(cls: type) -> dict[str, Any]:
     hints = _HINTS.get(cls)
     if hints is None:
-        hints = _HINTS[cls] = typing.get_type_hints(cls)  # Annotated stripped: constraints are the server's
+        hints = _HINTS[cls] = typing.get_type_hints(cls, include_extras=True)
     return hints
 
 
-def read(cls: type[T], doc: Any, where: str = "") -> T:
-    """``doc`` (decoded JSON) as an instance of the contract document ``cls``.
+def read(cls: type[T], doc: Any, where: str = "", checked: bool = False) -> T:
+    """``doc`` (decoded JSON) as an instance of the contract document ``cls``; ``checked``: its fields' bounds too.
 
     Raises:
-        MalformedResponse: with ``field`` the path of the first value whose type does not match
-            (``nodes[2].id``, under ``where``) and ``detail`` what is wrong with it.
+        MalformedResponse: with ``field`` the path of the first value whose type (or, checked, bound) does not
+            match (``nodes[2].id``, under ``where``) and ``detail`` what is wrong with it.
     """
-    return typing.cast(T, _read(cls, doc, where))
+    return typing.cast(T, _read(cls, doc, where, checked))
+
+
+def shown(value: Any) -> str:
+    """A value as an error message quotes it (its repr, at most 40 characters)."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "…"
+
+
+_BOUNDS = (("ge", "≥", operator.ge), ("gt", ">", operator.gt), ("le", "≤", operator.le), ("lt", "<", operator.lt))
+
+
+def _check(check: Check, value: Any, raw: Any, where: str) -> None:
+    """:class:`MalformedResponse` when ``value`` (read from ``raw``) breaks a bound of ``check`` (worded as the
+    server's 422s)."""
+    c = check.constraints
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        for key, sign, holds in _BOUNDS:
+            if key in c and not holds(value, c[key]):
+                bound = c[key]
+                raise _bad(where, f"must be {sign} {bound:g}, got {shown(raw)}" if isinstance(bound, float)
+                           else f"must be {sign} {bound}, got {shown(raw)}")
+    if isinstance(value, (str, list, dict)):
+        if len(value) < c.get("min_length", 0):
+            raise _bad(where, "must not be empty" if c["min_length"] == 1 else
+                       f"must have at least {c['min_length']} items")
+        if "max_length" in c and len(value) > c["max_length"]:
+            raise _bad(where, f"must be at most {c['max_length']} characters" if isinstance(value, str) else
+                       f"must have at most {c['max_length']} items")
+    if isinstance(value, str) and "pattern" in c and not re.search(c["pattern"], value):
+        raise _bad(where, f"must match {c['pattern']}, got {shown(value)}")
 
 
 def _bad(where: str, detail: str) -> MalformedResponse:
@@ -118,26 +152,32 @@ def _at(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
-def _read(tp: Any, value: Any, where: str) -> Any:
+def _read(tp: Any, value: Any, where: str, checked: bool) -> Any:
     origin = get_origin(tp)
     if origin is Annotated:
-        return _read(get_args(tp)[0], value, where)
+        inner, *marks = get_args(tp)
+        out = _read(inner, value, where, checked)
+        if checked and out is not None:
+            for mark in marks:
+                if isinstance(mark, Check):
+                    _check(mark, out, value, where)
+        return out
     if origin in (Union, types.UnionType):
-        return _read_union(get_args(tp), value, where)
+        return _read_union(get_args(tp), value, where, checked)
     if tp is Any:
         return value
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _read_document(tp, value, where)
+        return _read_document(tp, value, where, checked)
     if origin is list:
         if not isinstance(value, list):
             raise _bad(where, f"expected a list, got {kind(value)}")
         (item,) = get_args(tp) or (Any,)
-        return [_read(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_read(item, v, f"{where}[{i}]", checked) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, Mapping):
             raise _bad(where, f"expected an object, got {kind(value)}")
         _key, val = get_args(tp) or (str, Any)
-        return {str(k): _read(val, v, _at(where, str(k))) for k, v in value.items()}
+        return {str(k): _read(val, v, _at(where, str(k)), checked) for k, v in value.items()}
     if origin is Literal:
         if value not in get_args(tp):
             raise _bad(where, f"expected one of {list(get_args(tp))}, got {str(value)[:60]!r}")
@@ -145,7 +185,7 @@ def _read(tp: Any, value: Any, where: str) -> Any:
     return _read_scalar(tp, value, where)
 
 
-def _read_union(members: tuple[Any, ...], value: Any, where: str) -> Any:
+def _read_union(members: tuple[Any, ...], value: Any, where: str, checked: bool) -> Any:
     if value is None:
         if type(None) in members:
             return None
@@ -155,13 +195,14 @@ def _read_union(members: tuple[Any, ...], value: Any, where: str) -> Any:
         if member is type(None):
             continue
         try:
-            return _read(member, value, where)
+            return _read(member, value, where, checked)
         except MalformedResponse as exc:
             errors.append(exc)
-    raise errors[0]
+    # the member that got furthest into the value says what is wrong (an object given for a number: its field's)
+    raise max(errors, key=lambda exc: len(exc.field or ""))
 
 
-def _read_document(cls: type, value: Any, where: str) -> Any:
+def _read_document(cls: type, value: Any, where: str, checked: bool) -> Any:
     if not isinstance(value, Mapping):
         raise _bad(where, f"expected an object, got {kind(value)}")
     hints = _hints(cls)
@@ -169,7 +210,7 @@ def _read_document(cls: type, value: Any, where: str) -> Any:
     for f in dataclasses.fields(cls):
         key = wire_name(f.name)
         if key in value:
-            kwargs[f.name] = _read(hints[f.name], value[key], _at(where, key))
+            kwargs[f.name] = _read(hints[f.name], value[key], _at(where, key), checked)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise _bad(_at(where, key), "missing")
     return cls(**kwargs)

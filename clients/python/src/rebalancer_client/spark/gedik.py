@@ -77,6 +77,7 @@ class GedikPartitioner:
         if not isinstance(doc, Mapping) or "channels" not in doc:
             raise ValueError("expected a Gedik function document with 'channels'")
         self.function = dict(doc)
+        loaded_function(document_digest(self.function), self.function)  # a bad document fails here, not in a task
         self.channels = int(doc["channels"])
         self.explicit = {str(k): int(v) for k, v in (doc.get("explicit") or {}).items()}
 
