@@ -73,13 +73,11 @@ class GedikPartitioner:
     """
 
     def __init__(self, function: c.PartitionFunction | Mapping[str, Any]):
-        doc = dump(function) if isinstance(function, c.PartitionFunction) else function
-        if not isinstance(doc, Mapping) or "channels" not in doc:
-            raise ValueError("expected a Gedik function document with 'channels'")
-        self.function = dict(doc)
-        loaded_function(document_digest(self.function), self.function)  # a bad document fails here, not in a task
-        self.channels = int(doc["channels"])
-        self.explicit = {str(k): int(v) for k, v in (doc.get("explicit") or {}).items()}
+        doc = dump(function)  # JSON-ready (a copy of a mapping)
+        fn = loaded_function(document_digest(doc), doc)  # a bad document fails here, naming the field, not in a task
+        self.function: dict[str, Any] = doc
+        self.channels: int = fn.channels
+        self.explicit: dict[str, int] = fn.explicit
 
     def _explicit_column(self, key_col: "Column") -> "Column":
         from pyspark.sql import functions as F
