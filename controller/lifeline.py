@@ -9,6 +9,7 @@ tracker needs nothing: it exits when the last process holding its pipe is gone.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import multiprocessing.forkserver as mpfs
@@ -72,13 +73,19 @@ def bind_worker(server_pid: int) -> None:
 #: set (to "1") in the forkserver's environment when it may bind itself to the thread that starts it
 PDEATHSIG_ENV = "_REBALANCER_FORKSERVER_PDEATHSIG"
 _env_lock = threading.Lock()
+_stop_registered = False
 
 
 def start_forkserver() -> None:
     """Start this process's forkserver (if it is not running). The kernel's parent-death signal follows the
     *thread* that started a process, so the forkserver binds itself to the server only when the main thread starts
     it (``rebalancer serve``); started from another thread (an in-process test server) it relies on the workers'
-    watchdog and exits when the last of them has: its "alive" pipe reaches end of file."""
+    watchdog and exits when the last of them has: its "alive" pipe reaches end of file.
+
+    It is stopped when this process exits (``atexit``), not with a pool: every pool of the process (an in-process
+    test server's, the next server's) forks its workers from it, so its import of the planners (~0.6 s of CPU) is
+    paid once per process."""
+    global _stop_registered
     on_main = threading.current_thread() is threading.main_thread()
     with _env_lock:
         os.environ[PDEATHSIG_ENV] = "1" if on_main else "0"
@@ -86,6 +93,9 @@ def start_forkserver() -> None:
             mpfs.ensure_running()
         finally:
             os.environ.pop(PDEATHSIG_ENV, None)
+        if not _stop_registered:
+            atexit.register(stop_forkserver)
+            _stop_registered = True
 
 
 def stop_forkserver() -> None:

@@ -44,7 +44,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from controller.errors import Busy
-from controller.lifeline import start_forkserver, stop_forkserver
+from controller.lifeline import start_forkserver
 from controller.pool_admission import Admission, Ticket
 from controller.pool_errors import PoolBroken, SolveCancelled, SolverUnavailable, SolveTimeout, WorkerDied
 from controller.pool_queue import KINDS, FairQueue, Kind, Task, retrieve, settle
@@ -61,8 +61,6 @@ __all__ = ["KINDS", "Busy", "Kind", "PoolBroken", "SolveCancelled", "SolveTimeou
 
 class SolverPool:
     """Worker processes, the admission rule and the time-limit guard (see the module docstring)."""
-
-    _live = 0  # pools of this process: the (process-wide) forkserver is stopped with the last one
 
     def __init__(self, workers: int, max_concurrent: int, max_time_limit: float, *, reserved_auto: int | None = None,
                  kill_factor: float = 2.0, kill_grace_s: float = 5.0, nice: int = 19, memory_limit_mb: int = 0,
@@ -92,7 +90,6 @@ class SolverPool:
                                 max_start_failures=max_start_failures, backoff_s=start_backoff_s,
                                 max_backoff_s=max_start_backoff_s, start_timeout_s=start_timeout_s)
         self._closed = False
-        SolverPool._live += 1
 
     @classmethod
     def from_settings(cls, s: Any) -> SolverPool:
@@ -371,7 +368,9 @@ class SolverPool:
         return self._workers.starting_pids()
 
     def shutdown(self) -> None:
-        """Stop every worker and the forkserver (SIGTERM, then SIGKILL after 2 s); safe to call twice."""
+        """Stop every worker (SIGTERM, then SIGKILL after 2 s); safe to call twice. The forkserver is the
+        process's: it serves the next pool of this process and stops when the process exits
+        (:func:`controller.lifeline.start_forkserver`)."""
         if self._closed:
             return
         self._closed = True
@@ -387,6 +386,3 @@ class SolverPool:
             w.close()
             w.proc.join(timeout=1.0)
         self._io.shutdown(wait=False, cancel_futures=True)
-        SolverPool._live -= 1
-        if SolverPool._live == 0:
-            stop_forkserver()
