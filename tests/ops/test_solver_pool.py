@@ -274,3 +274,19 @@ def test_the_forkserver_imports_the_planners_once_for_every_worker() -> None:
         assert await pool.call("controller.solver_worker", "loaded", names) == [True] * len(names)
 
     run(body, workers=1)
+
+
+def test_the_next_pool_of_a_process_forks_from_the_same_forkserver() -> None:
+    # the forkserver's import of the planners (~0.6 s of CPU) is paid once per process, not once per pool: an
+    # in-process server started after another (tests, a restarted app) finds it running
+    import multiprocessing.forkserver as mpfs
+
+    def forkserver(pool: SolverPool) -> Any:
+        async def pid() -> int:
+            return int(mpfs._forkserver._forkserver_pid)  # type: ignore[attr-defined]
+        return pid()
+
+    first = run(forkserver, workers=1)
+    second = run(forkserver, workers=1)
+    assert first == second
+    assert Path(f"/proc/{second}").exists()
