@@ -51,6 +51,18 @@ def test_family_z_is_the_sigmas_for_one_node_and_grows_with_the_nodes() -> None:
     assert zs == sorted(zs) and zs[-1] > zs[0] + 1
     # the family-wise tail: P(|N| > z_n) * n equals P(|N| > 3)
     assert math.erfc(zs[2] / math.sqrt(2)) * 8 == pytest.approx(math.erfc(3 / math.sqrt(2)), rel=1e-6)
+    assert policy.family_z(40.0, 8) == math.inf  # a tail below the smallest double: no finite z
+
+
+def test_the_server_starts_without_importing_scipy() -> None:
+    # scipy.special (the policy's one use of scipy, now the standard library's NormalDist) cost every server and
+    # CLI start ~0.3 s of imports; the planners import scipy in the solver workers, where they need it
+    import subprocess
+    import sys
+
+    code = "import sys, api.app, cli.main; print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_window_variance_is_the_sample_variance_with_absent_key_groups_counted_zero() -> None:
