@@ -5,6 +5,7 @@ figure says why the routing starts where it does."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -13,8 +14,14 @@ from benchmarks.gedik_plots import ALGOS, figure_lines, figure_resources
 from benchmarks.plotting import pyplot
 from benchmarks.spark_demo import figure as demo_figure
 
-plt = pyplot()
-pytestmark = pytest.mark.skipif(plt is None, reason="matplotlib is not installed")
+
+@pytest.fixture(scope="module")
+def plt() -> Any:
+    """pyplot, imported by the test process that runs these tests (not by every one that collects them)."""
+    p = pyplot()
+    if p is None:
+        pytest.skip("matplotlib is not installed")
+    return p
 
 
 def point(seed: int) -> dict:
@@ -42,7 +49,7 @@ def check_gedik_figure(fig) -> None:
     assert "linear" in text and "constant" in text and "LCL" in text, "CCL/LCL not explained"
 
 
-def test_gedik_fig3_explains_itself() -> None:
+def test_gedik_fig3_explains_itself(plt: Any) -> None:
     f3 = {rc: {a: point(i * 7 + j) for j, a in enumerate(ALGOS)} for i, rc in enumerate(["CCL", "LCL", "LQL"])}
     fig = figure_resources(plt, f3)
     try:
@@ -51,7 +58,7 @@ def test_gedik_fig3_explains_itself() -> None:
         plt.close(fig)
 
 
-def test_gedik_fig6_explains_itself() -> None:
+def test_gedik_fig6_explains_itself(plt: Any) -> None:
     data = {"N": [1, 2, 3, 4], **{a: [point(10 * j + n) for n in range(4)] for j, a in enumerate(ALGOS)}}
     fig = figure_lines(plt, data, "N", "Fig. 6/13 analog: number of channels (LCL profile)")
     try:
@@ -60,7 +67,7 @@ def test_gedik_fig6_explains_itself() -> None:
         plt.close(fig)
 
 
-def test_the_demo_figure_says_why_routing_starts_where_it_does() -> None:
+def test_the_demo_figure_says_why_routing_starts_where_it_does(plt: Any) -> None:
     batches = [{"batch_id": i, "epoch": 0 if i < 2 else 1, "hash_max_over_mean": 2.1,
                 "rebalanced_max_over_mean": 1.62 if i < 2 else 1.03, "migrations": 12 if i == 2 else 0}
                for i in range(6)]
