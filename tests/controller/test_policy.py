@@ -52,6 +52,10 @@ def test_family_z_is_the_sigmas_for_one_node_and_grows_with_the_nodes() -> None:
     # the family-wise tail: P(|N| > z_n) * n equals P(|N| > 3)
     assert math.erfc(zs[2] / math.sqrt(2)) * 8 == pytest.approx(math.erfc(3 / math.sqrt(2)), rel=1e-6)
     assert policy.family_z(40.0, 8) == math.inf  # a tail below the smallest double: no finite z
+    # where the tail reaches the subnormal doubles (σ ≈ 37–39) z stays defined and grows with σ
+    for nodes in (1, 8, 1000, 10**6):
+        zs = [policy.family_z(float(s), nodes) for s in np.arange(36.0, 40.0, 0.0005)]
+        assert all(b >= a for a, b in zip(zs, zs[1:], strict=False)), nodes
 
 
 def test_the_server_starts_without_importing_scipy() -> None:
