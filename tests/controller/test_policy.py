@@ -60,7 +60,8 @@ def test_family_z_is_the_sigmas_for_one_node_and_grows_with_the_nodes() -> None:
 
 def test_the_server_starts_without_importing_scipy() -> None:
     # scipy.special (the policy's one use of scipy, now the standard library's NormalDist) cost every server and
-    # CLI start ~0.3 s of imports; the planners import scipy in the solver workers, where they need it
+    # CLI start ~0.3 s of imports before it could answer; the planners, which need scipy, are imported after the
+    # start (in the background and in the solver workers)
     import subprocess
     import sys
 
