@@ -36,17 +36,11 @@ settings.register_profile("explore", print_blob=True, **_CLOCKLESS)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
-def pytest_xdist_auto_num_workers(config: Any) -> int:
+def pytest_xdist_auto_num_workers(config: object) -> int:
     """``-n auto``: two test processes per core. Most of the suite's time is spent waiting — on a server, a Spark
     JVM or a solver worker started by the test (the processes' CPU is about a third of the tests' wall time) — so
-    one process per core leaves the cores idle. Without the Spark tests (``-m "not spark"``, ``make test-fast``)
-    three per two cores: the waits are short and each process's collection (~4.5 CPU-seconds) weighs more —
-    test-fast's tests on 2 cores, 3 and 4 processes alternating: 3 faster in 6 of 8 pairs, by 3.4 s in the median
-    (the machine's speed moved the pairs from 58–64 s to 77–87 s within the day)."""
-    cores = os.cpu_count() or 1
-    if "not spark" in (config.getoption("markexpr") or ""):
-        return max(2, 3 * cores // 2)
-    return 2 * cores
+    one process per core leaves the cores idle."""
+    return 2 * (os.cpu_count() or 1)
 
 
 def pytest_collection_modifyitems(config: object, items: list[Any]) -> None:
