@@ -85,8 +85,9 @@ def balance(problem: Problem, variance: np.ndarray | None, batches: int, sigmas:
     if sigmas is not None and variance is not None and batches >= 2:
         per_node = np.bincount(problem.current, weights=variance, minlength=problem.n_nodes)[active]
         se = np.sqrt(per_node / batches) / cap
-        if np.isfinite(se).all():
-            noise = family_z(sigmas, int(active.sum())) * math.sqrt(2.0) * float(se.max())
+        spread = float(se.max()) if se.size else 0.0
+        if math.isfinite(spread):  # a window without variance has no noise, whatever z (inf · 0 is not a level)
+            noise = 0.0 if spread == 0 else family_z(sigmas, int(active.sum())) * math.sqrt(2.0) * spread
     on_removing = float(loads[problem.removing].sum()) if problem.removing.any() else 0.0
     return Balance(metrics.load_distance_of_loads(problem, loads), target, on_removing, noise, batches)
 

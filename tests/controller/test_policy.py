@@ -70,6 +70,15 @@ def test_the_server_starts_without_importing_scipy() -> None:
     assert out.stdout.strip() == "[]"
 
 
+def test_a_window_without_variance_has_no_noise_whatever_the_sigmas() -> None:
+    # z is infinite for σ ≳ 38.5 (its tail underflows): the noise of a window of identical batches is 0, not inf · 0
+    steady = [np.full(KEY_GROUPS, 10.0)] * 3
+    for sigmas in (3.0, 38.49, 40.0):
+        assert _balance(steady, sigmas).noise == 0.0
+    varied = [np.full(KEY_GROUPS, 10.0), np.full(KEY_GROUPS, 12.0), np.full(KEY_GROUPS, 11.0)]
+    assert _balance(varied, 40.0).noise == math.inf
+
+
 def test_window_variance_is_the_sample_variance_with_absent_key_groups_counted_zero() -> None:
     rng = np.random.default_rng(1)
     loads = [rng.poisson(50, KEY_GROUPS).astype(float) for _ in range(WINDOW + 2)]
