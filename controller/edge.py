@@ -23,7 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from controller.errors import TooLarge
 from rebalancer_client.contract import Edge, ErrorItem, KeyGroupStats, Stats
-from rebalancer_client.wire import shown
+from rebalancer_client.wire import bound_reason, pattern_reason, shown
 from solvers.errors import InvalidInput
 from solvers.model import MAX_MAGNITUDE
 
@@ -46,13 +46,11 @@ def _reason(e: Mapping[str, Any]) -> str:
         return _MESSAGES[kind]
     if kind in _BOUNDS:
         sign, key = _BOUNDS[kind]
-        bound = ctx.get(key)
-        text = f"{bound:g}" if isinstance(bound, float) else str(bound)  # an int bound exactly (2^63 - 1)
-        return f"must be {sign} {text}, got {shown(e.get('input'))}"
+        return bound_reason(sign, ctx.get(key), e.get("input"))
     if kind in _TYPES:
         return f"must be {_TYPES[kind]}, got {shown(e.get('input'))}"
     if kind == "string_pattern_mismatch":
-        return f"must match {ctx.get('pattern')}, got {shown(e.get('input'))}"
+        return pattern_reason(ctx.get("pattern"), e.get("input"))
     if kind == "string_too_long":
         return f"must be at most {ctx.get('max_length')} characters"
     if kind in ("string_too_short", "too_short"):

@@ -118,6 +118,18 @@ def shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:40] + "…"
 
 
+def bound_reason(sign: str, bound: Any, value: Any) -> str:
+    """The reason a value breaking a bound is refused, as every 422 and this reader word it (an integer bound
+    exactly: 2^63 − 1, not 9.22e+18)."""
+    text = f"{bound:g}" if isinstance(bound, float) else str(bound)
+    return f"must be {sign} {text}, got {shown(value)}"
+
+
+def pattern_reason(pattern: Any, value: Any) -> str:
+    """The reason a string not matching its pattern is refused (every 422 and this reader)."""
+    return f"must match {pattern}, got {shown(value)}"
+
+
 _BOUNDS = (("ge", "≥", operator.ge), ("gt", ">", operator.gt), ("le", "≤", operator.le), ("lt", "<", operator.lt))
 
 
@@ -128,9 +140,7 @@ def _check(check: Check, value: Any, raw: Any, where: str) -> None:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         for key, sign, holds in _BOUNDS:
             if key in c and not holds(value, c[key]):
-                bound = c[key]
-                raise _bad(where, f"must be {sign} {bound:g}, got {shown(raw)}" if isinstance(bound, float)
-                           else f"must be {sign} {bound}, got {shown(raw)}")
+                raise _bad(where, bound_reason(sign, c[key], raw))
     if isinstance(value, (str, list, dict)):
         if len(value) < c.get("min_length", 0):
             raise _bad(where, "must not be empty" if c["min_length"] == 1 else
@@ -139,7 +149,7 @@ def _check(check: Check, value: Any, raw: Any, where: str) -> None:
             raise _bad(where, f"must be at most {c['max_length']} characters" if isinstance(value, str) else
                        f"must have at most {c['max_length']} items")
     if isinstance(value, str) and "pattern" in c and not re.search(c["pattern"], value):
-        raise _bad(where, f"must match {c['pattern']}, got {shown(value)}")
+        raise _bad(where, pattern_reason(c["pattern"], value))
 
 
 def _bad(where: str, detail: str) -> MalformedResponse:
