@@ -10,28 +10,16 @@ tracker needs nothing: it exits when the last process holding its pipe is gone.
 from __future__ import annotations
 
 import atexit
-import ctypes
-import ctypes.util
 import multiprocessing.forkserver as mpfs
 import os
 import signal
-import sys
 import threading
 import time
 from typing import Any
 
-PR_SET_PDEATHSIG = 1
+from solvers.parent_death import set_pdeathsig
 
-
-def set_pdeathsig(sig: int = signal.SIGKILL) -> bool:
-    """Ask the kernel to send ``sig`` to this process when its parent thread exits (Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return int(libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
+__all__ = ["PDEATHSIG_ENV", "bind_worker", "set_pdeathsig", "start_forkserver", "stop_forkserver", "watch"]
 
 
 def _alive(pid: int) -> bool:

@@ -95,6 +95,7 @@ from solvers import metrics
 from solvers.albic.milp.bounds import analytic_bound, load_left_on_removing
 from solvers.albic.milp.loader import backend_loader
 from solvers.albic.milp.phases import FULL_MODEL_MAX, OPTIMALITY_TOL, Run, search, warm_start
+from solvers.albic.milp.portfolio import processes_for
 from solvers.albic.milp.state import Pool, State, cheapest_feasible_units, drain_floor, placement_ok
 from solvers.albic.milp.units import build_units, split_units
 from solvers.errors import InvalidInput
@@ -110,7 +111,7 @@ FLUX_MAX_KEY_GROUPS = 200_000  # Flux as a warm start up to this size
 def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
                   allowed: dict[int, np.ndarray] | None = None, time_limit: float = 1.0,
                   backend: str = "cpsat", hint: np.ndarray | None = None, workers: int = 1,
-                  seed: int = 0, drain: bool = True) -> Plan:
+                  seed: int = 0, drain: bool = True, processes: int = 1) -> Plan:
     """Solve the ALBIC MILP (§4.3.1) over movable units within ``time_limit`` seconds (the whole call).
 
     Args:
@@ -129,6 +130,8 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
         seed: random seed of the restarts and the neighbourhood search.
         drain: below the drain floor prefer less load on removing nodes over a lower distance (see the module
             docstring); ``False`` gives the paper's objective unchanged (distance, then band width).
+        processes: processes of the ruin-and-recreate search on instances too large for the exact model
+            (:mod:`solvers.albic.milp.portfolio`; 0: one per CPU, at most 4).
 
     Returns:
         A :class:`Plan` with the per-key-group assignment (within the budget, never onto removing nodes except
@@ -148,11 +151,13 @@ def solve_grouped(problem: Problem, *, unit_of: np.ndarray | None = None,
         raise InvalidInput("time_limit", f"must be a finite number > 0, got {time_limit!r}")
     if backend not in BACKENDS:
         raise InvalidInput("params.backend", f"must be one of {list(BACKENDS)}, got {backend!r}")
-    return _solve_units(problem, unit_of, allowed, float(time_limit), backend, hint, workers, seed, drain)
+    return _solve_units(problem, unit_of, allowed, float(time_limit), backend, hint, workers, seed, drain,
+                        processes)
 
 
 def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.ndarray] | None, time_limit: float,
-                 backend: str, hint: np.ndarray | None, workers: int, seed: int, drain: bool) -> Plan:
+                 backend: str, hint: np.ndarray | None, workers: int, seed: int, drain: bool,
+                 processes: int = 1) -> Plan:
     """:func:`solve_grouped` on validated parameters: the phases in order."""
     t_start, c_start = time.perf_counter(), time.process_time()
     details: dict[str, Any] = {"backend": backend}
@@ -180,7 +185,8 @@ def _solve_units(p: Problem, unit_of: np.ndarray | None, allowed: dict[int, np.n
     if unit_of is not None or not np.array_equal(base_place, p.current):  # the same plan twice: O(m) for nothing
         pool.offer(base_place, "start")
     run = Run(p, units, pool, t_start, time_limit, t_lin, seed,
-              State(units, base_place, t_lin), [(base_place, "greedy")], backend_loader(backend), details=details)
+              State(units, base_place, t_lin), [(base_place, "greedy")], backend_loader(backend), details=details,
+              processes=processes_for(processes))
     if run.drain:
         run.b_left = load_left_on_removing(p)
     # phase 1: warm start; phase 2: the analytic bound (Lemma 2, budget, granularity) — no solver import before
@@ -224,10 +230,13 @@ def _finish(run: Run, t_lin: float, c_start: float) -> Plan:
         Param("seed", int, 0, "random seed of the neighbourhood search", minimum=0),
         Param("drain", bool, True, "below the drain floor (heaviest key group on a removing node) prefer emptying "
               "removing nodes over a lower load distance; false = the paper's objective unchanged"),
+        Param("processes", int, 0, "processes of the ruin-and-recreate search on instances too large for the exact "
+              "model, each with its own seed (0: one per CPU, at most 4; 1: no other process)", minimum=0,
+              maximum=64),
     ],
 )
 def solve(problem: Problem, *, time_limit: float = 1.0, backend: str = "cpsat", workers: int = 1,
-          seed: int = 0, drain: bool = True) -> Plan:
+          seed: int = 0, drain: bool = True, processes: int = 0) -> Plan:
     """Planner ``albic-milp``: the phases of :func:`solve_grouped` with every key group its own unit (parameters
     validated by the registry)."""
-    return _solve_units(problem, None, None, float(time_limit), backend, None, workers, seed, drain)
+    return _solve_units(problem, None, None, float(time_limit), backend, None, workers, seed, drain, processes)

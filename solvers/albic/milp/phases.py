@@ -17,6 +17,7 @@ from solvers.albic.milp.kicks import kick, kickable
 from solvers.albic.milp.lagrange import applies as lagrange_applies
 from solvers.albic.milp.lagrange import lagrange_bound
 from solvers.albic.milp.loader import Loader
+from solvers.albic.milp.portfolio import in_parallel
 from solvers.albic.milp.search import improve, land
 from solvers.albic.milp.state import Pool, State, hint_place, placement_ok
 from solvers.albic.milp.submodel import (
@@ -70,6 +71,7 @@ class Run:
     lb: float = 0.0
     b_left: float = 0.0        # a lower bound on the load every plan leaves on removing nodes (drain objective)
     lex_proven: bool = False   # the full model by levels proved the drain objective (:mod:`.levels`)
+    processes: int = 1         # processes of the restarts on large instances (:mod:`.portfolio`)
     details: dict[str, Any] = field(default_factory=dict)
     _rng: np.random.Generator | None = None
 
@@ -283,7 +285,11 @@ def search(run: Run, full: bool, plain: bool, backend: str, workers: int, seed: 
     if start is not None and not full:
         restarts(run, min(run.at(restart_end - AT_BOUND_SHARE), run.stop - reserve))
         _at_bound(run, start, seed, reserve)
-    restarts(run, min(run.at(restart_end), run.stop - reserve))
+    end = min(run.at(restart_end), run.stop - reserve)
+    if full:
+        restarts(run, end)
+    else:  # (the exact model follows the restarts of small instances: one process is enough there)
+        in_parallel(run, end, run.processes, restarts)
     if reserve:
         _tighten(run, min(time.perf_counter() + reserve, run.stop))
     if run.reached():
