@@ -28,7 +28,9 @@ inside ``time_limit``:
    critical node inside a slightly tighter band at the lowest cost — or kick it with zero-cost exchanges among the
    nodes it touches (:mod:`solvers.albic.milp.kicks`). Each round starts from the last accepted plan, any within
    ``ACCEPT`` (3 %) of the best distance (record-to-record travel: the min–max objective has wide plateaus when the
-   budget nears the node count). Stops as soon as the plan is proven optimal.
+   budget nears the node count). Stops as soon as the plan is proven optimal. On instances too large for the exact
+   model the rounds run in ``processes`` processes (default one per CPU, at most 4), each with its own seed; the
+   best plan of all wins (:mod:`solvers.albic.milp.portfolio`).
    **3b. Decision model at the bound**: when the restarts have not reached the bound and only a few
    nodes (≤ ``AT_BOUND_NODES``) lie outside the bound's band in the current assignment, CP-SAT looks for a plan
    with distance ≤ bound that moves only their units (:func:`solvers.albic.milp.submodel.at_bound`; a fixed band
