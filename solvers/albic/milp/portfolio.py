@@ -9,8 +9,9 @@ state without pickling it and shares its pages until they change.
 
 A child imports nothing (numpy.random is imported before the fork; the solver's background import, if started, is
 never touched in a child), dies with its parent (``PR_SET_PDEATHSIG``) and leaves through ``os._exit`` (no atexit
-handler of the parent runs twice). The parent waits for a child's answer only until its own stop time; a child that
-is late or failed is killed and its answer ignored, so the time limit holds as with one process.
+handler of the parent runs twice). The parent waits for a child's answer only until the restarts' end plus a grace
+(``GRACE``, never past its own stop time); a child that is late or failed is killed and its answer ignored, so the
+time limit holds as with one process.
 """
 
 from __future__ import annotations
@@ -117,7 +118,10 @@ def _collect(run: Run, children: list[_Child], deadline: float) -> None:
     cpu = os.times()
     for child in children:
         try:
-            data = b"" if run.reached() else _read(child.fd, size, deadline)
+            try:
+                data = b"" if run.reached() else _read(child.fd, size, deadline)
+            except OSError:  # a broken pipe is a child without an answer
+                data = b""
             if len(data) == size:
                 answers += 1
                 r, k = _HEADER.unpack_from(data)
