@@ -13,7 +13,7 @@ import pytest
 
 from evaluation.generators import albic_synthetic
 from solvers import metrics, registry
-from solvers.albic.milp import phases
+from solvers.albic.milp import phases, portfolio
 from solvers.albic.milp.portfolio import processes_for
 
 
@@ -43,8 +43,12 @@ def _in_child(restarts_in_child, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_childs_better_plan_is_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     real = phases.restarts
     parent = os.getpid()
-    # this process does no restarts at all, the child does them: its plan must be the one returned
-    monkeypatch.setattr(phases, "restarts", lambda run, end: real(run, end) if os.getpid() != parent else None)
+
+    def restarts(run, end):  # only the child searches (0.3 s, well before the stop: a loaded machine is no matter)
+        if os.getpid() != parent:
+            real(run, min(end, time.perf_counter() + 0.3))
+
+    monkeypatch.setattr(phases, "restarts", restarts)
     p = _instance()
     before = _children()
     plan = registry.solve("albic-milp", p, time_limit=1.0, processes=2)
@@ -68,6 +72,23 @@ def test_a_childs_answer_that_is_no_plan_is_refused(monkeypatch: pytest.MonkeyPa
     assert plan.details["child_plans"] == 1
     assert plan.details["origin"] != "restarts@1"
     assert int((plan.assignment != p.current).sum()) <= p.max_migrations
+
+
+def test_a_late_childs_answer_is_taken_when_the_search_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = phases.restarts
+
+    def late(run, end):  # answers 0.2 s after the restarts' end, after the first look (no grace here)
+        real(run, end)
+        time.sleep(0.2)
+
+    _in_child(late, monkeypatch)
+    monkeypatch.setattr(portfolio, "GRACE", (0.0, 0.0))
+    monkeypatch.setattr(phases, "RESTART_END", 0.5)  # the restarts end at 1 s of 2, the answer long before the stop
+    before = _children()
+    plan = registry.solve("albic-milp", _instance(), time_limit=2.0, processes=2)
+    assert plan.details["child_plans"] == 1 and plan.details["child_ruins"] > 0
+    assert plan.seconds < 2.0
+    assert _children() == before
 
 
 @pytest.mark.parametrize("child", ["hangs", "fails"])

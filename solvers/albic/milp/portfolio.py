@@ -9,9 +9,11 @@ state without pickling it and shares its pages until they change.
 
 A child imports nothing (numpy.random is imported before the fork; the solver's background import, if started, is
 never touched in a child), dies with its parent (``PR_SET_PDEATHSIG``) and leaves through ``os._exit`` (no atexit
-handler of the parent runs twice). The parent waits for a child's answer only until the restarts' end plus a grace
-(``GRACE``, never past its own stop time); a child that is late or failed is killed and its answer ignored, so the
-time limit holds as with one process.
+handler of the parent runs twice). When its own restarts end, the parent takes the answers that are there by the
+restarts' end plus a grace (``GRACE``) and goes on with its next phases; answers still to come are taken when the
+search ends (:func:`finish`, called by :func:`~solvers.albic.milp.phases.search`), until the call's stop time at
+the latest. A child that is late or failed is then killed and its answer ignored, so the time limit holds as with one
+process, and a loaded machine that delays a child costs its answer no more than the time the parent searches anyway.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import signal
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -57,6 +59,7 @@ class _Child:
     pid: int
     fd: int
     index: int
+    data: bytearray = field(default_factory=bytearray)  # its answer as read so far
 
 
 def in_parallel(run: Run, end: float, processes: int, restarts: Callable[[Run, float], None]) -> None:
@@ -77,8 +80,17 @@ def in_parallel(run: Run, end: float, processes: int, restarts: Callable[[Run, f
                 children.append(child)
         restarts(run, end)
     finally:
-        _collect(run, children, min(run.stop, max(end, time.perf_counter()) + GRACE[0] + GRACE[1] * run.limit))
-    run.details["search_processes"] = 1 + len(children)
+        run.details["search_processes"] = run.details.get("search_processes", 1) + len(children)
+        for key in ("child_plans", "child_ruins", "child_kicks"):
+            run.details.setdefault(key, 0)
+        run.children += children
+        _collect(run, min(run.stop, max(end, time.perf_counter()) + GRACE[0] + GRACE[1] * run.limit), final=False)
+
+
+def finish(run: Run) -> None:
+    """Take the answers of the children still searching, until the call's stop time (none once the plan is proven),
+    then end every child."""
+    _collect(run, run.stop, final=True)
 
 
 def _fork(run: Run, end: float, index: int, restarts: Callable[[Run, float], None]) -> _Child | None:
@@ -110,49 +122,59 @@ def _fork(run: Run, end: float, index: int, restarts: Callable[[Run, float], Non
     return _Child(pid, r, index)
 
 
-def _collect(run: Run, children: list[_Child], deadline: float) -> None:
-    """Read each child's answer until ``deadline`` (none once the plan is proven), offer it to the pool; then end
-    and reap every child (their CPU seconds in ``details["child_cpu_seconds"]``)."""
+def _collect(run: Run, deadline: float, final: bool) -> None:
+    """Read the answers of ``run.children`` until ``deadline`` (none once the plan is proven) and offer each to the
+    pool; end and reap a child that answered, failed, or (``final``) is late, keep the others in ``run.children``.
+    ``details``: ``child_plans``, ``child_ruins``, ``child_kicks``, ``child_cpu_seconds`` (summed)."""
     size = _HEADER.size + 8 * run.units.n_units
-    ruins = kicks = answers = 0
     cpu = os.times()
-    for child in children:
+    pending: list[_Child] = []
+    for child in run.children:
+        ended = True
         try:
-            try:
-                data = b"" if run.reached() else _read(child.fd, size, deadline)
-            except OSError:  # a broken pipe is a child without an answer
-                data = b""
-            if len(data) == size:
-                answers += 1
-                r, k = _HEADER.unpack_from(data)
-                ruins, kicks = ruins + r, kicks + k
-                place = np.frombuffer(data, dtype=np.int64, offset=_HEADER.size).copy()
-                if ((place >= 0) & (place < run.p.n_nodes)).all() and run.pool.offer(place, f"restarts@{child.index}"):
-                    best = State(run.units, place, run.t_lin)
-                    if best.key() < run.best.key():
-                        run.best = best
+            if not run.reached() and not _read(child, size, deadline) and not final:
+                ended = False  # no answer yet, not ended: the final collect waits for it
+            elif len(child.data) == size:
+                _take(run, child)
         finally:
-            os.close(child.fd)
-            _end(child.pid)
+            if ended:
+                os.close(child.fd)
+                _end(child.pid)
+            else:
+                pending.append(child)
+    run.children = pending
     after = os.times()
-    run.details.update(child_ruins=ruins, child_kicks=kicks, child_plans=answers, child_cpu_seconds=round(
-        after.children_user + after.children_system - cpu.children_user - cpu.children_system, 4))
+    used = after.children_user + after.children_system - cpu.children_user - cpu.children_system
+    run.details["child_cpu_seconds"] = round(run.details.get("child_cpu_seconds", 0.0) + used, 4)
 
 
-def _read(fd: int, size: int, deadline: float) -> bytes:
-    """Up to ``size`` bytes from ``fd`` until EOF or ``deadline`` (``time.perf_counter``)."""
-    parts: list[bytes] = []
-    got = 0
-    while got < size:
+def _take(run: Run, child: _Child) -> None:
+    """Offer a child's answer to the pool; the best plan of all becomes ``run.best``."""
+    r, k = _HEADER.unpack_from(child.data)
+    for key, value in (("child_plans", 1), ("child_ruins", r), ("child_kicks", k)):
+        run.details[key] = run.details.get(key, 0) + value
+    place = np.frombuffer(bytes(child.data), dtype=np.int64, offset=_HEADER.size).copy()
+    if ((place >= 0) & (place < run.p.n_nodes)).all() and run.pool.offer(place, f"restarts@{child.index}"):
+        best = State(run.units, place, run.t_lin)
+        if best.key() < run.best.key():
+            run.best = best
+
+
+def _read(child: _Child, size: int, deadline: float) -> bool:
+    """Read a child's answer into ``child.data`` until it has ``size`` bytes, the pipe ends or ``deadline``
+    (``time.perf_counter``); True when the child is done (a whole answer, an end of pipe or a pipe error)."""
+    while len(child.data) < size:
         wait = deadline - time.perf_counter()
-        if wait <= 0 or not select.select([fd], [], [], wait)[0]:
-            break
-        part = os.read(fd, size - got)
+        try:
+            if wait <= 0 or not select.select([child.fd], [], [], wait)[0]:
+                return False
+            part = os.read(child.fd, size - len(child.data))
+        except OSError:  # a broken pipe is a child without an answer
+            return True
         if not part:
-            break
-        parts.append(part)
-        got += len(part)
-    return b"".join(parts)
+            return True
+        child.data += part
+    return True
 
 
 def _end(pid: int) -> None:
