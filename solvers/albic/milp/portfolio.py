@@ -90,7 +90,8 @@ def in_parallel(run: Run, end: float, processes: int, restarts: Callable[[Run, f
 def finish(run: Run) -> None:
     """Take the answers of the children still searching, until the call's stop time (none once the plan is proven),
     then end every child."""
-    _collect(run, run.stop, final=True)
+    if run.children:
+        _collect(run, run.stop, final=True)
 
 
 def _fork(run: Run, end: float, index: int, restarts: Callable[[Run, float], None]) -> _Child | None:
