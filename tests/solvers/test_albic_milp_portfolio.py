@@ -124,3 +124,14 @@ def test_processes_default_to_the_cpus_at_most_four() -> None:
     cpus = len(os.sched_getaffinity(0))
     assert processes_for(0) == max(1, min(4, cpus))
     assert processes_for(3) == 3
+
+
+def test_an_error_while_taking_an_answer_ends_every_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(run, child):
+        raise RuntimeError("a defect while taking an answer")
+
+    monkeypatch.setattr(portfolio, "_take", broken)
+    before = _children()
+    with pytest.raises(RuntimeError, match="a defect while taking"):
+        registry.solve("albic-milp", _instance(), time_limit=1.0, processes=3)
+    assert _children() == before

@@ -129,21 +129,21 @@ def _collect(run: Run, deadline: float, final: bool) -> None:
     ``details``: ``child_plans``, ``child_ruins``, ``child_kicks``, ``child_cpu_seconds`` (summed)."""
     size = _HEADER.size + 8 * run.units.n_units
     cpu = os.times()
-    pending: list[_Child] = []
-    for child in run.children:
-        ended = True
-        try:
+    children, run.children = run.children, []
+    try:
+        while children:
+            child = children[0]
             if not run.reached() and not _read(child, size, deadline) and not final:
-                ended = False  # no answer yet, not ended: the final collect waits for it
-            elif len(child.data) == size:
-                _take(run, child)
-        finally:
-            if ended:
-                os.close(child.fd)
-                _end(child.pid)
-            else:
-                pending.append(child)
-    run.children = pending
+                run.children.append(children.pop(0))  # no answer yet: the final collect waits for it
+                continue
+            try:
+                if len(child.data) == size:
+                    _take(run, child)
+            finally:
+                _close(children.pop(0))
+    finally:  # (an error above: the child it met and those not looked at yet are ended too)
+        for child in children:
+            _close(child)
     after = os.times()
     used = after.children_user + after.children_system - cpu.children_user - cpu.children_system
     run.details["child_cpu_seconds"] = round(run.details.get("child_cpu_seconds", 0.0) + used, 4)
@@ -178,8 +178,14 @@ def _read(child: _Child, size: int, deadline: float) -> bool:
     return True
 
 
+def _close(child: _Child) -> None:
+    """Close a child's pipe, kill it (it may still be searching) and reap it."""
+    os.close(child.fd)
+    _end(child.pid)
+
+
 def _end(pid: int) -> None:
-    """Kill a child (it may still be searching) and reap it."""
+    """Kill a child and reap it."""
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
