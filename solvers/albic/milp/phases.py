@@ -17,7 +17,7 @@ from solvers.albic.milp.kicks import kick, kickable
 from solvers.albic.milp.lagrange import applies as lagrange_applies
 from solvers.albic.milp.lagrange import lagrange_bound
 from solvers.albic.milp.loader import Loader
-from solvers.albic.milp.portfolio import finish, in_parallel
+from solvers.albic.milp.portfolio import Child, finish, in_parallel
 from solvers.albic.milp.search import improve, land
 from solvers.albic.milp.state import Pool, State, hint_place, placement_ok
 from solvers.albic.milp.submodel import (
@@ -72,7 +72,7 @@ class Run:
     b_left: float = 0.0        # a lower bound on the load every plan leaves on removing nodes (drain objective)
     lex_proven: bool = False   # the full model by levels proved the drain objective (:mod:`.levels`)
     processes: int = 1         # processes of the restarts on large instances (:mod:`.portfolio`)
-    children: list[Any] = field(default_factory=list)  # … those still searching (:func:`.portfolio.finish`)
+    children: list[Child] = field(default_factory=list)  # … those still searching (:func:`.portfolio.finish`)
     details: dict[str, Any] = field(default_factory=dict)
     _rng: np.random.Generator | None = None
 

@@ -55,7 +55,9 @@ def processes_for(requested: int) -> int:
 
 
 @dataclass
-class _Child:
+class Child:
+    """A forked search process: its pid, the read end of its pipe, its seed's index and its answer so far."""
+
     pid: int
     fd: int
     index: int
@@ -71,8 +73,7 @@ def in_parallel(run: Run, end: float, processes: int, restarts: Callable[[Run, f
         restarts(run, end)
         return
     run.rng  # noqa: B018 - numpy.random imported (and this process's generator made) before forking
-    parent_death.prepare()
-    children: list[_Child] = []
+    children: list[Child] = []
     try:
         for i in range(1, processes):
             child = _fork(run, end, i, restarts)
@@ -94,7 +95,7 @@ def finish(run: Run) -> None:
         _collect(run, run.stop, final=True)
 
 
-def _fork(run: Run, end: float, index: int, restarts: Callable[[Run, float], None]) -> _Child | None:
+def _fork(run: Run, end: float, index: int, restarts: Callable[[Run, float], None]) -> Child | None:
     """Fork a child that runs the restarts with seed ``[run.seed, index]`` and writes its answer to a pipe."""
     r, w = os.pipe()
     try:
@@ -120,7 +121,7 @@ def _fork(run: Run, end: float, index: int, restarts: Callable[[Run, float], Non
         finally:
             os._exit(code)
     os.close(w)
-    return _Child(pid, r, index)
+    return Child(pid, r, index)
 
 
 def _collect(run: Run, deadline: float, final: bool) -> None:
@@ -149,7 +150,7 @@ def _collect(run: Run, deadline: float, final: bool) -> None:
     run.details["child_cpu_seconds"] = round(run.details.get("child_cpu_seconds", 0.0) + used, 4)
 
 
-def _take(run: Run, child: _Child) -> None:
+def _take(run: Run, child: Child) -> None:
     """Offer a child's answer to the pool; the best plan of all becomes ``run.best``."""
     r, k = _HEADER.unpack_from(child.data)
     for key, value in (("child_plans", 1), ("child_ruins", r), ("child_kicks", k)):
@@ -161,7 +162,7 @@ def _take(run: Run, child: _Child) -> None:
             run.best = best
 
 
-def _read(child: _Child, size: int, deadline: float) -> bool:
+def _read(child: Child, size: int, deadline: float) -> bool:
     """Read a child's answer into ``child.data`` until it has ``size`` bytes, the pipe ends or ``deadline``
     (``time.perf_counter``); True when the child is done (a whole answer, an end of pipe or a pipe error)."""
     while len(child.data) < size:
@@ -178,7 +179,7 @@ def _read(child: _Child, size: int, deadline: float) -> bool:
     return True
 
 
-def _close(child: _Child) -> None:
+def _close(child: Child) -> None:
     """Close a child's pipe, kill it (it may still be searching) and reap it."""
     os.close(child.fd)
     _end(child.pid)
