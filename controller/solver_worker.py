@@ -30,13 +30,19 @@ from solvers.registry import PLANNER_MODULES
 #: imports it at start-up, so a solve never spends its time limit importing (~1 s for OR-tools on a busy machine)
 LAZY_SOLVER_MODULES = ["solvers.albic.milp.cpsat", "solvers.albic.milp.cbc"]
 
+#: the modules of the functions the server sends to its workers (``SolverPool.submit``): request bodies read and
+#: answered (:mod:`controller.planning`, :mod:`controller.edge`) and jobs built (:mod:`controller.jobs`). Unpickling
+#: a task imports its function's module: without these a worker's first request spent ~0.2 s importing (0.3 s over
+#: HTTP: a server's first plan, answered after its time limit)
+TASK_MODULES = ["controller.edge", "controller.planning", "controller.jobs"]
+
 #: imported once by the forkserver, so that every worker starts with them: a worker killed at its hard deadline or
 #: lost is replaced in ~0.15 s instead of ~0.8 s (seconds on a busy machine: the imports are most of a worker's
 #: start), and the workers share the pages of OR-tools, pandas and scipy (PSS of a 2-worker pool 168 MB instead of
 #: 199 MB). The first binds the forkserver to the server's life. The forkserver skips a module that fails to import;
 #: the worker's own import (:func:`_init_worker`) then fails too and reports why.
 PRELOAD = ["controller.forkserver_lifeline", "numpy", "scipy.sparse", "solvers.model", "solvers.metrics",
-           "solvers.registry", *PLANNER_MODULES.values(), *LAZY_SOLVER_MODULES]
+           "solvers.registry", *PLANNER_MODULES.values(), *LAZY_SOLVER_MODULES, *TASK_MODULES]
 
 
 def _import_planners() -> list[str]:

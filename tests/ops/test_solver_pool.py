@@ -258,6 +258,20 @@ def test_workers_import_the_exact_model_solvers_before_the_first_solve() -> None
     run(body)
 
 
+def test_workers_start_with_the_modules_of_the_servers_tasks() -> None:
+    # unpickling a task imports its function's module: a worker that had not imported controller.planning spent
+    # ~0.2 s of a server's first request importing it (a first 1 s plan answered in 1.24 s over HTTP)
+    from controller import edge, jobs, planning
+
+    tasks = [planning.answer_task, planning.solve_summary_task, edge.in_worker, edge.StatsColumns.read, jobs.build]
+
+    async def body(pool: SolverPool) -> None:
+        names = sorted({f.__module__ for f in tasks})
+        assert await pool.call("controller.solver_worker", "loaded", names) == [True] * len(names), names
+
+    run(body, workers=1)
+
+
 def test_the_forkserver_imports_the_planners_once_for_every_worker() -> None:
     # a replacement worker (after a kill at the hard deadline, a crash) starts from the forkserver with OR-tools,
     # PuLP and the planners already imported: in ~0.15 s instead of ~0.8 s (seconds on a busy machine)
