@@ -18,9 +18,8 @@ from tests.ops.test_solver_pool import EVENT_TIMEOUT_S, run, small_problem, unti
 async def kill_a_starting_worker(pool: SolverPool) -> None:
     """SIGKILL workers while they start until the pool has counted a failed start. A start this loop did not see
     (it was not scheduled while the worker started: a loaded machine) is given another chance: the ready worker is
-    killed, and the pool replaces it. So is a kill that comes just after the worker said it was ready (an idle
-    death). Before, a start that was missed left the loop waiting for one that never came (a failure after
-    ``EVENT_TIMEOUT_S``, twice in ten runs of ``make test-fast`` beside two busy loops)."""
+    killed, and the pool replaces it; so is a kill that comes just after the worker said it was ready (an idle
+    death). Waiting for the next start instead waits for one that never comes."""
     failed = pool.health()["start_failures"]
 
     def counted() -> bool:
