@@ -81,7 +81,7 @@ def in_parallel(run: Run, end: float, processes: int, restarts: Callable[[Run, f
                 children.append(child)
         restarts(run, end)
     finally:
-        run.details["search_processes"] = run.details.get("search_processes", 1) + len(children)
+        run.details["search_processes"] = 1 + len(children)
         for key in ("child_plans", "child_ruins", "child_kicks"):
             run.details.setdefault(key, 0)
         run.children += children
@@ -155,7 +155,7 @@ def _take(run: Run, child: Child) -> None:
     r, k = _HEADER.unpack_from(child.data)
     for key, value in (("child_plans", 1), ("child_ruins", r), ("child_kicks", k)):
         run.details[key] = run.details.get(key, 0) + value
-    place = np.frombuffer(bytes(child.data), dtype=np.int64, offset=_HEADER.size).copy()
+    place = np.frombuffer(child.data, dtype=np.int64, offset=_HEADER.size).copy()
     if ((place >= 0) & (place < run.p.n_nodes)).all() and run.pool.offer(place, f"restarts@{child.index}"):
         best = State(run.units, place, run.t_lin)
         if best.key() < run.best.key():
