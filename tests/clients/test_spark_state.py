@@ -297,14 +297,18 @@ def test_a_restarts_first_batch_merges_every_stored_version_in_the_aggregation_o
     batch.count()                                       # (the batch's own scan code, not the restart's)
     d2 = _driver(spark, tmp_path / "s")
     plans = []
-    replace = d2.state._replace
+    replace, replace_placed = d2.state._replace, d2.state._replace_placed
 
     def planned(new_df, **kw):
-        if kw.get("checkpoint", True):                  # (the merge; a lazy restore is not checkpointed)
-            plans.append(new_df._jdf.queryExecution().executedPlan().toString())
+        if kw.get("checkpoint", True):                  # (a lazy restore is not checkpointed; a merge's checkpoint is
+            plans.append(new_df._jdf.queryExecution().executedPlan().toString())  # made by _replace_placed)
         replace(new_df, **kw)
 
-    d2.state._replace = planned
+    def merged(new_df, fallback, **kw):
+        plans.append(new_df._jdf.queryExecution().executedPlan().toString())
+        return replace_placed(new_df, fallback, **kw)
+
+    d2.state._replace, d2.state._replace_placed = planned, merged
     before = metric.getCount()
     d2.start()
     d2.process(batch, 5)

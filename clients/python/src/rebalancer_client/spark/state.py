@@ -49,7 +49,6 @@ from rebalancer_client.spark.placement import (
     MigrationReport,
     StateBase,
     no_adaptive,
-    placed_by_route,
     release_checkpoint,
 )
 from rebalancer_client.spark.routing import (
@@ -217,7 +216,7 @@ class KeyedState(StateBase):
             new_rows = partials.df.select(*x["new_rows"])
             versions = self._take_versions(new_rows)
             if self.df is None:
-                merged = new_rows
+                self._replace(new_rows, lazy=lazy)
             else:
                 def merged_of(union: DataFrame) -> DataFrame:
                     return union.groupBy(*x["merge_by"]).agg(*x["merge"]).select(*x["merged"])
@@ -226,18 +225,15 @@ class KeyedState(StateBase):
                 # execution is off); a restored state belongs to the session that restored it, where adaptive
                 # execution would run the batch's shuffle in a job of its own while the merge is planned
                 state = self.df.select(*x["state"]) if versions is None else versions
-                merged = merged_of(new_rows.unionByName(state))
-                # the merge's plan has the same shape every batch: its partitioning is checked until it holds once
-                # (inspecting the physical plan costs ~0.1 s of JVM calls per batch), and on the stored versions
-                check = versions is not None or not self._merge_placed
-                if check and not placed_by_route(merged, self.n_partitions):
-                    self.fallback_merges += 1
-                    merged = merged_of(new_rows.unionByName(state).repartition(self.n_partitions, ROUTE_COL))
-                elif versions is None:
-                    self._merge_placed = True
                 if versions is not None:  # (a read-ahead checkpoint: released after the job that reads it)
                     self._previous.append(versions)
-            self._replace(merged, lazy=lazy)
+                # the merge's plan has the same shape every batch: its placement is checked until it holds once, and
+                # on the stored versions
+                placed = self._replace_placed(
+                    merged_of(new_rows.unionByName(state)),
+                    lambda: merged_of(new_rows.unionByName(state).repartition(self.n_partitions, ROUTE_COL)),
+                    lazy=lazy, check=versions is not None or not self._merge_placed)
+                self._merge_placed = self._merge_placed or (placed and versions is None)
         self.updates += 1
 
     def _merge_exprs(self, partials_df: DataFrame) -> dict[str, list[Column]]:
