@@ -303,21 +303,25 @@ class StateBase:
             return MigrationReport([int(k) for k in moved], [], 0, 0, time.perf_counter() - t0)
         moved_list = [int(k) for k in moved]
         cols = self._state_columns()
-        if rescale:
-            with no_adaptive(self.session):
-                self._replace(self.df.withColumn(ROUTE_COL, new_routing.route_column(KG_COL)).select(*cols)
-                              .repartition(self.n_partitions, ROUTE_COL))
-            return self._measured(old_routing, moved_list, t0)
+        state = self.df
         with no_adaptive(self.session):
-            kept = self.df.filter(~F.col(KG_COL).isin(moved_list))
-            movers = (self.df.filter(F.col(KG_COL).isin(moved_list))
-                      .withColumn(ROUTE_COL, new_routing.route_column(KG_COL)).select(*cols)
-                      .repartition(self.n_partitions, ROUTE_COL))
-            state = self.df
-            self._replace_placed(kept.select(*cols).unionByName(movers), lambda: (
-                state.withColumn(ROUTE_COL, new_routing.route_column(KG_COL)).select(*cols)
-                .repartition(self.n_partitions, ROUTE_COL)))
-        return self._measured(old_routing, moved_list, t0)
+            def everything() -> DataFrame:
+                return (state.withColumn(ROUTE_COL, new_routing.route_column(KG_COL)).select(*cols)
+                        .repartition(self.n_partitions, ROUTE_COL))
+
+            # the new state is a lazy checkpoint that the measuring job fills: one job for the move and its measure
+            if rescale:
+                self._replace(everything(), lazy=True)
+            else:
+                kept = state.filter(~F.col(KG_COL).isin(moved_list))
+                movers = (state.filter(F.col(KG_COL).isin(moved_list))
+                          .withColumn(ROUTE_COL, new_routing.route_column(KG_COL)).select(*cols)
+                          .repartition(self.n_partitions, ROUTE_COL))
+                self._replace_placed(kept.select(*cols).unionByName(movers), everything, lazy=True)
+        try:
+            return self._measured(old_routing, moved_list, t0)
+        finally:
+            self.release_previous()
 
     def _measured(self, old_routing: RoutingTable, moved_list: list[int], t0: float) -> MigrationReport:
         """What a routing change moved, measured on the new state."""
