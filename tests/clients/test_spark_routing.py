@@ -166,6 +166,11 @@ def test_keyed_state_survives_migrations(spark, union_placement):
     # placement still exact after the migrations
     rows = state.df.select(KG_COL, F.spark_partition_id().alias("p")).distinct().collect()
     assert all(int(state.routing.partition_of[r[KG_COL]]) == r["p"] for r in rows)
+    # and the measure of what a move changes sees the same: each key group on its partition, every row counted
+    measured = state._kg_partitions()
+    assert {k: (lo, hi) for k, (lo, hi, _, _) in measured.items()} == \
+        {r[KG_COL]: (r["p"], r["p"]) for r in rows}
+    assert sum(n for _, _, n, _ in measured.values()) == state.df.count()
 
     # no key lost or doubled, and every key's state equals the input
     every = pd.concat(inputs)

@@ -272,18 +272,28 @@ class StateBase:
 
     # ------------------------------------------------------------------ routing changes
     def _kg_partitions(self) -> dict[int, tuple[int, int, int, int]]:
-        """Per key group with state: (min partition, max partition, rows, bytes) measured on the state."""
+        """Per key group with state: (min partition, max partition, rows, bytes) measured on the state. Grouped by
+        the route value too, which the state's hash partitioning satisfies: one stage, no shuffle (a key group's rows
+        share one route value; groups of one key group found in several partitions are combined here)."""
         from pyspark.sql import functions as F
 
         if self.df is None:
             return {}
         live = self._live(self.df)
         b = self._row_bytes(live)
-        rows = (live.select(KG_COL, F.spark_partition_id().alias("p"), b.alias("b"))
-                .groupBy(KG_COL)
+        rows = (live.select(ROUTE_COL, KG_COL, F.spark_partition_id().alias("p"), b.alias("b"))
+                .groupBy(ROUTE_COL, KG_COL)
                 .agg(F.min("p").alias("lo"), F.max("p").alias("hi"), F.count(F.lit(1)).alias("n"),
                      F.sum("b").alias("b")).collect())
-        return {int(r[KG_COL]): (int(r["lo"]), int(r["hi"]), int(r["n"]), int(r["b"] or 0)) for r in rows}
+        out: dict[int, tuple[int, int, int, int]] = {}
+        for r in rows:
+            lo, hi, n, nb = int(r["lo"]), int(r["hi"]), int(r["n"]), int(r["b"] or 0)
+            k = int(r[KG_COL])
+            if k in out:
+                lo0, hi0, n0, b0 = out[k]
+                lo, hi, n, nb = min(lo, lo0), max(hi, hi0), n + n0, nb + b0
+            out[k] = (lo, hi, n, nb)
+        return out
 
     def apply_routing(self, new_routing: RoutingTable) -> MigrationReport:
         """Switch to ``new_routing`` (call between micro-batches); only moved key groups change partition. With
