@@ -328,10 +328,9 @@ class StateBase:
                           .withColumn(ROUTE_COL, new_routing.route_column(KG_COL)).select(*cols)
                           .repartition(self.n_partitions, ROUTE_COL))
                 self._replace_placed(kept.select(*cols).unionByName(movers), everything, lazy=True)
-        try:
-            return self._measured(old_routing, moved_list, t0)
-        finally:
-            self.release_previous()
+        report = self._measured(old_routing, moved_list, t0)
+        self.release_previous()  # (not when the job failed: the new state can still be computed from the old one)
+        return report
 
     def _measured(self, old_routing: RoutingTable, moved_list: list[int], t0: float) -> MigrationReport:
         """What a routing change moved, measured on the new state."""
