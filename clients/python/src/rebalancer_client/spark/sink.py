@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rebalancer_client.spark.store import hadoop_conf, jvm
+from rebalancer_client.spark.jvm import hadoop_conf, jvm
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -41,12 +41,13 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
+from rebalancer_client.spark.jvm import hadoop_conf, jvm, observed_values
 from rebalancer_client.spark.stats import NamedColumns
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, Observation, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 log = logging.getLogger("rebalancer.spark")
 
@@ -223,7 +224,7 @@ class StateStore:
         # the observation is read once the data is in place: Spark delivers it through its listener bus after the
         # write's job (~30 ms later), which the file system calls below overlap
         if observe:
-            observed = _observed(obs)
+            observed = observed_values(obs)
             if delta_rows is None and "keys" in observed:
                 delta_rows = int(observed["keys"])
         if callable(extra):
@@ -357,34 +358,6 @@ class StateStore:
         return df, rec
 
 
-def jvm(spark: SparkSession) -> Any:
-    """The JVM of ``spark``'s py4j gateway (py4j objects have no static types)."""
-    return cast(Any, spark.sparkContext)._jvm
-
-
-def hadoop_conf(spark: SparkSession) -> Any:
-    """``spark``'s Hadoop configuration (a py4j object)."""
-    return cast(Any, spark.sparkContext)._jsc.hadoopConfiguration()
-
-
 def _stored(columns: Sequence[str]) -> list[str]:
     """The columns files hold: ``columns`` without ``_rb_v`` (a first-release record lists it; see **Rows**)."""
     return [c for c in columns if c != VERSION_COL]
-
-
-def _observed(obs: Observation) -> dict[str, Any]:
-    """An ``Observation``'s values. Read from the JVM row one value at a time (text and numbers pass py4j as they
-    are), not through ``Observation.get``, which pickles the row and has py4j decode the bytes one by one (0.15 s
-    for a 350 kB row); values of other types take that path."""
-    try:
-        jrow = cast(Any, obs)._jo.getRow()
-        names = list(jrow.schema().fieldNames())
-        out = {}
-        for i, name in enumerate(names):
-            v = jrow.get(i)
-            if v is not None and not isinstance(v, (str, int, float, bool)):
-                return dict(obs.get)
-            out[name] = v
-        return out
-    except AttributeError:  # an Observation without the JVM object (e.g. Spark Connect)
-        return dict(obs.get)
