@@ -87,6 +87,9 @@ class DurabilityConfig:
         state_dir: the state directory (any Hadoop path), overriding the default under ``checkpoint_location``.
         snapshot_every: a snapshot every N versions (Spark's default 10).
         retain_versions: keep the last M versions (Spark's ``minBatchesToRetain``, 100).
+        snapshot_on_close: a clean ``close()`` writes the latest version's state whole when versions were written
+            since the last snapshot, so that the next start reads one directory instead of those versions (like
+            Flink's stop-with-savepoint; a close then takes as long as a snapshot's write). False: it returns at once.
         on_event: test hook ``f(point, version)`` of the store (see :class:`~rebalancer_client.spark.store.StateStore`).
     """
 
@@ -94,6 +97,7 @@ class DurabilityConfig:
     state_dir: str | None = None
     snapshot_every: int = 10
     retain_versions: int = 100
+    snapshot_on_close: bool = True
     on_event: Callable[[str, int], None] | None = None
 
     @property
@@ -110,4 +114,4 @@ class DurabilityConfig:
         root = self.root
         return DurabilityConfig(state_dir=None if root is None else f"{root.rstrip('/')}/{name}",
                                 snapshot_every=self.snapshot_every, retain_versions=self.retain_versions,
-                                on_event=self.on_event)
+                                snapshot_on_close=self.snapshot_on_close, on_event=self.on_event)

@@ -351,7 +351,8 @@ class LinkOwner:
         return status, self.link.received, time.perf_counter() - t0
 
     def close(self) -> None:
-        """Stop the link's background work and free the state's cached blocks."""
+        """Stop the link's background work and free the state's cached blocks (a durable driver first writes its
+        last version whole: ``DurabilityConfig.snapshot_on_close``)."""
         if self.link is not None:
             self.link.close()
         self._release()

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rebalancer_client import contract as c
+from rebalancer_client.spark.commit_record import Commit
 from rebalancer_client.spark.config import ControllerConfig, DurabilityConfig
 from rebalancer_client.spark.control import ConfigurationError, ControllerLink, LinkOwner
 from rebalancer_client.spark.functions import FunctionState, KeyedFunction
@@ -55,7 +56,7 @@ from rebalancer_client.spark.routing import DEFAULT_KEY_GROUPS, RoutingTable, pa
 from rebalancer_client.spark.state import KeyedState, MigrationReport
 from rebalancer_client.spark.state_bytes import StateBytes
 from rebalancer_client.spark.stats import max_over_mean, partition_record_counts
-from rebalancer_client.spark.store import Commit, StateStore
+from rebalancer_client.spark.store import StateStore
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -131,6 +132,7 @@ class RebalancingDriver(Durable, LinkOwner):
         root = dur.root
         self.store = None if root is None else StateStore(spark, root, snapshot_every=dur.snapshot_every,
                                                           retain_versions=dur.retain_versions,
+                                                          snapshot_on_close=dur.snapshot_on_close,
                                                           on_event=dur.on_event)
         if self.store is None:
             log.info("no durability configured: the keyed state is not durable (lost on a driver restart)")
@@ -325,6 +327,7 @@ class RebalancingDriver(Durable, LinkOwner):
             self.state.absorb(observed)
             kg_n, load, state_b = self._statistics(observed, batch_id, had_state, migrated)
         else:
+            self.in_memory = None  # (until the batch's version is committed)
             self.state.step(df, batch_id, lazy=True)
             assert self.state.df is not None
             measured: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
@@ -342,7 +345,7 @@ class RebalancingDriver(Durable, LinkOwner):
                                         keep=self.state.stored_rows(), files=self._write_tasks(), nodes=self.nodes)
             finally:
                 self.state.release_previous()
-            self.committed = batch_id
+            self.committed = self.in_memory = batch_id
             kg_n, load, state_b = measured[0]
         part = np.bincount(self.routing.partition_of, weights=kg_n, minlength=self.n).astype(np.int64)
         return part, load, state_b, rec
@@ -378,4 +381,5 @@ class RebalancingDriver(Durable, LinkOwner):
 
     def _release(self) -> None:
         self._await_ahead(closing=True)
+        self._compact(self._write_tasks())
         self.state.unpersist()

@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rebalancer_client.spark.commit_record import Commit
 from rebalancer_client.spark.control import ControllerLink
 from rebalancer_client.spark.layout import node_list, rescaled
 from rebalancer_client.spark.reports import BatchReport, StateMismatchError
 from rebalancer_client.spark.routing import RoutingTable, partition_ids
-from rebalancer_client.spark.store import Commit, StateStore
+from rebalancer_client.spark.store import StateStore
 
 if TYPE_CHECKING:
     from rebalancer_client.spark.functions import FunctionState
@@ -59,6 +60,9 @@ class Durable:
     _recovered: bool = False
     _ahead: threading.Thread | None = None
     _ahead_error: BaseException | None = None
+    #: the version whose state ``state.df`` holds, once a batch of this driver committed it (None before, and while a
+    #: batch runs: a batch that fails before its commit leaves the state ahead of the store)
+    in_memory: int | None = None
 
     @property
     def epoch(self) -> int:
@@ -174,6 +178,22 @@ class Durable:
         self.state_bytes.restored(rec.version, rec.extra.get("state_bytes"))
         log.info("state version %d (epoch %d) of %s planned in %.2f s, placed on %d partitions (epoch %d)",
                  rec.version, rec.epoch, self.store.root, time.perf_counter() - t0, self.n, self.epoch)
+
+    def _compact(self, files: int) -> None:
+        """A clean close: the latest version's state written whole as its snapshot (:meth:`StateStore.compact`) —
+        only when the state in memory is that version's. A failure is logged: the next start reads the versions
+        since the last snapshot instead."""
+        df = self.state.df
+        if self.store is None or df is None or self.in_memory is None or self.in_memory != self.committed:
+            return
+        t0 = time.perf_counter()
+        try:
+            if self.store.compact(df, keep=self.state.stored_rows(), files=files):
+                log.info("state version %d of %s written whole on close in %.2f s", self.in_memory, self.store.root,
+                         time.perf_counter() - t0)
+        except Exception as exc:  # noqa: BLE001 - see above
+            log.warning("writing state version %s whole on close failed (%s); the next start reads the versions "
+                        "since the last snapshot", self.in_memory, exc)
 
     def _check_version(self, batch_id: int) -> None:
         expected = 0 if self.committed is None else self.committed + 1

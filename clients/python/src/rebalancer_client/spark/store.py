@@ -7,6 +7,7 @@ a snapshot every ``spark.sql.streaming.stateStore.minDeltasForSnapshot`` = 10 de
     <root>/v00000000000000000007/delta/*.parquet      the rows that changed in batch 7 (their new values)
     <root>/v00000000000000000010/snapshot/*.parquet   the whole state after batch 10 (every ``snapshot_every``)
     <root>/_commits/00000000000000000007.json          the commit: version, routing epoch, partitions, counts
+    <root>/_commits/00000000000000000013.snapshot      version 13's snapshot, written by a clean close (compact)
     <root>/_tmp/...                                    commit records being written (removed on open)
 
 **Commit protocol.** A version's Parquet files are written into ``v<version>`` (by Spark's file committer, without
@@ -15,6 +16,11 @@ a ``_SUCCESS`` marker); then the commit record is written to a temporary name an
 object written at once) is the commit point, and nothing reads the directory of a version without one. A crash
 leaves at most an uncommitted directory, which the next commit of that version (Spark replays the batch with the
 same id) deletes before writing. The data is not renamed after the write (on S3 a rename is a copy).
+
+**Compaction on a clean close** (:meth:`StateStore.compact`, like Flink's stop-with-savepoint): the whole state of
+the latest version is written as that version's snapshot, then its marker ``_commits/<version>.snapshot``; from
+then on loading starts there, and the next version's record names it as its snapshot. Without the marker (a crash
+while it is written) the files are ignored, by loading and by expiry alike.
 
 **Rows.** Every state row carries the key group ``_rb_kg``, the key columns and the aggregates. A delta holds the
 rows its version changed; a row's version is the version of the directory it is stored in (the files carry no
@@ -40,9 +46,9 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from rebalancer_client.spark.commit_record import Commit
 from rebalancer_client.spark.jvm import hadoop_conf, jvm, observed_values
 from rebalancer_client.spark.stats import NamedColumns
 
@@ -55,38 +61,6 @@ VERSION_COL = "_rb_v"
 _W = 20  # digits of a version in names (sorts as text)
 
 
-@dataclass
-class Commit:
-    """One committed state version (the JSON commit record)."""
-
-    version: int
-    kind: str                                  # "delta" or "snapshot" (a snapshot version also has a delta)
-    snapshot: int | None                       # the snapshot version this one builds on (itself for a snapshot)
-    epoch: int
-    partition_of: list[int]
-    keys: list[str]
-    columns: list[str]                         # the stored columns, in order
-    delta_rows: int = 0
-    written_bytes: int = 0
-    seconds: float = 0.0
-    committed_at: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
-    partitions: int | None = None              # the query's partitions (None in records of earlier releases)
-    nodes: list[str] | None = None             # the job's nodes, partition j being node j
-    schema: str | None = None                  # the stored columns' Spark schema (JSON; None in earlier records)
-    observed: dict[str, Any] = field(default_factory=dict, compare=False)  # commit(observe=...); not stored
-
-    def to_json(self) -> str:
-        doc = asdict(self)
-        doc.pop("observed")
-        return json.dumps(doc, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Commit:
-        doc = json.loads(text)
-        return cls(**{k: doc[k] for k in cls.__dataclass_fields__ if k in doc})
-
-
 class StateStore:
     """Versioned state under ``root`` (any Hadoop path). See the module docstring for layout and protocol.
 
@@ -96,12 +70,13 @@ class StateStore:
         snapshot_every: write the whole state every this many versions (Spark's default 10).
         retain_versions: keep at least this many recent versions (Spark's ``minBatchesToRetain``, 100); older
             versions are deleted once a newer snapshot makes them unnecessary.
+        snapshot_on_close: :meth:`compact` writes the latest version's state whole (the driver's clean close).
         on_event: test hook ``f(point, version)`` called at ``"data-written"`` (Parquet written, record not yet
             written) and ``"committed"``; a kill there must not lose or duplicate anything.
     """
 
     def __init__(self, spark: SparkSession, root: str, *, snapshot_every: int = 10, retain_versions: int = 100,
-                 on_event: Callable[[str, int], None] | None = None):
+                 snapshot_on_close: bool = True, on_event: Callable[[str, int], None] | None = None):
         if snapshot_every < 1:
             raise ValueError("snapshot_every must be >= 1")
         if retain_versions < 1:
@@ -110,6 +85,7 @@ class StateStore:
         self.root = str(root).rstrip("/")
         self.snapshot_every = int(snapshot_every)
         self.retain_versions = int(retain_versions)
+        self.snapshot_on_close = bool(snapshot_on_close)
         self.on_event = on_event
         self._jvm, self._conf = jvm(spark), hadoop_conf(spark)
         # the class looked up once: ``jvm.org.apache.hadoop.fs.Path`` is five reflective lookups through py4j, the
@@ -121,6 +97,7 @@ class StateStore:
         self._fs.delete(self._path(self.root + "/_tmp"), True)  # leftovers of a crashed writer
         self._latest: Commit | None = None
         self._latest_read = False
+        self._compacted: set[int] | None = None  # versions with a snapshot of a compaction (read with the versions)
         self._schemas: dict[tuple[str, ...], str] = {}  # the stored columns' schema (JSON), found once per columns
 
     # ------------------------------------------------------------------ file system
@@ -132,6 +109,9 @@ class StateStore:
 
     def _record(self, version: int) -> str:
         return f"{self.root}/_commits/{version:0{_W}d}.json"
+
+    def _marker(self, version: int) -> str:
+        return f"{self.root}/_commits/{version:0{_W}d}.snapshot"
 
     def _exists(self, p: str) -> bool:
         return bool(self._fs.exists(self._path(p)))
@@ -164,13 +144,25 @@ class StateStore:
             stream.close()
 
     def versions(self) -> list[int]:
-        """Committed versions, ascending."""
-        out = []
+        """Committed versions, ascending (and, kept, the versions a compaction gave a snapshot)."""
+        out: list[int] = []
+        compacted: set[int] = set()
         for st in self._fs.listStatus(self._path(self.root + "/_commits")):
-            name = st.getPath().getName()
-            if name.endswith(".json") and name[:-5].isdigit():
-                out.append(int(name[:-5]))
+            stem, _, ext = st.getPath().getName().partition(".")
+            if stem.isdigit() and ext == "json":
+                out.append(int(stem))
+            elif stem.isdigit() and ext == "snapshot":
+                compacted.add(int(stem))
+        self._compacted = compacted
         return sorted(out)
+
+    def _base(self, rec: Commit) -> int | None:
+        """The snapshot version ``rec`` builds on: its record's, or a later one of a compaction."""
+        if self._compacted is None:
+            self.versions()
+        assert self._compacted is not None
+        return max([v for v in self._compacted if rec.snapshot is not None and rec.snapshot < v <= rec.version],
+                   default=rec.snapshot)
 
     def commit_record(self, version: int) -> Commit:
         return Commit.from_json(self._read_text(self._record(version)))
@@ -206,7 +198,8 @@ class StateStore:
         last = self.latest()
         if last is not None and version <= last.version:
             raise ValueError(f"state version {version} is already committed (latest {last.version})")
-        snapshot = last is None or last.snapshot is None or version - last.snapshot >= self.snapshot_every
+        base = None if last is None else self._base(last)
+        snapshot = base is None or version - base >= self.snapshot_every
         final = self._dir(version)
         if self._exists(final):  # an uncommitted attempt of this version (a crash before its record)
             self._fs.delete(self._path(final), True)
@@ -232,7 +225,7 @@ class StateStore:
         if self.on_event is not None:
             self.on_event("data-written", version)
         rec = Commit(version=int(version), kind="snapshot" if snapshot else "delta",
-                     snapshot=int(version) if snapshot else (last.snapshot if last else None),
+                     snapshot=int(version) if snapshot else base,
                      epoch=int(epoch), partition_of=[int(p) for p in partition_of], keys=list(keys),
                      columns=cols, delta_rows=-1 if delta_rows is None else int(delta_rows),
                      written_bytes=self._size(final), seconds=0.0, committed_at=time.time(),
@@ -247,6 +240,22 @@ class StateStore:
         if snapshot:
             self._expire(version)
         return rec
+
+    def compact(self, state_df: DataFrame, *, keep: Any = None, files: int | None = None) -> bool:
+        """Write ``state_df``, the whole state of the latest version, as that version's snapshot, then its marker
+        (see **Compaction** in the module docstring), so that the next start reads one directory instead of the
+        versions since the last snapshot. False when there is nothing to do (``snapshot_on_close`` off, no
+        version, or the latest version is a snapshot already). ``keep`` and ``files`` as in :meth:`commit`."""
+        last = self.latest()
+        if not self.snapshot_on_close or last is None or self._base(last) in (None, last.version):
+            return False
+        self._write(state_df, keep, _stored(last.columns), files, self._dir(last.version) + "/snapshot")
+        if self.on_event is not None:
+            self.on_event("compacted-written", last.version)
+        self._write_text(self._marker(last.version), json.dumps({"version": last.version, "at": time.time()}))
+        assert self._compacted is not None
+        self._compacted.add(last.version)
+        return True
 
     def _schema_of(self, df: DataFrame, columns: list[str]) -> str:
         """The Spark schema (JSON) of ``columns`` of ``df``, kept in the commit record so that a reader gives it
@@ -276,7 +285,10 @@ class StateStore:
         """Delete versions older than the newest snapshot that is at least ``retain_versions`` old."""
         cutoff = version - self.retain_versions + 1
         vs = self.versions()
-        bases = [v for v in vs if v <= cutoff and self._exists(self._dir(v) + "/snapshot")]
+        compacted = self._compacted or set()
+        # (a compaction's files count with their marker only: a crash may have left them half written)
+        bases = [v for v in vs if v <= cutoff and self._exists(self._dir(v) + "/snapshot")
+                 and (v in compacted or self.commit_record(v).kind == "snapshot")]
         if not bases:
             return
         keep_from = bases[-1]
@@ -284,6 +296,7 @@ class StateStore:
             if v >= keep_from:
                 break
             self._fs.delete(self._path(self._record(v)), False)  # the record first: never a record without data
+            self._fs.delete(self._path(self._marker(v)), False)
             self._fs.delete(self._path(self._dir(v)), True)
 
     # ------------------------------------------------------------------ reading (recovery only)
@@ -340,8 +353,11 @@ class StateStore:
             return None, None
         if rec.snapshot is None:
             raise OSError(f"state version {rec.version} names no snapshot")
-        dirs = [(rec.snapshot, self._dir(rec.snapshot) + "/snapshot")]
-        dirs += [(v, self._dir(v) + "/delta") for v in self.versions() if rec.snapshot < v <= rec.version
+        vs = self.versions()
+        base = self._base(rec)
+        assert base is not None
+        dirs = [(base, self._dir(base) + "/snapshot")]
+        dirs += [(v, self._dir(v) + "/delta") for v in vs if base < v <= rec.version
                  and self._exists(self._dir(v) + "/delta")]
         if rec.schema is not None:
             df = self._read_all([p for _, p in dirs], rec)
