@@ -72,7 +72,8 @@ class StateStore:
             versions are deleted once a newer snapshot makes them unnecessary.
         snapshot_on_close: :meth:`compact` writes the latest version's state whole (the driver's clean close).
         on_event: test hook ``f(point, version)`` called at ``"data-written"`` (Parquet written, record not yet
-            written) and ``"committed"``; a kill there must not lose or duplicate anything.
+            written), ``"committed"`` and ``"compacted-written"`` (a compaction's files written, its marker not
+            yet); a kill there must not lose or duplicate anything.
     """
 
     def __init__(self, spark: SparkSession, root: str, *, snapshot_every: int = 10, retain_versions: int = 100,
