@@ -8,7 +8,8 @@ state under ``<chk>/rebalancer-state`` and a :class:`BatchIdSink` output. ``--ki
 group (this Python and its JVM) gets SIGKILL: ``between`` (entering batch B, B-1 fully done), ``during-commit``
 (batch B's Parquet renamed, its commit record not written), ``after-commit`` (B committed, Spark's own commit
 not yet), ``migration`` (every key group moved to the next partition at batch B's boundary: the switch done in
-memory, nothing committed).
+memory, nothing committed), ``during-compaction`` (the clean close after the last batch B: version B's snapshot
+files written, its marker not; the result is written before the close).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def main() -> int:
     point, at = (args.kill.split(":")[0], int(args.kill.split(":")[1])) if args.kill else (None, -1)
     marker = Path(args.result).with_suffix(".killed")
 
-    events = {"during-commit": "data-written", "after-commit": "committed"}
+    events = {"during-commit": "data-written", "after-commit": "committed", "during-compaction": "compacted-written"}
 
     def store_event(what: str, version: int) -> None:
         if events.get(point or "") == what and version == at:
@@ -116,6 +117,7 @@ def main() -> int:
         "reports": [r.as_dict() for r in driver.reports],
         "committed": driver.committed, "epoch": driver.epoch, "killed_executors": killed_executors,
     }, default=str))
+    driver.close()  # (writes the last version whole when a batch ran: see during-compaction)
     spark.stop()
     return 0
 

@@ -1,9 +1,11 @@
 """kill -9 of the whole driver (Python and its JVM) at every point that matters, one after the other on the same
 checkpoint — entering a batch, between a version's Parquet and its commit record, during a migration, after the
-state's commit but before Spark's — the last two with the controller down, then a run to the end: the final state
-equals a direct count of the input and every batch's output exists exactly once.
+state's commit but before Spark's — the last two with the controller down, then a run to the end killed in its
+clean close while it writes the last version whole: the final state equals a direct count of the input and every
+batch's output exists exactly once, and a start after that kill reads the same state (the close's files without
+their marker are ignored).
 
-One query restarted five times costs five driver starts; a kill point per test cost two each."""
+One query restarted six times costs six driver starts; a kill point per test cost two each."""
 
 from __future__ import annotations
 
@@ -99,11 +101,21 @@ def test_kill_9s_of_the_driver_at_every_point_then_a_restart_are_exactly_once(tm
         assert rc == -signal.SIGKILL and marker.exists(), (kill, (tmp_path / f"stderr-{kill}.txt").read_text()[-3000:])
         assert marker.read_text().startswith(kill.split(":")[0]), (kill, marker.read_text())
         marker.unlink()
-    rc, result = _run(tmp_path, None, dead, job_id)
-    assert rc == 0, (tmp_path / "stderr-final.txt").read_text()[-3000:]
+    rc, _ = _run(tmp_path, "during-compaction:5", dead, job_id)       # the result is written before the close
+    assert rc == -signal.SIGKILL and marker.read_text() == "during-compaction:5", (
+        tmp_path / "stderr-during-compaction:5.txt").read_text()[-3000:]
+    result = json.loads((tmp_path / "result.json").read_text())
     _check(tmp_path, frames, result)
     ran = [r for r in result["reports"] if not r["replayed"]]
     # Spark replayed the batch whose state was committed when the driver died; it was not applied again
     assert [r["batch_id"] for r in result["reports"] if r["replayed"]] == [4]
     assert [r["batch_id"] for r in ran] == [5] and {r["controller"] for r in ran} <= {"down", "skipped"}
     assert result["committed"] == BATCHES - 1
+    state = tmp_path / "chk" / "rebalancer-state"
+    assert (state / f"v{BATCHES - 1:020d}" / "snapshot").exists()        # the close was cut short ...
+    assert not list((state / "_commits").glob("*.snapshot"))           # ... before its marker
+    (tmp_path / "result.json").unlink()
+    rc, after = _run(tmp_path, None, dead, job_id)                     # no batch left: the state as loaded
+    assert rc == 0, (tmp_path / "stderr-final.txt").read_text()[-3000:]
+    assert after["reports"] == [] and after["committed"] == BATCHES - 1
+    _check(tmp_path, frames, after)
