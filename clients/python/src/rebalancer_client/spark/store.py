@@ -145,7 +145,7 @@ class StateStore:
             stream.close()
 
     def versions(self) -> list[int]:
-        """Committed versions, ascending (and, kept, the versions a compaction gave a snapshot)."""
+        """Committed versions, ascending. The same listing finds the compaction markers (kept for :meth:`_base`)."""
         out: list[int] = []
         compacted: set[int] = set()
         for st in self._fs.listStatus(self._path(self.root + "/_commits")):
