@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rebalancer_client.spark.exprs import shared
 from rebalancer_client.spark.routing import KG_COL, ROUTE_COL, TOUCHED_COL, RoutingTable
 from rebalancer_client.spark.stats import NamedColumns, row_bytes_column
 from rebalancer_client.spark.store import VERSION_COL
@@ -200,10 +201,9 @@ class StateBase:
 
     def _placed_versions(self, stored_df: DataFrame, routing: RoutingTable) -> DataFrame:
         """The restorable stored rows with their route under ``routing``, placed (one shuffle), ``_rb_v`` kept."""
-        from pyspark.sql import functions as F
-
-        df = (self._restorable(stored_df.select(*self.stored_columns(), VERSION_COL))
-              .withColumn(ROUTE_COL, routing.route_column(F.col(KG_COL))))
+        key = ("route of the key group", routing.n_partitions, tuple(routing.partition_of.tolist()))
+        df = (self._restorable(stored_df.select(*self._cols([*self.stored_columns(), VERSION_COL])))
+              .withColumn(ROUTE_COL, shared(key, lambda: routing.route_column(KG_COL))))
         return routing.place(df)
 
     def _newest(self, placed: DataFrame, version: str = VERSION_COL) -> DataFrame:
@@ -214,15 +214,17 @@ class StateBase:
         from pyspark.sql import functions as F
 
         rest = [*self.value_columns(), version]
-        newest = [F.max_by(F.col(c), F.col(version)).alias(c) for c in rest]
-        return placed.groupBy(ROUTE_COL, KG_COL, *self.keys).agg(*newest)
+        newest = shared(("newest", *rest), lambda: [F.max_by(F.col(c), F.col(version)).alias(c) for c in rest])
+        return placed.groupBy(*self._cols([ROUTE_COL, KG_COL, *self.keys])).agg(*newest)
 
     def _restored(self, newest: DataFrame) -> DataFrame:
         """State rows (unchanged by the latest batch) of the placed newest stored rows."""
         from pyspark.sql import functions as F
 
-        batch = {c: F.lit(0).cast("long") for c in self._batch_columns()}
-        return self._live(newest.withColumns({TOUCHED_COL: F.lit(False), **batch})).select(*self._state_columns())
+        columns = self._batch_columns()
+        batch = shared(("unchanged", *columns), lambda: {TOUCHED_COL: F.lit(False),
+                                                         **{c: F.lit(0).cast("long") for c in columns}})
+        return self._live(newest.withColumns(batch)).select(*self._cols(self._state_columns()))
 
     def _replace(self, new_df: DataFrame, lazy: bool = False, checkpoint: bool = True) -> None:
         """Materialise ``new_df`` as a local checkpoint (lineage cut, hash partitioning on the route kept: the

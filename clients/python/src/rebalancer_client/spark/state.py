@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rebalancer_client.spark.exprs import shared
 from rebalancer_client.spark.merge_sql import MERGE, combinable, combined, kept
 from rebalancer_client.spark.partials import BatchPartials
 from rebalancer_client.spark.placement import (
@@ -126,11 +127,12 @@ class KeyedState(StateBase):
         them per key group)."""
         from pyspark.sql import functions as F
 
-        if "observation" not in self._exprs:  # built once per query (a JVM call per part)
-            parts = ", ".join(f"cast(coalesce({_q(c)}, 0) as string)" for c in [KG_COL, *self._batch_columns()])
+        if "observation" not in self._exprs:  # built once per process (a JVM call per part)
+            columns = [KG_COL, *self._batch_columns()]
+            parts = ", ".join(f"cast(coalesce({_q(c)}, 0) as string)" for c in columns)
             rows = f"array_join(collect_list(concat_ws(',', {parts})), ',')"  # "kg,n,b,d,kg,n,b,d,..."
-            self._exprs["observation"] = [F.expr(rows).alias("rows"),
-                                          F.expr("count(1)").alias("keys")]
+            self._exprs["observation"] = shared(("observation", *columns), lambda: [
+                F.expr(rows).alias("rows"), F.expr("count(1)").alias("keys")])
         return self._exprs["observation"]
 
     def output_frame(self, df: DataFrame) -> DataFrame:
@@ -180,12 +182,15 @@ class KeyedState(StateBase):
         # only the route value travels; the key group is pmod(route, G)
         placed = routed.repartition(self.n_partitions, *self._cols([ROUTE_COL]))
         if "partials" not in self._exprs:
-            aggs = [F.expr(f"{fn}({'1' if col is None else _q(col)})").alias(out)
-                    for out, (fn, col) in self.aggregations.items()]
-            self._exprs["partials"] = [*aggs, F.expr("count(1)").alias(N_COL), F.expr(f"sum({_q(B_COL)})").alias(B_COL)]
-            # (grouping by the route and the key group pmod(route, G) as well: the placement satisfies both)
-            self._exprs["partials_by"] = [*self._cols([ROUTE_COL]), key_group_of_route(ROUTE_COL, G).alias(KG_COL),
-                                          *self._cols(self.keys)]
+            def build() -> dict[str, list[Column]]:
+                aggs = [F.expr(f"{fn}({'1' if col is None else _q(col)})").alias(out)
+                        for out, (fn, col) in self.aggregations.items()]
+                # (grouping by the route and the key group pmod(route, G) as well: the placement satisfies both)
+                return {"partials": [*aggs, F.expr("count(1)").alias(N_COL), F.expr(f"sum({_q(B_COL)})").alias(B_COL)],
+                        "partials_by": [*self._cols([ROUTE_COL]), key_group_of_route(ROUTE_COL, G).alias(KG_COL),
+                                        *self._cols(self.keys)]}
+
+            self._exprs.update(shared(("partials", G, *self.keys, *self.aggregations.items()), build))
         with no_adaptive(self.session):  # a cached adaptive plan would hide the hash partitioning on the route
             part = placed.groupBy(*self._exprs["partials_by"]).agg(*self._exprs["partials"])
             if persist:
@@ -198,8 +203,11 @@ class KeyedState(StateBase):
         G = self.routing.key_groups
         cache_key = (tuple(batch_df.dtypes), G, self.n_partitions, tuple(self.routing.partition_of.tolist()))
         if self._routed is None or self._routed[0] != cache_key:
-            self._routed = (cache_key, {B_COL: row_bytes_column(batch_df),
-                                        ROUTE_COL: self.routing.route_column(key_group_column(self.keys, G))})
+            def build() -> dict[str, Column]:
+                return {B_COL: row_bytes_column(batch_df),
+                        ROUTE_COL: self.routing.route_column(key_group_column(self.keys, G))}
+
+            self._routed = (cache_key, shared(("routed", *self.keys, cache_key), build))
         return self._routed[1]
 
     def merge(self, partials: BatchPartials, version: int = 0, lazy: bool = False) -> None:
@@ -247,30 +255,36 @@ class KeyedState(StateBase):
         ``N_COL`` (``max_by``; the batch's row is skipped) and combines it with the batch's: the same result as
         merging the union (a state has one row per key), and one aggregation also when the state side holds every
         stored version of a key — so that the first batch after a restart runs the code of every other batch."""
+        if "merge" not in self._exprs:  # what they depend on: the aggregations and the partials' types
+            key = ("merge", *self.keys, *self.aggregations.items(), *partials_df.dtypes)
+            self._versioned, exprs = shared(key, lambda: self._build_merge(partials_df))
+            self._exprs.update(exprs)
+        return self._exprs
+
+    def _build_merge(self, partials_df: DataFrame) -> tuple[bool, dict[str, list[Column]]]:
+        """(whether the merge keeps the newest state row per key, :meth:`_merge_exprs`'s expressions)."""
         from pyspark.sql import functions as F
 
-        if "merge" not in self._exprs:
-            size = self._row_bytes(partials_df)  # keys and values: the same types in the batch and the state
-            this = _q(TOUCHED_COL)  # in the union: the batch's row of a key (the state's rows are not)
-            front = self._cols([ROUTE_COL, KG_COL, *self.keys, *self.value_columns()])
-            types = dict(partials_df.dtypes)
-            self._versioned = all(combinable(fn, types.get(out, "")) for out, (fn, _) in self.aggregations.items())
-            order = f"if({this}, null, coalesce({_q(N_COL)}, 0))"  # the state rows' (a restore's: their version)
-            merge = [F.expr(combined(out, fn, order, this) if self._versioned else kept(out, fn, types.get(out, "")))
-                     .alias(out) for out, (fn, _) in self.aggregations.items()]
-            merge.append(F.expr(f"bool_or({this})").alias(TOUCHED_COL))
-            merge += [F.expr(f"cast(sum(if({this}, {_q(c)}, 0)) as bigint)").alias(c) for c in (N_COL, B_COL)]
-            # the state row's size before the batch (null for a new key): its change is the delta's D_COL
-            merge.append((F.max_by(size, F.expr(order)) if self._versioned else F.sum(F.when(~F.expr(this), size)))
-                         .alias("_rb_old"))
-            self._exprs.update(
-                new_rows=[*front, F.expr("true").alias(TOUCHED_COL), *self._cols([N_COL, B_COL]), size.alias(D_COL)],
-                state=[*front, F.expr("false").alias(TOUCHED_COL), *self._cols(self._batch_columns())],
-                merge_by=self._cols([ROUTE_COL, KG_COL, *self.keys]),
-                merge=merge,
-                merged=[*front, *self._cols([TOUCHED_COL, N_COL, B_COL]),
-                        (size - F.expr("coalesce(_rb_old, 0)")).cast("long").alias(D_COL)])
-        return self._exprs
+        size = self._row_bytes(partials_df)  # keys and values: the same types in the batch and the state
+        this = _q(TOUCHED_COL)  # in the union: the batch's row of a key (the state's rows are not)
+        front = self._cols([ROUTE_COL, KG_COL, *self.keys, *self.value_columns()])
+        types = dict(partials_df.dtypes)
+        versioned = all(combinable(fn, types.get(out, "")) for out, (fn, _) in self.aggregations.items())
+        order = f"if({this}, null, coalesce({_q(N_COL)}, 0))"  # the state rows' (a restore's: their version)
+        merge = [F.expr(combined(out, fn, order, this) if versioned else kept(out, fn, types.get(out, "")))
+                 .alias(out) for out, (fn, _) in self.aggregations.items()]
+        merge.append(F.expr(f"bool_or({this})").alias(TOUCHED_COL))
+        merge += [F.expr(f"cast(sum(if({this}, {_q(c)}, 0)) as bigint)").alias(c) for c in (N_COL, B_COL)]
+        # the state row's size before the batch (null for a new key): its change is the delta's D_COL
+        merge.append((F.max_by(size, F.expr(order)) if versioned else F.sum(F.when(~F.expr(this), size)))
+                     .alias("_rb_old"))
+        return versioned, dict(
+            new_rows=[*front, F.expr("true").alias(TOUCHED_COL), *self._cols([N_COL, B_COL]), size.alias(D_COL)],
+            state=[*front, F.expr("false").alias(TOUCHED_COL), *self._cols(self._batch_columns())],
+            merge_by=self._cols([ROUTE_COL, KG_COL, *self.keys]),
+            merge=merge,
+            merged=[*front, *self._cols([TOUCHED_COL, N_COL, B_COL]),
+                    (size - F.expr("coalesce(_rb_old, 0)")).cast("long").alias(D_COL)])
 
     # ------------------------------------------------------------------ the first merge after a restore
     def restore(self, stored_df: DataFrame, routing: RoutingTable, *, dedup: bool = False, lazy: bool = False) -> None:
@@ -285,14 +299,20 @@ class KeyedState(StateBase):
 
         self.routing = routing
         self.session = stored_df.sparkSession
-        zero = F.lit(0).cast("long")
+
+        def as_merged() -> list[Column]:
+            zero = F.lit(0).cast("long")
+            return [routing.route_column(KG_COL).alias(ROUTE_COL), *self._cols([KG_COL, *self.keys]),
+                    *self._cols(self.value_columns()), F.lit(False).alias(TOUCHED_COL),
+                    self._cols([VERSION_COL])[0].alias(N_COL), zero.alias(B_COL), zero.alias(D_COL)]
+
+        key = ("restored rows", *self.keys, *self.value_columns(), routing.n_partitions,
+               tuple(routing.partition_of.tolist()))
         with no_adaptive(self.session):
             # the rows as the merge's union takes them, the version in N_COL (see _merge_exprs), computed before the
             # shuffle: after it, no projection — the merge's plan then has the stages (and code) of every batch's
-            rows = self._restorable(stored_df.select(*self.stored_columns(), VERSION_COL)).select(
-                routing.route_column(F.col(KG_COL)).alias(ROUTE_COL), *self._cols([KG_COL, *self.keys]),
-                *self._cols(self.value_columns()), F.lit(False).alias(TOUCHED_COL),
-                F.col(VERSION_COL).alias(N_COL), zero.alias(B_COL), zero.alias(D_COL))
+            stored = stored_df.select(*self._cols([*self.stored_columns(), VERSION_COL]))
+            rows = self._restorable(stored).select(*shared(key, as_merged))
             placed = routing.place(rows)
             self._replace(self._restored(self._newest(placed, N_COL)), lazy=True, checkpoint=False)
         assert self.df is not None

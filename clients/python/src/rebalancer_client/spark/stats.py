@@ -16,10 +16,12 @@ controller's ``{"src": "split/3", "dst": "agg/17", "rate": 12.0}``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rebalancer_client.spark.exprs import shared
 from rebalancer_client.spark.routing import KG_COL, key_group_column
 
 if TYPE_CHECKING:
@@ -37,9 +39,10 @@ def sql_name(name: str) -> str:
 
 
 class NamedColumns:
-    """Columns by name, each built once (``F.expr`` of the quoted name): a column given by name costs three JVM
-    calls every time it is used (``functions.col`` looked up by reflection), ~1 ms per name and DataFrame
-    operation. ``cols(["a", "b"])`` → the Columns of ``a`` and ``b``."""
+    """Columns by name, each built once per process (``F.expr`` of the quoted name,
+    :func:`rebalancer_client.spark.exprs.shared`): a column given by name costs three JVM calls every time it is
+    used (``functions.col`` looked up by reflection), ~1 ms per name and DataFrame operation. ``cols(["a", "b"])``
+    → the Columns of ``a`` and ``b``."""
 
     def __init__(self) -> None:
         self._built: dict[str, Column] = {}
@@ -49,7 +52,7 @@ class NamedColumns:
 
         for n in names:
             if n not in self._built:
-                self._built[n] = F.expr(sql_name(n))
+                self._built[n] = shared(("column", n), partial(F.expr, sql_name(n)))
         return [self._built[n] for n in names]
 
 

@@ -49,6 +49,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rebalancer_client.spark.commit_record import Commit
+from rebalancer_client.spark.exprs import shared
 from rebalancer_client.spark.jvm import hadoop_conf, jvm, observed_values
 from rebalancer_client.spark.stats import NamedColumns
 
@@ -336,9 +337,10 @@ class StateStore:
         from pyspark.sql import functions as F
 
         assert rec.schema is not None
-        in_name = F.regexp_extract(F.col("_metadata.file_path"), rf"/v([0-9]{{{_W}}})/(?:delta|snapshot)/", 1)
+        version = shared(("version in the file's name",), lambda: F.regexp_extract(
+            F.col("_metadata.file_path"), rf"/v([0-9]{{{_W}}})/(?:delta|snapshot)/", 1).cast("long").alias(VERSION_COL))
         df = self._parquet(paths, rec.schema)
-        return df.select(*[F.col(c) for c in _stored(rec.columns)], in_name.cast("long").alias(VERSION_COL))
+        return df.select(*self._select(_stored(rec.columns)), version)
 
     def load(self, version: int | None = None, *, dedup: bool = True) -> tuple[DataFrame | None, Commit | None]:
         """(state DataFrame, commit) of ``version`` (default: the latest), or ``(None, None)`` for an empty store.
