@@ -39,7 +39,8 @@ def test_the_aggregation_runs_on_both_sides_restarts_and_reports_its_ratios(spar
 def test_the_routing_benchmark_finds_its_facts_on_a_small_table(spark):
     """``benchmarks.bench_spark_routing``'s comparison on 20,000 rows, one repeat: its timings exist, and the facts
     the design rests on hold — Spark's range partitioning of the partition column misplaces rows under a skewed
-    table, our placement none, and an RDD ``partitionBy`` with the identity is exact (but Python per record)."""
+    table with a drained partition (whatever its sample: the sample's seed depends on what ran before in the JVM),
+    our placement none, and an RDD ``partitionBy`` with the identity is exact (but Python per record)."""
     from benchmarks.bench_spark_routing import measure_overhead
 
     doc = measure_overhead(spark, rows=20_000, keys=2_000, partitions=8, repeats=1, rdd_rows=2_000)
