@@ -1,5 +1,5 @@
-"""A restart's state is planned and read in a thread while the query starts (``RebalancingDriver.start``): what
-it meets is raised at the first batch, not lost, and closing before any batch frees what it read ahead."""
+"""A restart's state is planned in a thread while the query starts (``RebalancingDriver.start``): what it meets is
+raised at the first batch, not lost."""
 
 from __future__ import annotations
 
@@ -62,12 +62,3 @@ def test_an_error_of_the_restore_started_ahead_is_raised_at_the_first_batch_each
             d.process(_frame(spark, 9), 2)
     d.close()
 
-
-def test_closing_before_the_first_batch_frees_the_rows_read_ahead(spark, tmp_path):
-    _committed(spark, tmp_path / "s")
-    before = _cached_rdds(spark)
-    d = _driver(spark, tmp_path / "s")
-    d.start()
-    _until(lambda: _cached_rdds(spark) - before)   # the read-ahead job has placed the stored rows
-    d.close()
-    _until(lambda: not _cached_rdds(spark) - before)

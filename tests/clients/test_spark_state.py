@@ -243,8 +243,8 @@ def test_a_batch_plan_is_compiled_once_per_query_not_once_per_batch(spark, tmp_p
 
 def test_a_restart_reads_with_the_stored_schema_and_its_first_batch_is_the_only_job(spark, tmp_path):
     """A commit record keeps the stored columns' schema: a restart plans the stored state without a job in the
-    caller's thread (no schema inference, one per directory read; the stored rows are read and placed in a thread
-    of its own while the query starts), and the first batch after it merges the state in its one job. A record
+    caller's thread (no schema inference, one per directory read), and the first batch after it reads, places
+    and merges the state in its one job. A record
     without a schema (an earlier release) is still read."""
     from pyspark.sql.types import StructType
 
@@ -283,7 +283,7 @@ def test_a_restart_reads_with_the_stored_schema_and_its_first_batch_is_the_only_
 
 def test_a_restarts_first_batch_merges_every_stored_version_in_the_aggregation_of_every_batch(spark, tmp_path):
     """The first batch after a restart merges the stored rows of every version (a snapshot and its deltas, read
-    and placed while the query starts) in the merge's own aggregation — no aggregation of their own keeps the
+    and placed by the batch's job) in the merge's own aggregation — no aggregation of their own keeps the
     newest row per key first (a ``max_by`` of a struct sorted the whole stored state) — and that merge has the plan
     and code of every batch: the restart compiles the code that reads and places the stored rows, nothing else (a
     plan of its own compiled 11 classes)."""

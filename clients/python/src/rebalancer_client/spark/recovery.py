@@ -113,10 +113,12 @@ class Durable:
 
     def _recover_ahead(self) -> None:
         """A start before the query's: check the stored schemas against the declared ones here (a clear error from
-        ``start()``), then plan and prefetch the committed state (:meth:`_restore`) in a thread while the query
-        starts — that planning is 0.15–0.4 s of the driver's calls into Spark on a 2-core machine, which the
-        query's own start (about as long) now overlaps. The first batch, :meth:`state_frame` and ``close()`` wait
-        for it (:meth:`_recover`); an error it met is raised there."""
+        ``start()``), then plan the committed state (:meth:`_restore`) in a thread while the query starts — that
+        planning is 0.15–0.4 s of the driver's calls into Spark on a 2-core machine (2.5 s in a new JVM), which the
+        query's own start (about as long) overlaps. The stored rows are read by the first batch's job (a job
+        reading them ahead of it made a warm restart 6–9 % slower and a restart in a new process no faster). The
+        first batch, :meth:`state_frame` and ``close()`` wait for it (:meth:`_recover`); an error it met is raised
+        there."""
         if self.store is None or self._recovered or self._ahead is not None:
             return
         self._prepare()
@@ -127,7 +129,7 @@ class Durable:
 
         def run() -> None:
             try:
-                self._restore(prefetch=True)
+                self._restore()
             except BaseException as exc:  # noqa: BLE001 - raised again by the thread that waits for it
                 self._ahead_error, self._recovered = exc, False
 
@@ -147,17 +149,16 @@ class Durable:
         elif error is not None:
             raise error
 
-    def _recover(self, force: bool = False, prefetch: bool = False) -> None:
+    def _recover(self, force: bool = False) -> None:
         """:meth:`_restore`, once a restore started ahead (:meth:`_recover_ahead`) has finished."""
         self._await_ahead()
-        self._restore(force, prefetch)
+        self._restore(force)
 
-    def _restore(self, force: bool = False, prefetch: bool = False) -> None:
+    def _restore(self, force: bool = False) -> None:
         """Plan the last committed version placed under the routing in force (once; ``force``: again, after lost
         blocks). The files are read with the record's schema (no inference job) and the placed state is filled by
-        the first job that reads it — the next batch's, which merges the batch into it; ``prefetch`` (a start
-        before the query's): the stored rows are read and placed meanwhile, in the background
-        (``KeyedState.prefetch``). The state bytes per key group come from the record (no job to measure them)."""
+        the first job that reads it — the next batch's, which merges the batch into it. The state bytes per key
+        group come from the record (no job to measure them)."""
         if self.store is None or (self._recovered and not force):
             return
         self._prepare()
@@ -173,8 +174,6 @@ class Durable:
             return
         self.state.restore_extra(rec.extra)
         self.state.restore(df, self.routing, dedup=True, lazy=True)
-        if prefetch:
-            self.state.prefetch()
         self.state_bytes.restored(rec.version, rec.extra.get("state_bytes"))
         log.info("state version %d (epoch %d) of %s planned in %.2f s, placed on %d partitions (epoch %d)",
                  rec.version, rec.epoch, self.store.root, time.perf_counter() - t0, self.n, self.epoch)
