@@ -1,5 +1,6 @@
-"""A restart's state is planned in a thread while the query starts (``RebalancingDriver.start``): what it meets is
-raised at the first batch, not lost."""
+"""A restart's state is planned in a thread while the query starts (``RebalancingDriver.start``), and read ahead
+in a job of its own in a new process (``DurabilityConfig.read_ahead``): what it meets is raised at the first batch,
+not lost, and closing before any batch frees what it read ahead."""
 
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ pytestmark = pytest.mark.spark
 AGGS = {"count": ("count", None), "total": ("sum", "v")}
 
 
-def _driver(spark, state_dir):
+def _driver(spark, state_dir, **kw):
     return RebalancingDriver(spark, key="key", aggregations=AGGS, key_groups=8, partitions=2,
-                             durability=DurabilityConfig(state_dir=str(state_dir)))
+                             durability=DurabilityConfig(state_dir=str(state_dir), **kw))
 
 
 def _frame(spark, seed):
@@ -62,3 +63,20 @@ def test_an_error_of_the_restore_started_ahead_is_raised_at_the_first_batch_each
             d.process(_frame(spark, 9), 2)
     d.close()
 
+
+def test_reading_ahead_by_default_only_in_a_process_that_has_run_no_batch(spark, tmp_path):
+    _committed(spark, tmp_path / "s")              # this process has now run batches (its JVM compiled a query)
+    assert not _driver(spark, tmp_path / "s")._reads_ahead()
+    assert _driver(spark, tmp_path / "s", read_ahead=True)._reads_ahead()
+    assert not _driver(spark, tmp_path / "s", read_ahead=False)._reads_ahead()
+    # a new process reads ahead by default: the kill -9 restarts of tests/spark/test_spark_recovery.py do
+
+
+def test_closing_before_the_first_batch_frees_the_rows_read_ahead(spark, tmp_path):
+    _committed(spark, tmp_path / "s")
+    before = _cached_rdds(spark)
+    d = _driver(spark, tmp_path / "s", read_ahead=True)
+    d.start()
+    _until(lambda: _cached_rdds(spark) - before)   # the read-ahead job has placed the stored rows
+    d.close()
+    _until(lambda: not _cached_rdds(spark) - before)

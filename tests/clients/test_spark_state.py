@@ -244,7 +244,7 @@ def test_a_batch_plan_is_compiled_once_per_query_not_once_per_batch(spark, tmp_p
 def test_a_restart_reads_with_the_stored_schema_and_its_first_batch_is_the_only_job(spark, tmp_path):
     """A commit record keeps the stored columns' schema: a restart plans the stored state without a job in the
     caller's thread (no schema inference, one per directory read), and the first batch after it reads, places
-    and merges the state in its one job. A record
+    and merges the state in its one job (a process whose drivers have run a batch does not read ahead). A record
     without a schema (an earlier release) is still read."""
     from pyspark.sql.types import StructType
 

@@ -90,6 +90,11 @@ class DurabilityConfig:
         snapshot_on_close: a clean ``close()`` writes the latest version's state whole when versions were written
             since the last snapshot, so that the next start reads one directory instead of those versions (like
             Flink's stop-with-savepoint; a close then takes as long as a snapshot's write). False: it returns at once.
+        read_ahead: at a restart (``start()`` before the query's), read and place the stored state in a job of its
+            own while the query starts. ``None`` (default): only in a process whose drivers have not run a batch yet
+            — a new JVM, whose query start takes seconds; in a JVM that has run one the query starts in a fraction
+            of a second and the job only competes with it (measured: 6–9 % slower warm restarts with it, 2–6 %
+            faster restarts in a new process). ``True``/``False``: always/never.
         on_event: test hook ``f(point, version)`` of the store (see :class:`~rebalancer_client.spark.store.StateStore`).
     """
 
@@ -98,6 +103,7 @@ class DurabilityConfig:
     snapshot_every: int = 10
     retain_versions: int = 100
     snapshot_on_close: bool = True
+    read_ahead: bool | None = None
     on_event: Callable[[str, int], None] | None = None
 
     @property
@@ -114,4 +120,5 @@ class DurabilityConfig:
         root = self.root
         return DurabilityConfig(state_dir=None if root is None else f"{root.rstrip('/')}/{name}",
                                 snapshot_every=self.snapshot_every, retain_versions=self.retain_versions,
-                                snapshot_on_close=self.snapshot_on_close, on_event=self.on_event)
+                                snapshot_on_close=self.snapshot_on_close, read_ahead=self.read_ahead,
+                                on_event=self.on_event)

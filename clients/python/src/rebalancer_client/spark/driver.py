@@ -134,6 +134,7 @@ class RebalancingDriver(Durable, LinkOwner):
                                                           retain_versions=dur.retain_versions,
                                                           snapshot_on_close=dur.snapshot_on_close,
                                                           on_event=dur.on_event)
+        self.read_ahead = dur.read_ahead
         if self.store is None:
             log.info("no durability configured: the keyed state is not durable (lost on a driver restart)")
         self.pending: Target | None = None       # a routing for the next batch boundary
@@ -346,6 +347,7 @@ class RebalancingDriver(Durable, LinkOwner):
             finally:
                 self.state.release_previous()
             self.committed = self.in_memory = batch_id
+            Durable.process_ran_a_batch = True
             kg_n, load, state_b = measured[0]
         part = np.bincount(self.routing.partition_of, weights=kg_n, minlength=self.n).astype(np.int64)
         return part, load, state_b, rec

@@ -196,6 +196,9 @@ class StateBase:
             placed = self._placed_versions(stored_df, routing)
             self._replace(self._restored(self._newest(placed) if dedup else placed), lazy=lazy, checkpoint=not lazy)
 
+    def prefetch(self) -> None:
+        """Read the rows of a lazy restore ahead of the first batch, in the background (nothing here)."""
+
     def _placed_versions(self, stored_df: DataFrame, routing: RoutingTable) -> DataFrame:
         """The restorable stored rows with their route under ``routing``, placed (one shuffle), ``_rb_v`` kept."""
         key = ("route of the key group", routing.n_partitions, tuple(routing.partition_of.tolist()))

@@ -20,7 +20,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -60,6 +60,9 @@ class Durable:
     _recovered: bool = False
     _ahead: threading.Thread | None = None
     _ahead_error: BaseException | None = None
+    read_ahead: bool | None = None  # DurabilityConfig.read_ahead
+    #: a driver of this process has committed a batch (its JVM has compiled a query's code): see :meth:`_reads_ahead`
+    process_ran_a_batch: ClassVar[bool] = False
     #: the version whose state ``state.df`` holds, once a batch of this driver committed it (None before, and while a
     #: batch runs: a batch that fails before its commit leaves the state ahead of the store)
     in_memory: int | None = None
@@ -114,11 +117,9 @@ class Durable:
     def _recover_ahead(self) -> None:
         """A start before the query's: check the stored schemas against the declared ones here (a clear error from
         ``start()``), then plan the committed state (:meth:`_restore`) in a thread while the query starts — that
-        planning is 0.15–0.4 s of the driver's calls into Spark on a 2-core machine (2.5 s in a new JVM), which the
-        query's own start (about as long) overlaps. The stored rows are read by the first batch's job (a job
-        reading them ahead of it made a warm restart 6–9 % slower and a restart in a new process no faster). The
-        first batch, :meth:`state_frame` and ``close()`` wait for it (:meth:`_recover`); an error it met is raised
-        there."""
+        planning is 0.15–0.4 s of the driver's calls into Spark on a 2-core machine (~1.5 s in a new JVM), which the
+        query's own start (about as long) overlaps — and read it ahead when :meth:`_reads_ahead`. The first batch,
+        :meth:`state_frame` and ``close()`` wait for it (:meth:`_recover`); an error it met is raised there."""
         if self.store is None or self._recovered or self._ahead is not None:
             return
         self._prepare()
@@ -129,12 +130,19 @@ class Durable:
 
         def run() -> None:
             try:
-                self._restore()
+                self._restore(prefetch=self._reads_ahead())
             except BaseException as exc:  # noqa: BLE001 - raised again by the thread that waits for it
                 self._ahead_error, self._recovered = exc, False
 
         self._ahead = threading.Thread(target=run, name="rebalancer-recover", daemon=True)
         self._ahead.start()
+
+    def _reads_ahead(self) -> bool:
+        """Whether a start reads and places the stored state in a job of its own while the query starts
+        (``DurabilityConfig.read_ahead``; by default only in a process none of whose drivers has committed a batch:
+        in a new JVM the query takes seconds to hand over its first batch, which the read overlaps; in a warm one it
+        takes a fraction of a second, and the job slows Spark's own offset and log steps beside it)."""
+        return (not Durable.process_ran_a_batch) if self.read_ahead is None else self.read_ahead
 
     def _await_ahead(self, closing: bool = False) -> None:
         """Wait for :meth:`_recover_ahead`'s thread; raise what it met (``closing``: log it, the next start will
@@ -149,16 +157,17 @@ class Durable:
         elif error is not None:
             raise error
 
-    def _recover(self, force: bool = False) -> None:
+    def _recover(self, force: bool = False, prefetch: bool = False) -> None:
         """:meth:`_restore`, once a restore started ahead (:meth:`_recover_ahead`) has finished."""
         self._await_ahead()
-        self._restore(force)
+        self._restore(force, prefetch)
 
-    def _restore(self, force: bool = False) -> None:
+    def _restore(self, force: bool = False, prefetch: bool = False) -> None:
         """Plan the last committed version placed under the routing in force (once; ``force``: again, after lost
         blocks). The files are read with the record's schema (no inference job) and the placed state is filled by
-        the first job that reads it — the next batch's, which merges the batch into it. The state bytes per key
-        group come from the record (no job to measure them)."""
+        the first job that reads it — the next batch's, which merges the batch into it; ``prefetch`` (a start
+        before the query's): the stored rows are read and placed meanwhile, in the background
+        (``KeyedState.prefetch``). The state bytes per key group come from the record (no job to measure them)."""
         if self.store is None or (self._recovered and not force):
             return
         self._prepare()
@@ -174,6 +183,8 @@ class Durable:
             return
         self.state.restore_extra(rec.extra)
         self.state.restore(df, self.routing, dedup=True, lazy=True)
+        if prefetch:
+            self.state.prefetch()
         self.state_bytes.restored(rec.version, rec.extra.get("state_bytes"))
         log.info("state version %d (epoch %d) of %s planned in %.2f s, placed on %d partitions (epoch %d)",
                  rec.version, rec.epoch, self.store.root, time.perf_counter() - t0, self.n, self.epoch)

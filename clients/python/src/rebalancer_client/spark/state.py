@@ -36,6 +36,8 @@ Aggregations are mergeable ones: ``count``, ``sum``, ``min``, ``max`` (``{"click
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +71,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import Column, DataFrame, SparkSession
 
+log = logging.getLogger("rebalancer.spark")
+
 __all__ = ["B_COL", "D_COL", "N_COL", "TOUCHED_COL", "BatchPartials", "KeyedState", "MigrationReport",
            "release_checkpoint"]
 
@@ -98,7 +102,7 @@ class KeyedState(StateBase):
         self._routed: tuple[Any, dict[str, Column]] | None = None
         # a lazy restore's placed stored rows, every version of a key (_rb_v), and the state planned from them: the
         # next merge keeps the newest version per key itself (see _merge_exprs and _take_versions)
-        self._versions: tuple[DataFrame, DataFrame] | None = None  # (placed stored rows, the state planned)
+        self._versions: tuple[DataFrame, DataFrame, bool] | None = None  # (..., read ahead)
         self._versioned = False  # the merge keeps the newest state row per key (see _merge_exprs)
 
     # ------------------------------------------------------------------ helpers
@@ -218,7 +222,8 @@ class KeyedState(StateBase):
         with no_adaptive(self.session):  # (expressions as SQL text: one JVM call each, see row_bytes_column)
             x = self._merge_exprs(partials.df)
             new_rows = partials.df.select(*x["new_rows"])
-            versions = self._take_versions(new_rows)
+            taken = self._take_versions(new_rows)
+            versions = None if taken is None else taken[0]
             if self.df is None:
                 self._replace(new_rows, lazy=lazy)
             else:
@@ -229,6 +234,8 @@ class KeyedState(StateBase):
                 # execution is off); a restored state belongs to the session that restored it, where adaptive
                 # execution would run the batch's shuffle in a job of its own while the merge is planned
                 state = self.df.select(*x["state"]) if versions is None else versions
+                if taken is not None and taken[1]:  # a read-ahead checkpoint: released after the job that reads it
+                    self._previous.append(taken[0])
                 # the merge's plan has the same shape every batch: its placement is checked until it holds once, and
                 # on the stored versions
                 placed = self._replace_placed(
@@ -310,24 +317,43 @@ class KeyedState(StateBase):
             placed = routing.place(rows)
             self._replace(self._restored(self._newest(placed, N_COL)), lazy=True, checkpoint=False)
         assert self.df is not None
-        self._versions = (placed, self.df)
+        self._versions = (placed, self.df, False)
 
-    def _take_versions(self, new_rows: DataFrame) -> DataFrame | None:
-        """The placed stored rows of a lazy restore (read by the merge's job) when the merge keeps the newest
+    def prefetch(self) -> None:
+        """Read and place the stored rows of a lazy restore now, in the background (a restart's
+        :meth:`~rebalancer_client.spark.driver.RebalancingDriver.start`: the query starts meanwhile): they become a
+        lazily filled local checkpoint (its hash partitioning on the route kept), which a job in a thread of its own
+        fills; the next merge reads it without waiting — its job reuses what that job read and placed, or computes
+        the rest itself."""
+        if self._versions is None or self._versions[2]:
+            return
+        placed, restored, _ = self._versions
+        with no_adaptive(self.session):  # planned here: the background thread must not change the session's conf
+            ahead = placed.localCheckpoint(eager=False)
+        self._versions = (ahead, restored, True)
+        threading.Thread(target=_fill, args=(ahead,), name="rebalancer-restore", daemon=True).start()
+
+    def _take_versions(self, new_rows: DataFrame) -> tuple[DataFrame, bool] | None:
+        """The placed stored rows of a lazy restore (read ahead by :meth:`prefetch`) when the merge keeps the newest
         row per key itself, the state is still the one planned from them (no routing change since) and each value
-        column has the batch's type; None otherwise (the restored state is merged)."""
+        column has the batch's type, with whether they were read ahead; None otherwise (the restored state is
+        merged)."""
         versions, self._versions = self._versions, None
         if versions is None:
             return None
-        placed, restored = versions
+        placed, restored, ahead = versions
         have, want = dict(placed.dtypes), dict(new_rows.dtypes)
         if self._versioned and restored is self.df and all(have.get(c) == want[c] for c in self.aggregations):
-            return placed
+            return placed, ahead
+        if ahead:
+            release_checkpoint(placed)
         return None
 
     def _drop_versions(self) -> None:
-        """Forget the placed stored rows of a lazy restore."""
-        self._versions = None
+        """Forget the placed stored rows of a lazy restore, freeing their read-ahead checkpoint if there is one."""
+        versions, self._versions = self._versions, None
+        if versions is not None and versions[2]:
+            release_checkpoint(versions[0])
 
     def unpersist(self) -> None:
         self._drop_versions()
@@ -353,3 +379,12 @@ class KeyedState(StateBase):
             return pd.DataFrame(columns=[*self.keys, *self.aggregations])
         return frame.toPandas()
 
+
+def _fill(ahead: DataFrame) -> None:
+    """Compute a lazily filled local checkpoint (its blocks stay cached) by counting the rows of its RDD (a job
+    without a query plan of its own: no code to generate); a failure is left to the job that needs the rows (it
+    computes them again, and fails the batch if it fails too)."""
+    try:
+        ahead._jdf.queryExecution().analyzed().rdd().count()
+    except Exception as exc:  # noqa: BLE001 - see above
+        log.info("reading the committed state ahead failed (%s); the first batch reads it", exc)
