@@ -80,3 +80,9 @@ def test_closing_before_the_first_batch_frees_the_rows_read_ahead(spark, tmp_pat
     _until(lambda: _cached_rdds(spark) - before)   # the read-ahead job has placed the stored rows
     d.close()
     _until(lambda: not _cached_rdds(spark) - before)
+
+
+@pytest.mark.parametrize("field", ["read_ahead", "snapshot_on_close"])
+def test_a_setting_that_is_not_a_boolean_is_refused_naming_it(field):
+    with pytest.raises(ValueError, match=f"{field} must be"):
+        DurabilityConfig(state_dir="/tmp/x", **{field: "yes"})

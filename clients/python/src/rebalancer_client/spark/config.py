@@ -106,6 +106,12 @@ class DurabilityConfig:
     read_ahead: bool | None = None
     on_event: Callable[[str, int], None] | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.snapshot_on_close, bool):
+            raise ValueError(f"snapshot_on_close must be True or False, not {self.snapshot_on_close!r}")
+        if self.read_ahead is not None and not isinstance(self.read_ahead, bool):
+            raise ValueError(f"read_ahead must be None, True or False, not {self.read_ahead!r}")
+
     @property
     def root(self) -> str | None:
         """The state directory, or ``None`` (the state is not durable)."""

@@ -288,12 +288,12 @@ class StateStore:
         cutoff = version - self.retain_versions + 1
         vs = self.versions()
         compacted = self._compacted or set()
-        # (a compaction's files count with their marker only: a crash may have left them half written)
-        bases = [v for v in vs if v <= cutoff and self._exists(self._dir(v) + "/snapshot")
-                 and (v in compacted or self.commit_record(v).kind == "snapshot")]
-        if not bases:
+        # the newest first, so that only the records up to the base are read (a compaction's files count with their
+        # marker only: a crash may have left them half written)
+        keep_from = next((v for v in reversed(vs) if v <= cutoff and self._exists(self._dir(v) + "/snapshot")
+                          and (v in compacted or self.commit_record(v).kind == "snapshot")), None)
+        if keep_from is None:
             return
-        keep_from = bases[-1]
         for v in vs:
             if v >= keep_from:
                 break
