@@ -87,3 +87,18 @@ def test_a_compaction_cut_short_is_ignored_by_loading_and_by_expiry(spark, tmp_p
     assert rec.version == 3
     got = df.toPandas().set_index("key").sort_index()[["count", "total", "top"]]
     st._eq(got, st._expected(frames[:4]))
+
+
+def test_records_and_markers_are_listed_under_a_directory_whose_name_looks_like_them(spark, tmp_path):
+    """The listing reads the names of ``_commits`` as one text (``StateStore._names``): a state directory whose own
+    name has the text's separator and records' names changes nothing."""
+    frames = st._batches(n=4, seed=25)
+    root = tmp_path / "7.json, 8.snapshot"
+    _run(spark, root, frames[:3]).close()                                # v0 snapshot, v1 v2 deltas, v2 compacted
+    store = StateStore(spark, str(root))
+    assert store.versions() == [0, 1, 2] and store._compacted == {2}
+    assert _read_dirs(spark, root) == {"v00000000000000000002/snapshot"}
+    d = st._driver(spark, root)
+    d.process(spark.createDataFrame(frames[3]), 3)
+    st._eq(st._state(d), st._expected(frames))
+    d.close()

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 from rebalancer_client.spark.commit_record import Commit
 from rebalancer_client.spark.exprs import shared
-from rebalancer_client.spark.jvm import hadoop_conf, jvm, observed_values
+from rebalancer_client.spark.jvm import hadoop_conf, jvm, names_in, observed_values
 from rebalancer_client.spark.stats import NamedColumns
 
 if TYPE_CHECKING:
@@ -90,9 +90,10 @@ class StateStore:
         self.snapshot_on_close = bool(snapshot_on_close)
         self.on_event = on_event
         self._jvm, self._conf = jvm(spark), hadoop_conf(spark)
-        # the class looked up once: ``jvm.org.apache.hadoop.fs.Path`` is five reflective lookups through py4j, the
-        # first ones failing class loads that search the whole class path (~0.7 ms a path, ~10 per commit)
-        self._path_class = self._jvm.org.apache.hadoop.fs.Path
+        # the classes looked up once per process: ``jvm.org.apache.hadoop.fs.Path`` is five reflective lookups
+        # through py4j, the first ones failing class loads that search the whole class path (~0.7 ms a path, ~10 per
+        # commit)
+        self._path_class = shared(("Path class",), lambda: self._jvm.org.apache.hadoop.fs.Path)
         self._select = NamedColumns()   # the stored columns by name, built once
         self._fs = self._path(self.root).getFileSystem(self._conf)
         self._fs.mkdirs(self._path(self.root + "/_commits"))
@@ -149,8 +150,8 @@ class StateStore:
         """Committed versions, ascending. The same listing finds the compaction markers (kept for :meth:`_base`)."""
         out: list[int] = []
         compacted: set[int] = set()
-        for st in self._fs.listStatus(self._path(self.root + "/_commits")):
-            stem, _, ext = st.getPath().getName().partition(".")
+        for name in names_in(self.spark, self._fs, self._path(self.root + "/_commits")):
+            stem, _, ext = name.partition(".")
             if stem.isdigit() and ext == "json":
                 out.append(int(stem))
             elif stem.isdigit() and ext == "snapshot":
