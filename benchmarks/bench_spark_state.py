@@ -16,7 +16,10 @@ p50 over the batches after the first three (warm-up, first plans), p95 over the 
 the jobs of the query's job group (``statusTracker``) / batches. Bytes written per batch: the state directory's
 growth for ``builtin`` (its checkpoint ``state/`` folder), the commit records for ``rebalancer``. Recovery: one
 more file, a new query (and a new driver) on the same checkpoint, seconds from ``start()`` to that batch's end;
-the median of ``--restarts`` restarts per side, the sides alternating, and its ratio.
+the median of ``--restarts`` restarts per side, the sides alternating, and its ratio. A restart of the driver in the
+process takes over the state its closed predecessor kept in memory (``DurabilityConfig.keep_s``, local recovery);
+``recovery_from_files_s`` is the median of as many more restarts that read it from the store's files instead (what a
+restart in a new process reads; ``--cold-restarts`` measures those in new processes).
 
 **sessions** — per-user sessions with a 30 s inactivity gap on the event time ``ts`` (batch ``b`` covers
 ``[100 b, 100 b + 100)`` s, the same Zipf 1.1 users): ``builtin`` is Spark's ``applyInPandasWithState`` with the
@@ -43,10 +46,12 @@ from benchmarks.spark_demo import start_controller
 from benchmarks.spark_state_cold import cold_restarts, session
 from benchmarks.spark_state_sessions import GAP_S, SESSION_COLS, sessions_query
 from cli.common import nonnegative_int, positive_int
+from rebalancer_client.spark import handover
 from tests.helpers.streams import write_stream
 
 AGG_SCHEMA = "key string, v long"
 SESSION_SCHEMA = "key string, ts double, v long"
+FILES = "rebalancer-from-files"  # restarts of the rebalancer side that read the store's files (see _workload)
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
@@ -178,19 +183,27 @@ def _workload(spark, args, work: Path, client, name: str, z: float | None) -> di
                 raise
             doc[side] = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:400]}"}
     ran = [side for side in sides if "error" not in doc[side]]
-    runs: dict[str, list[float]] = {side: [] for side in ran}
+    # FILES: a restart of the driver that reads the committed state from the store's files, not from the memory of
+    # the driver closed before it (local recovery, rebalancer_client.spark.handover): what a new process does
+    restarting = [*ran, FILES]
+    runs: dict[str, list[float]] = {side: [] for side in restarting}
     for i in range(args.restarts):
         # the same extra file (same seed) for every side in restart i
         write_batches(work / "tmp-extra", batches=1, rows=args.rows, keys=args.keys, z=z, seed=99 + i,
                       first=args.batches + i)
-        for side in ran:
+        for side in restarting:
+            own = "rebalancer" if side == FILES else side
             extra = work / "tmp-extra" / "b-0000.parquet"
-            (work / f"src-{name}-{side}" / f"c-{i:04d}.parquet").write_bytes(extra.read_bytes())
-            runs[side].append(restart_once(spark, side, work / f"src-{name}-{side}", work, client,
-                                           f"{name}-{side}", workload))
+            (work / f"src-{name}-{own}" / f"c-{i:04d}-{side}.parquet").write_bytes(extra.read_bytes())
+            if side == FILES:
+                handover.clear()
+            runs[side].append(restart_once(spark, own, work / f"src-{name}-{own}", work, client,
+                                           f"{name}-{own}", workload))
     for side in ran:
         doc[side]["recovery_s"] = round(statistics.median(runs[side]), 2)
         doc[side]["recovery_runs_s"] = [round(x, 2) for x in runs[side]]
+    doc["rebalancer"]["recovery_from_files_s"] = round(statistics.median(runs[FILES]), 2)
+    doc["rebalancer"]["recovery_from_files_runs_s"] = [round(x, 2) for x in runs[FILES]]
     if args.cold_restarts and workload == "aggregate":
         cold_restarts(args, work, name, z, ran, doc)
     r = doc["rebalancer"]["p50_batch_s"]
@@ -199,8 +212,9 @@ def _workload(spark, args, work: Path, client, name: str, z: float | None) -> di
         key = "p50_ratio_rebalancer_over_" + base
         doc[key] = round(r / b, 3) if b else None
         if base in ran:
-            doc["recovery_ratio_rebalancer_over_" + base] = round(
-                statistics.median(runs["rebalancer"]) / statistics.median(runs[base]), 3)
+            for what, mine in (("recovery", "rebalancer"), ("recovery_from_files", FILES)):
+                doc[f"{what}_ratio_rebalancer_over_{base}"] = round(
+                    statistics.median(runs[mine]) / statistics.median(runs[base]), 3)
     doc["target_ratio"] = 0.8 if name == "sessions" else 1.25
     return doc
 
@@ -277,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             if name == "aggregate":
                 recovery = {side: doc[name][side]["recovery_s"] for side in ("builtin", "rebalancer")}
                 recovery["ratio"] = doc[name]["recovery_ratio_rebalancer_over_builtin"]
+                recovery["from_files"] = {"rebalancer": doc[name]["rebalancer"]["recovery_from_files_s"],
+                                          "ratio": doc[name]["recovery_from_files_ratio_rebalancer_over_builtin"]}
                 if args.cold_restarts:
                     recovery["cold"] = {side: doc[name][side]["cold_recovery_s"] for side in ("builtin", "rebalancer")}
                     recovery["cold"]["ratio"] = doc[name]["cold_recovery_ratio_rebalancer_over_builtin"]
@@ -303,7 +319,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"; same sessions: {doc[name].get('same_sessions')}")
     if recovery:
         print(f"recovery after a restart (median of {args.restarts}): builtin {recovery['builtin']} s, "
-              f"rebalancer {recovery['rebalancer']} s (ratio {recovery['ratio']}, target <= 1.0)")
+              f"rebalancer {recovery['rebalancer']} s (ratio {recovery['ratio']}, target <= 1.0); reading the "
+              f"files, not the closed driver's memory: {recovery['from_files']['rebalancer']} s "
+              f"(ratio {recovery['from_files']['ratio']})")
         if "cold" in recovery:
             cold = recovery["cold"]
             print(f"cold recovery, a new process per restart (median of {args.cold_restarts}): builtin "

@@ -34,6 +34,9 @@ def test_the_aggregation_runs_on_both_sides_restarts_and_reports_its_ratios(spar
     assert doc["p50_ratio_rebalancer_over_builtin"] == pytest.approx(ours["p50_batch_s"] / builtin["p50_batch_s"],
                                                                      rel=1e-2)
     assert doc["recovery_ratio_rebalancer_over_builtin"] > 0 and doc["target_ratio"] == 1.25
+    # as many restarts of ours that read the files, not the closed driver's memory
+    assert len(ours["recovery_from_files_runs_s"]) == args.restarts and ours["recovery_from_files_s"] > 0
+    assert doc["recovery_from_files_ratio_rebalancer_over_builtin"] > 0
 
 
 def test_the_routing_benchmark_finds_its_facts_on_a_small_table(spark):

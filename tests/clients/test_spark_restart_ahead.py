@@ -21,8 +21,9 @@ AGGS = {"count": ("count", None), "total": ("sum", "v")}
 
 
 def _driver(spark, state_dir, **kw):
+    """Restarts read the files (``keep_s=0``: nothing is taken over from memory)."""
     return RebalancingDriver(spark, key="key", aggregations=AGGS, key_groups=8, partitions=2,
-                             durability=DurabilityConfig(state_dir=str(state_dir), **kw))
+                             durability=DurabilityConfig(state_dir=str(state_dir), **{"keep_s": 0, **kw}))
 
 
 def _frame(spark, seed):

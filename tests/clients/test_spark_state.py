@@ -45,8 +45,10 @@ def _state(driver):
 
 
 def _driver(spark, state_dir, output=None, **kw):
+    """A durable driver whose restarts read the stored files (``keep_s=0``: a close frees the state, which a restart in
+    this process would otherwise take over from memory — tests/clients/test_spark_handover.py)."""
     return RebalancingDriver(spark, key="key", aggregations=AGGS, key_groups=12, partitions=3, output=output,
-                             durability=DurabilityConfig(state_dir=str(state_dir), **kw))
+                             durability=DurabilityConfig(state_dir=str(state_dir), **{"keep_s": 0, **kw}))
 
 
 def _eq(got, exp):
@@ -341,7 +343,7 @@ def test_values_that_do_not_combine_in_their_type_and_nulls_merge_exactly_across
     def driver(aggregations):
         return RebalancingDriver(spark, key="key", aggregations=aggregations, key_groups=12, partitions=3,
                                  durability=DurabilityConfig(state_dir=str(tmp_path / str(len(aggregations))),
-                                                             snapshot_every=3))
+                                                             snapshot_every=3, keep_s=0))
 
     every = spark.createDataFrame([r for f in frames for r in f], schema)
     for kept in (["n", "total", "low"], list(aggs)):   # every value combines in its type; a string maximum too
@@ -375,7 +377,7 @@ def test_a_decimal_sum_keeps_its_type_across_batches_and_restarts(spark, tmp_pat
               for _ in range(5)]
     for run in ((0, 1, 2), (3,), (4,)):
         d = RebalancingDriver(spark, key="key", aggregations={"total": ("sum", "v")}, key_groups=8, partitions=2,
-                              durability=DurabilityConfig(state_dir=str(tmp_path / "st"), snapshot_every=2))
+                              durability=DurabilityConfig(state_dir=str(tmp_path / "st"), snapshot_every=2, keep_s=0))
         for b in run:
             d.process(spark.createDataFrame(frames[b], schema), b)
         frame = d.state_frame()

@@ -13,7 +13,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from rebalancer_client import RebalancerClient
@@ -95,6 +95,10 @@ class DurabilityConfig:
             — a new JVM, whose query start takes seconds; in a JVM that has run one the query starts in a fraction
             of a second and the job only competes with it (measured: 6–9 % slower warm restarts with it, 2–6 %
             faster restarts in a new process). ``True``/``False``: always/never.
+        keep_s: a clean ``close()`` keeps the committed state in executor memory this many seconds for the next
+            driver of the process on the same state directory, which takes it over instead of reading the files
+            (local recovery, like Flink's ``state.backend.local-recovery``; :mod:`rebalancer_client.spark.handover`).
+            0: the blocks are freed at close.
         on_event: test hook ``f(point, version)`` of the store (see :class:`~rebalancer_client.spark.store.StateStore`).
     """
 
@@ -104,6 +108,7 @@ class DurabilityConfig:
     retain_versions: int = 100
     snapshot_on_close: bool = True
     read_ahead: bool | None = None
+    keep_s: float = 60.0
     on_event: Callable[[str, int], None] | None = None
 
     def __post_init__(self) -> None:
@@ -111,6 +116,8 @@ class DurabilityConfig:
             raise ValueError(f"snapshot_on_close must be True or False, not {self.snapshot_on_close!r}")
         if self.read_ahead is not None and not isinstance(self.read_ahead, bool):
             raise ValueError(f"read_ahead must be None, True or False, not {self.read_ahead!r}")
+        if isinstance(self.keep_s, bool) or not isinstance(self.keep_s, (int, float)) or not self.keep_s >= 0:
+            raise ValueError(f"keep_s must be a number of seconds >= 0, not {self.keep_s!r}")
 
     @property
     def root(self) -> str | None:
@@ -124,7 +131,5 @@ class DurabilityConfig:
     def under(self, name: str) -> DurabilityConfig:
         """The same settings for a sub-directory ``<root>/<name>`` (a stage of an operator chain)."""
         root = self.root
-        return DurabilityConfig(state_dir=None if root is None else f"{root.rstrip('/')}/{name}",
-                                snapshot_every=self.snapshot_every, retain_versions=self.retain_versions,
-                                snapshot_on_close=self.snapshot_on_close, read_ahead=self.read_ahead,
-                                on_event=self.on_event)
+        return replace(self, checkpoint_location=None,
+                       state_dir=None if root is None else f"{root.rstrip('/')}/{name}")

@@ -135,6 +135,7 @@ class RebalancingDriver(Durable, LinkOwner):
                                                           snapshot_on_close=dur.snapshot_on_close,
                                                           on_event=dur.on_event)
         self.read_ahead = dur.read_ahead
+        self.keep_s = float(dur.keep_s)
         if self.store is None:
             log.info("no durability configured: the keyed state is not durable (lost on a driver restart)")
         self.pending: Target | None = None       # a routing for the next batch boundary
@@ -384,4 +385,5 @@ class RebalancingDriver(Durable, LinkOwner):
     def _release(self) -> None:
         self._await_ahead(closing=True)
         self._compact(self._write_tasks())
+        self._hand_over()
         self.state.unpersist()

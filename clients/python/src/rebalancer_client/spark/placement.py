@@ -257,6 +257,17 @@ class StateBase:
         self._replace(cp, lazy=lazy, checkpoint=False)
         return placed
 
+    def detach(self) -> DataFrame | None:
+        """The state DataFrame, which the caller now owns (its blocks are not freed here); the state is empty."""
+        self.release_previous()
+        df, self.df = self.df, None
+        return df
+
+    def adopt(self, df: DataFrame, routing: RoutingTable) -> None:
+        """Take ``df``, a state DataFrame :meth:`detach` gave up (placed under ``routing``), as the state."""
+        self.unpersist()
+        self.routing, self.session, self.df = routing, self.spark, df
+
     def release_previous(self) -> None:
         """Drop the states that a lazily checkpointed state was computed from (after the job that filled it)."""
         while self._previous:

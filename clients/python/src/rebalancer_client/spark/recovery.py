@@ -10,7 +10,8 @@ query starts, else by the first batch's job, whose merge keeps the newest stored
 aggregation (:meth:`rebalancer_client.spark.state.KeyedState.restore`). With another partition count
 and no controller to ask, the key groups are placed by the latest loads
 (:func:`rebalancer_client.spark.layout.rescaled`). The number of key groups is fixed for a state directory (like Flink's
-maximum parallelism).
+maximum parallelism). A restart in the process whose driver closed cleanly takes over the state that driver kept in
+executor memory instead of reading the files (:mod:`rebalancer_client.spark.handover`, ``DurabilityConfig.keep_s``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from rebalancer_client.spark import handover
 from rebalancer_client.spark.commit_record import Commit
 from rebalancer_client.spark.control import ControllerLink
 from rebalancer_client.spark.layout import node_list, rescaled
@@ -42,6 +44,7 @@ log = logging.getLogger("rebalancer.spark")
 class Durable:
     """Restart and replay of :class:`rebalancer_client.spark.driver.RebalancingDriver` (see the module docstring)."""
 
+    spark: Any
     store: StateStore | None
     state: KeyedState | FunctionState
     link: ControllerLink | None
@@ -61,6 +64,7 @@ class Durable:
     _ahead: threading.Thread | None = None
     _ahead_error: BaseException | None = None
     read_ahead: bool | None = None  # DurabilityConfig.read_ahead
+    keep_s: float = 0.0  # DurabilityConfig.keep_s
     #: a driver of this process has committed a batch (its JVM has compiled a query's code): see :meth:`_reads_ahead`
     process_ran_a_batch: ClassVar[bool] = False
     #: the version whose state ``state.df`` holds, once a batch of this driver committed it (None before, and while a
@@ -176,6 +180,8 @@ class Durable:
         if force:
             self.store._latest_read = False
             self._read_commit()
+        elif self._take_over():
+            return
         df, rec = self.store.load(dedup=False)
         if rec is None or df is None:
             if force:
@@ -188,6 +194,38 @@ class Durable:
         self.state_bytes.restored(rec.version, rec.extra.get("state_bytes"))
         log.info("state version %d (epoch %d) of %s planned in %.2f s, placed on %d partitions (epoch %d)",
                  rec.version, rec.epoch, self.store.root, time.perf_counter() - t0, self.n, self.epoch)
+
+    def _kept_as(self, rec: Commit) -> tuple[Any, ...]:
+        """What a state kept in memory for version ``rec`` must match to be this driver's (:mod:`handover`): the
+        commit record (its time and stored schema), the kind of state and its columns, the routing."""
+        return (rec.committed_at, rec.schema, type(self.state).__name__, tuple(self.state._state_columns()),
+                self.routing.n_partitions, tuple(self.routing.partition_of.tolist()))
+
+    def _take_over(self) -> bool:
+        """Take over the latest version's state that a closed driver of this process kept in executor memory
+        (:mod:`rebalancer_client.spark.handover`) instead of reading the files; False when there is none to take."""
+        assert self.store is not None
+        rec = self.store.latest()
+        df = None if rec is None else handover.take(self.store.root, rec.version, self._kept_as(rec),
+                                                     self.spark.sparkContext)
+        if rec is None or df is None:
+            return False
+        self.state.adopt(df, self.routing)
+        self.in_memory = rec.version
+        self.state_bytes.restored(rec.version, rec.extra.get("state_bytes"))
+        log.info("state version %d of %s taken over from the driver closed before (in memory)", rec.version,
+                 self.store.root)
+        return True
+
+    def _hand_over(self) -> None:
+        """A clean close: keep the state in executor memory for the next driver of the process on the same state
+        directory (``DurabilityConfig.keep_s``) when it is the latest committed version's."""
+        rec = None if self.store is None else self.store.latest()
+        if self.store is None or rec is None or self.keep_s <= 0 or self.in_memory != rec.version:
+            return
+        df = self.state.detach()
+        if df is not None:
+            handover.keep(self.store.root, rec.version, self._kept_as(rec), df, self.keep_s)
 
     def _compact(self, files: int) -> None:
         """A clean close: the latest version's state written whole as its snapshot (:meth:`StateStore.compact`) —
