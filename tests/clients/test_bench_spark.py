@@ -37,6 +37,9 @@ def test_the_aggregation_runs_on_both_sides_restarts_and_reports_its_ratios(spar
     # as many restarts of ours that read the files, not the closed driver's memory
     assert len(ours["recovery_from_files_runs_s"]) == args.restarts and ours["recovery_from_files_s"] > 0
     assert doc["recovery_from_files_ratio_rebalancer_over_builtin"] > 0
+    # one restart per side: the median of the restarts' ratios is that restart's ratio
+    assert doc["recovery_paired_ratio_rebalancer_over_builtin"] == pytest.approx(
+        ours["recovery_runs_s"][0] / builtin["recovery_runs_s"][0], rel=0.05)
 
 
 def test_the_routing_benchmark_finds_its_facts_on_a_small_table(spark):
