@@ -84,6 +84,30 @@ def test_a_restart_in_the_same_process_takes_over_the_state_the_closed_driver_ke
     d.close()
 
 
+def test_a_function_taken_over_without_start_keeps_its_watermark(spark, tmp_path):
+    """The function API's state besides its rows (the watermark) comes from the commit record also when the rows
+    are taken over, and without ``start()`` (the first batch recovers): a session the watermark has passed times out
+    in the first batch."""
+    from rebalancer_client.spark.recipes import sessions
+
+    def driver():
+        return RebalancingDriver(spark, key="key", function=sessions("key", "ts", 10.0), key_groups=8, partitions=2,
+                                 durability=DurabilityConfig(state_dir=str(tmp_path / "s")))
+
+    def batch(key, ts):
+        return spark.createDataFrame(pd.DataFrame({"key": [key], "ts": [ts]}))
+
+    d = driver()
+    d.process(batch("a", 0.0), 0)
+    d.process(batch("b", 50.0), 1)   # the next batch runs under the watermark 50: a's session (0 + 10 s) is over
+    d.close()
+    d = driver()
+    d.process(batch("c", 60.0), 2)
+    assert d.in_memory == 2
+    assert sorted(r["key"] for r in d.state_frame().collect()) == ["b", "c"]
+    d.close()
+
+
 def test_with_keep_s_0_the_close_frees_the_state_and_a_restart_reads_the_files(spark, tmp_path):
     _committed(spark, tmp_path / "s", keep_s=0)
     _drop_stored_rows(tmp_path / "s")

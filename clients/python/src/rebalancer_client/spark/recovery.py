@@ -210,6 +210,7 @@ class Durable:
                                                      self.spark.sparkContext)
         if rec is None or df is None:
             return False
+        self.state.restore_extra(rec.extra)  # (what the record keeps besides the rows: a function's watermark)
         self.state.adopt(df, self.routing)
         self.in_memory = rec.version
         self.state_bytes.restored(rec.version, rec.extra.get("state_bytes"))
