@@ -1,6 +1,6 @@
 """Durable keyed state side by side: Spark's own stateful aggregation against the integration.
 
-``python -m benchmarks.bench_spark_state [--quick] [--batches 24] [--rows 25000] [--restarts 5]
+``python -m benchmarks.bench_spark_state [--quick] [--batches 24] [--rows 25000] [--restarts 5] [--passes 2]
 [--output bench-results/spark_state.json]``
 
 Workloads on the same stream (file source, one Parquet file per micro-batch, ``local[2]``, 8 partitions, users
@@ -198,7 +198,7 @@ def _workload(spark, args, work: Path, client, name: str, z: float | None) -> di
                 raise
             doc[side] = {"error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:400]}"}
     ran = [side for side in sides if "error" not in doc[side]]
-    for side in reversed(ran):  # the second pass, in the reverse order (see both_passes)
+    for side in reversed(ran if args.passes == 2 else []):  # the second pass, in the reverse order (both_passes)
         print(f"{name}: {side} again ...", file=sys.stderr, flush=True)
         again = run_side(spark, side, work / f"src-{name}-{side}", work, client, f"{name}-{side}-again", workload)
         doc[side] = both_passes(doc[side], again)
@@ -286,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keys", type=positive_int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="8 batches of 10k records")
     ap.add_argument("--restarts", type=positive_int, default=5, help="restarts of each side (recovery: their median)")
+    ap.add_argument("--passes", type=int, choices=(1, 2), default=2,
+                    help="runs of each side: 2 = A B then B A (the batch p50 over both), 1 = A B")
     ap.add_argument("--cold-restarts", type=nonnegative_int, default=0,
                     help="more restarts per side, each in a new process and JVM (aggregate and uniform)")
     ap.add_argument("--output", default="bench-results/spark_state.json")
@@ -304,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict = {"config": {"batches": args.batches, "rows": args.rows, "keys": args.keys, "partitions": 8,
                             "key_groups": 120, "master": "local[2]", "algorithm": "albic-milp",
                             "budget": {"max_migrations": 12}, "window_batches": 2, "warmup_batches": 3,
-                            "restarts": args.restarts, "cold_restarts": args.cold_restarts}}
+                            "restarts": args.restarts, "cold_restarts": args.cold_restarts,
+                            "passes": args.passes}}
     try:
         recovery = {}
         for name, z in (("sessions", 1.1), ("aggregate", 1.1), ("uniform", None)):

@@ -19,13 +19,14 @@ def test_the_aggregation_runs_on_both_sides_restarts_and_reports_its_ratios(spar
     from benchmarks import bench_spark_state as bench
     from rebalancer_client import RebalancerClient
 
-    args = argparse.Namespace(batches=4, rows=400, keys=300, restarts=1, cold_restarts=0, controller_url=controller.url)
+    # one pass (each side runs once; two cost this test half again): the second is both_passes, tested below
+    args = argparse.Namespace(batches=4, rows=400, keys=300, restarts=1, cold_restarts=0, passes=1,
+                              controller_url=controller.url)
     with RebalancerClient(controller.url, timeout=10, retries=1) as client:
         doc = bench._workload(spark, args, tmp_path, client, "aggregate", 1.1)
     builtin, ours = doc["builtin"], doc["rebalancer"]
     for side in (builtin, ours):
         assert side["batches"] == args.batches and len(side["batch_s"]) == args.batches  # one per file
-        assert len(side["batch_s_again"]) == args.batches and len(side["runs_p50_batch_s"]) == 2  # two passes
         assert 0 < side["p50_batch_s"] <= side["p95_batch_s"]
         assert side["spark_jobs_per_batch"] >= 1 and side["bytes_written_per_batch"] > 0
         assert len(side["recovery_runs_s"]) == args.restarts and side["recovery_s"] > 0
