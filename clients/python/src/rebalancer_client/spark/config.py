@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -116,8 +117,9 @@ class DurabilityConfig:
             raise ValueError(f"snapshot_on_close must be True or False, not {self.snapshot_on_close!r}")
         if self.read_ahead is not None and not isinstance(self.read_ahead, bool):
             raise ValueError(f"read_ahead must be None, True or False, not {self.read_ahead!r}")
-        if isinstance(self.keep_s, bool) or not isinstance(self.keep_s, (int, float)) or not self.keep_s >= 0:
-            raise ValueError(f"keep_s must be a number of seconds >= 0, not {self.keep_s!r}")
+        seconds = self.keep_s
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < math.inf:
+            raise ValueError(f"keep_s must be a finite number of seconds >= 0, not {self.keep_s!r}")
 
     @property
     def root(self) -> str | None:

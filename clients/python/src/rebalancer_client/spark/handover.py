@@ -46,7 +46,7 @@ def keep(root: str, version: int, what: Hashable, df: DataFrame, seconds: float)
     """Keep ``df`` (the committed state of ``version`` in the store at ``root``, a local checkpoint) for
     ``seconds``; it replaces (and frees) what was kept for ``root``. ``what``: everything the next driver's state must
     have for the rows to be its own (routing, keys, columns)."""
-    timer = threading.Timer(seconds, _expire, args=(root, df))
+    timer = threading.Timer(min(seconds, threading.TIMEOUT_MAX), _expire, args=(root, df))
     timer.daemon = True
     kept = _Kept(int(version), what, df.sparkSession.sparkContext, df, timer)
     with _lock:
