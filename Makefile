@@ -28,7 +28,7 @@ run: $(VENV)/.installed-base
 
 # The tests start hundreds of Python processes (servers, solver workers, CLI runs, Spark's Python workers): each
 # reads this tree's modules compiled once (PYTHONDONTWRITEBYTECODE, set in some environments, would have every process
-# compile them again). Two test processes per core (tests/conftest.py).
+# compile them again). One test process per core and one more (tests/conftest.py).
 TEST_ENV := PYTHONDONTWRITEBYTECODE=
 SOURCES := api cli controller solvers evaluation benchmarks clients/python/src tests
 
