@@ -102,3 +102,17 @@ def test_records_and_markers_are_listed_under_a_directory_whose_name_looks_like_
     d.process(spark.createDataFrame(frames[3]), 3)
     st._eq(st._state(d), st._expected(frames))
     d.close()
+
+
+def test_a_state_directory_whose_name_has_glob_characters_is_read_as_named(spark, tmp_path):
+    """Spark's reader globs the paths it is given: the store escapes them. Unescaped, ``job[1]{a,b}*`` was no
+    directory of its own to the reader but a pattern matching its sibling ``job1a-other``, whose state a restart read
+    instead of its own."""
+    frames, other = st._batches(n=3, seed=27), st._batches(n=2, seed=28)
+    root = tmp_path / "job[1]{a,b}*"
+    _run(spark, tmp_path / "job1a-other", other).close()               # same versions, other rows
+    _run(spark, root, frames[:2]).close()
+    d = st._driver(spark, root)
+    d.process(spark.createDataFrame(frames[2]), 2)
+    st._eq(st._state(d), st._expected(frames))
+    d.close()

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -60,6 +61,8 @@ log = logging.getLogger("rebalancer.spark")
 
 VERSION_COL = "_rb_v"
 _W = 20  # digits of a version in names (sorts as text)
+#: the characters Hadoop's path globbing gives a meaning (``SparkHadoopUtil.isGlobPath``)
+_GLOB = re.compile(r"([\\{}\[\]*?])")
 
 
 class StateStore:
@@ -313,7 +316,7 @@ class StateStore:
     def _parquet(self, path: str | list[str], schema: str | None) -> DataFrame:
         """The Parquet files at ``path`` (one or more), with the stored schema ``schema`` (JSON) when a record gives
         one."""
-        paths = [path] if isinstance(path, str) else path
+        paths = [_literal(p) for p in ([path] if isinstance(path, str) else path)]
         if schema is None:
             return self.spark.read.parquet(*paths)
         from pyspark.sql.types import StructType
@@ -381,3 +384,10 @@ class StateStore:
 def _stored(columns: Sequence[str]) -> list[str]:
     """The columns files hold: ``columns`` without ``_rb_v`` (a first-release record lists it; see **Rows**)."""
     return [c for c in columns if c != VERSION_COL]
+
+
+def _literal(path: str) -> str:
+    """``path`` as a literal path for Spark's reader, which globs every path it is given: the glob characters
+    escaped. A state directory named ``job[1]`` or ``a{b,c}`` was otherwise not found, and one named ``state*`` read
+    the files of every directory the pattern matched."""
+    return _GLOB.sub(r"\\\1", path)
