@@ -50,10 +50,12 @@ def pytest_collection_modifyitems(config: object, items: list[Any]) -> None:
     each module's tests together, in collection order (module fixtures are set up once): with several processes, a
     long test that starts last is the suite's tail.
 
-    pytest-xdist hands each process a first run of consecutive tests (a sixteenth of the suite with 4 processes):
-    with the ``spark`` modules right after the first few tests they all went to one process, which ran them one
-    after the other for 3 minutes after the others had finished (``make test`` 9:20, the machine 89 % busy); with
-    the ``slow`` ones between, two processes share them (8:21, 98 % busy; two Spark JVMs instead of one or four)."""
+    pytest-xdist hands each process a first run of consecutive tests (a quarter of the suite divided by the number
+    of processes): with the ``spark`` modules right after the first few tests they all went to one process, which
+    ran them one after the other for 3 minutes after the others had finished (``make test`` 9:20, the machine 89 %
+    busy); with the ``slow`` ones between, two processes share them (8:21, 98 % busy; two Spark JVMs instead of one
+    or four). With 3 processes on 2 cores, the first two run their first runs to the end (the slow modules) while
+    the third runs every other test and ends ~2 minutes before them, leaving the last ~30 s to one process."""
     rank: dict[str, int] = {}
     for item in items:
         path = item.nodeid.split("::")[0]
