@@ -24,7 +24,11 @@ def _describe(pids: list[int]) -> list[str]:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "kill-9"])
 def test_no_child_outlives_the_server(tmp_path: Path, sig: signal.Signals) -> None:
-    srv = Serve(tmp_path)
+    """Nothing of the server's processes is left; after SIGTERM (a stop that was asked for) nothing of its files
+    either — multiprocessing's ``pymp-*`` folder of the forkserver's socket is removed at exit — and the status is 0."""
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir()
+    srv = Serve(tmp_path, env={"TMPDIR": str(scratch)})
     kids: list[int] = []
     try:
         srv.wait_healthy()
@@ -35,14 +39,17 @@ def test_no_child_outlives_the_server(tmp_path: Path, sig: signal.Signals) -> No
                                                                                       "load": 1}]},
                    "algorithm": "flux"}
             assert c.post("/v1/plans", json=doc).status_code == 200
+        assert list(scratch.iterdir()), "the forkserver's socket is expected under TMPDIR"
         srv.proc.send_signal(sig)
-        srv.proc.wait(timeout=30)
+        status = srv.proc.wait(timeout=30)
         left = wait_gone(kids, timeout=10)
         assert not left, _describe(left)
         log = srv.text()
         assert "leaked semaphore" not in log, log[-2000:]
         if sig == signal.SIGTERM:
             assert "Traceback" not in log, log[-3000:]
+            assert status == 0, (status, log[-2000:])
+            assert not list(scratch.iterdir()), [p.name for p in scratch.rglob("*")]
     finally:
         srv.cleanup(kids)
 
