@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from benchmarks.api_load import Conn, Request, closed_loop, open_loop
-from benchmarks.harness import Bench
+from benchmarks.harness import Bench, scratch
 from tests.helpers.server import ServerProcess
 
 R = TypeVar("R")
@@ -176,25 +175,25 @@ def main(argv: list[str] | None = None) -> int:
     args = bench.parse(argv)
     secs = args.seconds or (5.0 if args.quick else 15.0)
     soak = args.soak_seconds if args.soak_seconds is not None else (15.0 if args.quick else 60.0)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-api-"))
-    database = args.database or f"sqlite:///{tmp}/bench.db"
-    server = ServerProcess(database, settings={"solver_workers": args.workers}, test_settings=False,
-                           log_path=tmp / "server.log")
-    bench.log(f"starting server on {server.url} ({database}); log {tmp}/server.log")
-    server.start()
-    bench.result["config"] = {"clients": args.clients, "key_groups_per_post": args.key_groups,
-                              "stats_form": args.stats_form, "phase_seconds": secs, "open_loop_rate": args.rate,
-                              "soak_seconds": soak, "soak_rate": args.soak_rate,
-                              "database": "sqlite" if database.startswith("sqlite") else database.split(":")[0],
-                              "solver_workers": args.workers}
-    try:
-        wait_workers(server, args.workers)
-        wl = StatsWorkload(make_jobs(server.port, args.clients, args.key_groups, nodes=20),
-                           stats_bodies(args.key_groups, variants=8, form=args.stats_form), first_batch=1)
-        throughput(bench, server, args, secs, wl)
-        soak_phase(bench, server, args, soak, wl)
-    finally:
-        server.stop()
+    with scratch("bench-api-", bench.log) as tmp:
+        database = args.database or f"sqlite:///{tmp}/bench.db"
+        server = ServerProcess(database, settings={"solver_workers": args.workers}, test_settings=False,
+                               log_path=tmp / "server.log")
+        bench.log(f"starting server on {server.url} ({database}); log {tmp}/server.log")
+        server.start()
+        bench.result["config"] = {"clients": args.clients, "key_groups_per_post": args.key_groups,
+                                  "stats_form": args.stats_form, "phase_seconds": secs, "open_loop_rate": args.rate,
+                                  "soak_seconds": soak, "soak_rate": args.soak_rate,
+                                  "database": "sqlite" if database.startswith("sqlite") else database.split(":")[0],
+                                  "solver_workers": args.workers}
+        try:
+            wait_workers(server, args.workers)
+            wl = StatsWorkload(make_jobs(server.port, args.clients, args.key_groups, nodes=20),
+                               stats_bodies(args.key_groups, variants=8, form=args.stats_form), first_batch=1)
+            throughput(bench, server, args, secs, wl)
+            soak_phase(bench, server, args, soak, wl)
+        finally:
+            server.stop()
     targets(bench, args, soak)
     return bench.finish()
 

@@ -23,7 +23,6 @@ import os
 import random
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from contextlib import nullcontext
@@ -34,7 +33,7 @@ import httpx
 import numpy as np
 
 from benchmarks.failover_faults import Proxies, postgres
-from benchmarks.harness import Bench
+from benchmarks.harness import Bench, scratch
 from tests.helpers.server import HOST, ServerProcess, free_port
 
 SCENARIOS = ("kill9", "sigstop", "cut")
@@ -290,21 +289,21 @@ def main(argv: list[str] | None = None) -> int:
     n_trials = args.trials or (2 if args.quick else 20)
     scenarios = [s for s in args.scenarios.split(",") if s]
     rng = random.Random(args.seed)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-failover-"))
-    lease = {"lease_ttl_s": args.lease_ttl, "lease_renew_s": args.lease_renew}
-    bench.result["config"] = {"replicas": args.replicas, "trials_per_scenario": n_trials, "scenarios": scenarios,
-                              **lease, "client": {"timeout_s": 1.0, "connect_timeout_s": 0.5}, "logs": str(tmp)}
-    trials: list[dict[str, Any]] = []
-    with nullcontext(args.database) if args.database else postgres(tmp) as database:
-        cluster = Cluster(database, args.replicas, tmp, lease)
-        bench.log(f"{args.replicas} replicas on {database} (logs in {tmp})")
-        try:
-            cluster.start()
-            for sc in scenarios:
-                for k in range(n_trials):
-                    trials.append(trial(cluster, sc, k, rng, bench.log))
-        finally:
-            cluster.stop()
+    with scratch("bench-failover-", bench.log) as tmp:
+        lease = {"lease_ttl_s": args.lease_ttl, "lease_renew_s": args.lease_renew}
+        bench.result["config"] = {"replicas": args.replicas, "trials_per_scenario": n_trials, "scenarios": scenarios,
+                                  **lease, "client": {"timeout_s": 1.0, "connect_timeout_s": 0.5}}
+        trials: list[dict[str, Any]] = []
+        with nullcontext(args.database) if args.database else postgres(tmp) as database:
+            cluster = Cluster(database, args.replicas, tmp, lease)
+            bench.log(f"{args.replicas} replicas on {database} (logs in {tmp})")
+            try:
+                cluster.start()
+                for sc in scenarios:
+                    for k in range(n_trials):
+                        trials.append(trial(cluster, sc, k, rng, bench.log))
+            finally:
+                cluster.stop()
     bench.result["trials"] = trials
     for sc in scenarios:
         s = summary([t for t in trials if t["scenario"] == sc])

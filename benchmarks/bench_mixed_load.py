@@ -30,7 +30,6 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,7 +47,7 @@ from benchmarks.bench_api import (
     stats_bodies,
     wait_workers,
 )
-from benchmarks.harness import Bench
+from benchmarks.harness import Bench, scratch
 from tests.helpers.server import ServerProcess, free_port
 
 HEALTHZ_P99_MS = 50.0
@@ -230,33 +229,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scale", type=int, default=None, help="divide the big bodies' sizes by this (default 1, quick 5)")
     args = bench.parse(argv)
     args.seconds = args.seconds or (8.0 if args.quick else 20.0)
-    tmp = Path(tempfile.mkdtemp(prefix="bench-mixed-"))
-    srv = ServerProcess(f"sqlite:///{tmp}/bench.db", settings={"solver_workers": args.workers, "request_wait_s": 300},
-                        test_settings=False, log_path=tmp / "server.log")
-    bench.log(f"server {srv.url}, log {tmp}/server.log")
-    srv.start()
-    bare = BareServer()
-    try:
-        wait_workers(srv, args.workers)
-        httpx.get(srv.url + "/v1/jobs", timeout=120)  # the first request builds the routes' state
-        wl = StatsWorkload(make_jobs(srv.port, args.clients, args.key_groups, nodes=20),
-                           stats_bodies(args.key_groups, variants=8), first_batch=1)
-        heavy = heavy_requests(srv.url, args, bench.log, tmp)
-        pool = senders(len(heavy))
-        bench.log(f"baseline: {args.rate:.0f} stats/s + {args.probe_rate:.0f} healthz/s for {args.seconds:.0f} s")
-        base = asyncio.run(phase(srv, args, wl, {}, bare_port=bare.port))
-        bench.log(f"  stats p99 {base['stats']['p99_ms']} ms, healthz p99 {base['healthz']['p99_ms']} ms, bare "
-                  f"server p99 {base['bare']['p99_ms']} ms; server event-loop lag {base['event_loop_lag']}")
-        bench.log(f"mixed: the same load around {', '.join(heavy)}")
-        mixed = asyncio.run(phase(srv, args, wl, heavy, pool, bare_port=bare.port))
-        pool.shutdown()
-        bench.log(f"  stats p99 {mixed['stats']['p99_ms']} ms, healthz p99 {mixed['healthz']['p99_ms']} ms, bare "
-                  f"server p99 {mixed['bare']['p99_ms']} ms; server "
-                  f"event-loop lag {mixed['event_loop_lag']}; heavy "
-                  + ", ".join(f"{k} {v['status']} in {v['seconds']} s" for k, v in mixed["heavy"].items()))
-    finally:
-        srv.stop()
-        bare.stop()
+    with scratch("bench-mixed-", bench.log) as tmp:
+        srv = ServerProcess(f"sqlite:///{tmp}/bench.db",
+                            settings={"solver_workers": args.workers, "request_wait_s": 300},
+                            test_settings=False, log_path=tmp / "server.log")
+        bench.log(f"server {srv.url}, log {tmp}/server.log")
+        srv.start()
+        bare = BareServer()
+        try:
+            wait_workers(srv, args.workers)
+            httpx.get(srv.url + "/v1/jobs", timeout=120)  # the first request builds the routes' state
+            wl = StatsWorkload(make_jobs(srv.port, args.clients, args.key_groups, nodes=20),
+                               stats_bodies(args.key_groups, variants=8), first_batch=1)
+            heavy = heavy_requests(srv.url, args, bench.log, tmp)
+            pool = senders(len(heavy))
+            bench.log(f"baseline: {args.rate:.0f} stats/s + {args.probe_rate:.0f} healthz/s for {args.seconds:.0f} s")
+            base = asyncio.run(phase(srv, args, wl, {}, bare_port=bare.port))
+            bench.log(f"  stats p99 {base['stats']['p99_ms']} ms, healthz p99 {base['healthz']['p99_ms']} ms, bare "
+                      f"server p99 {base['bare']['p99_ms']} ms; server event-loop lag {base['event_loop_lag']}")
+            bench.log(f"mixed: the same load around {', '.join(heavy)}")
+            mixed = asyncio.run(phase(srv, args, wl, heavy, pool, bare_port=bare.port))
+            pool.shutdown()
+            bench.log(f"  stats p99 {mixed['stats']['p99_ms']} ms, healthz p99 {mixed['healthz']['p99_ms']} ms, bare "
+                      f"server p99 {mixed['bare']['p99_ms']} ms; server "
+                      f"event-loop lag {mixed['event_loop_lag']}; heavy "
+                      + ", ".join(f"{k} {v['status']} in {v['seconds']} s" for k, v in mixed["heavy"].items()))
+        finally:
+            srv.stop()
+            bare.stop()
     report(bench, args, base, mixed)
     return bench.finish()
 

@@ -29,11 +29,11 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.harness import scratch
 from benchmarks.spark_demo import start_controller, zipf_batches
 
 AGGS = {"count": ("count", None), "total": ("sum", "v")}
@@ -238,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.batches, args.rows = min(args.batches, 3), min(args.rows, 12_000)
     t_start = time.perf_counter()
-    doc = document(args, measure(args, Path(tempfile.mkdtemp(prefix="bench-spark-scale-"))),
-                   time.perf_counter() - t_start)
+    with scratch("bench-spark-scale-") as work:
+        doc = document(args, measure(args, work), time.perf_counter() - t_start)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")

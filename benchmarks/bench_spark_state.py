@@ -39,12 +39,12 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness import scratch
 from benchmarks.spark_demo import start_controller
 from benchmarks.spark_state_cold import cold_restarts, session
 from benchmarks.spark_state_sessions import GAP_S, SESSION_COLS, sessions_query
@@ -298,39 +298,40 @@ def main(argv: list[str] | None = None) -> int:
         args.batches, args.rows = min(args.batches, 8), min(args.rows, 10_000)
     from rebalancer_client import RebalancerClient
 
-    work = Path(tempfile.mkdtemp(prefix="bench-spark-state-"))
-    proc = start_controller(work / "rebalancer.db")
-    url = args.controller_url = proc.url
-    spark = session()
-    client = RebalancerClient(url, timeout=10, retries=1)
-    doc: dict = {"config": {"batches": args.batches, "rows": args.rows, "keys": args.keys, "partitions": 8,
-                            "key_groups": 120, "master": "local[2]", "algorithm": "albic-milp",
-                            "budget": {"max_migrations": 12}, "window_batches": 2, "warmup_batches": 3,
-                            "restarts": args.restarts, "cold_restarts": args.cold_restarts,
-                            "passes": args.passes}}
-    try:
-        recovery = {}
-        for name, z in (("sessions", 1.1), ("aggregate", 1.1), ("uniform", None)):
-            if name not in args.only:
-                continue
-            doc[name] = _workload(spark, args, work, client, name, z)
-            if name == "aggregate":
-                recovery = {side: doc[name][side]["recovery_s"] for side in ("builtin", "rebalancer")}
-                recovery["ratio"] = doc[name]["recovery_ratio_rebalancer_over_builtin"]
-                recovery["paired_ratio"] = doc[name]["recovery_paired_ratio_rebalancer_over_builtin"]
-                files = "recovery_from_files_{}ratio_rebalancer_over_builtin"
-                recovery["from_files"] = {"rebalancer": doc[name]["rebalancer"]["recovery_from_files_s"],
-                                          "ratio": doc[name][files.format("")],
-                                          "paired_ratio": doc[name][files.format("paired_")]}
-                if args.cold_restarts:
-                    recovery["cold"] = {side: doc[name][side]["cold_recovery_s"] for side in ("builtin", "rebalancer")}
-                    recovery["cold"]["ratio"] = doc[name]["cold_recovery_ratio_rebalancer_over_builtin"]
-        if "sessions" in args.only:
-            doc["sessions"]["same_sessions"] = check_sessions(spark, work, client)
-        doc["recovery_s"] = recovery
-    finally:
-        spark.stop()
-        proc.stop()
+    with scratch("bench-spark-state-") as work:
+        proc = start_controller(work / "rebalancer.db")
+        url = args.controller_url = proc.url
+        spark = session()
+        client = RebalancerClient(url, timeout=10, retries=1)
+        doc: dict = {"config": {"batches": args.batches, "rows": args.rows, "keys": args.keys, "partitions": 8,
+                                "key_groups": 120, "master": "local[2]", "algorithm": "albic-milp",
+                                "budget": {"max_migrations": 12}, "window_batches": 2, "warmup_batches": 3,
+                                "restarts": args.restarts, "cold_restarts": args.cold_restarts,
+                                "passes": args.passes}}
+        try:
+            recovery = {}
+            for name, z in (("sessions", 1.1), ("aggregate", 1.1), ("uniform", None)):
+                if name not in args.only:
+                    continue
+                doc[name] = _workload(spark, args, work, client, name, z)
+                if name == "aggregate":
+                    recovery = {side: doc[name][side]["recovery_s"] for side in ("builtin", "rebalancer")}
+                    recovery["ratio"] = doc[name]["recovery_ratio_rebalancer_over_builtin"]
+                    recovery["paired_ratio"] = doc[name]["recovery_paired_ratio_rebalancer_over_builtin"]
+                    files = "recovery_from_files_{}ratio_rebalancer_over_builtin"
+                    recovery["from_files"] = {"rebalancer": doc[name]["rebalancer"]["recovery_from_files_s"],
+                                              "ratio": doc[name][files.format("")],
+                                              "paired_ratio": doc[name][files.format("paired_")]}
+                    if args.cold_restarts:
+                        recovery["cold"] = {side: doc[name][side]["cold_recovery_s"]
+                                            for side in ("builtin", "rebalancer")}
+                        recovery["cold"]["ratio"] = doc[name]["cold_recovery_ratio_rebalancer_over_builtin"]
+            if "sessions" in args.only:
+                doc["sessions"]["same_sessions"] = check_sessions(spark, work, client)
+            doc["recovery_s"] = recovery
+        finally:
+            spark.stop()
+            proc.stop()
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1))

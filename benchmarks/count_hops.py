@@ -104,8 +104,8 @@ def main(root: str, mode: str) -> None:
     from rebalancer_client import RebalancerClient
     from tests.helpers.server import InProcessServer
 
-    db = os.path.join(tempfile.mkdtemp(), "hops.db")
-    with InProcessServer(database_url=f"sqlite:///{db}", max_time_limit_s=1.0).start() as srv:
+    with tempfile.TemporaryDirectory() as tmp, InProcessServer(database_url=f"sqlite:///{tmp}/hops.db",
+                                                              max_time_limit_s=1.0).start() as srv:
         rc = RebalancerClient(srv.url, transport=srv.transport(), timeout=60)
         lam = np.full(KEY_GROUPS, 208.0)
         lam[:15] *= 3

@@ -24,13 +24,13 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import scratch
 from tests.helpers.server import ServerProcess
 
 
@@ -226,56 +226,56 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="rebalancer-demo-"))
-    proc = None
-    t_start = time.perf_counter()
-    try:
-        if args.controller:
-            url = args.controller
-        else:
-            say("starting the controller ...")
-            proc = start_controller(tmp / "rebalancer.db", args.port)
-            url = proc.url
-        say(f"controller at {url}; writing {args.batches} batches of {args.rows} Zipf(z={args.zipf}) records ...")
-        src = tmp / "events"
-        src.mkdir()
-        zipf_batches(src, batches=args.batches, rows=args.rows, keys=args.keys, z=args.zipf)
+    with scratch("rebalancer-demo-") as tmp:
+        proc = None
+        t_start = time.perf_counter()
+        try:
+            if args.controller:
+                url = args.controller
+            else:
+                say("starting the controller ...")
+                proc = start_controller(tmp / "rebalancer.db", args.port)
+                url = proc.url
+            say(f"controller at {url}; writing {args.batches} batches of {args.rows} Zipf(z={args.zipf}) records ...")
+            src = tmp / "events"
+            src.mkdir()
+            zipf_batches(src, batches=args.batches, rows=args.rows, keys=args.keys, z=args.zipf)
 
-        spark = spark_session(args.partitions)
-        client = RebalancerClient(url, timeout=max(5.0, 3 * args.time_limit), retries=2, backoff=0.1)
-        budget = {"max_migrations": args.max_migrations, "max_migration_bytes": args.max_migration_bytes}
-        driver, state_ok = run_driver(args, spark, client, budget, src, tmp / "checkpoint")
+            spark = spark_session(args.partitions)
+            client = RebalancerClient(url, timeout=max(5.0, 3 * args.time_limit), retries=2, backoff=0.1)
+            budget = {"max_migrations": args.max_migrations, "max_migration_bytes": args.max_migration_bytes}
+            driver, state_ok = run_driver(args, spark, client, budget, src, tmp / "checkpoint")
 
-        overhead = None
-        if not args.skip_overhead:
-            say(f"routing overhead on a uniform stream ({args.overhead_rows} records) ...")
-            overhead = measure_overhead(spark, rows=args.overhead_rows, partitions=args.partitions,
-                                        key_groups=args.key_groups, repeats=3 if args.quick else 7, log=say)
+            overhead = None
+            if not args.skip_overhead:
+                say(f"routing overhead on a uniform stream ({args.overhead_rows} records) ...")
+                overhead = measure_overhead(spark, rows=args.overhead_rows, partitions=args.partitions,
+                                            key_groups=args.key_groups, repeats=3 if args.quick else 7, log=say)
 
-        doc = summarise(args, driver.reports, budget=budget, overhead=overhead, state_ok=state_ok,
-                        fallback_merges=driver.state.fallback_merges, seconds=time.perf_counter() - t_start)
-        within, tail = doc["summary"]["every_round_within_budget"], doc["summary"]["converged_over_last_batches"]
-        out.write_text(json.dumps(doc, indent=2) + "\n")
-        png = out.with_suffix(".png")
-        plot(doc, png)
-        s = doc["summary"]
-        print(f"\nafter convergence (mean of the last {tail} batches): hash {s['hash_max_over_mean']:.3f}, "
-              f"rebalanced {s['rebalanced_max_over_mean']:.3f}; migrations {s['total_migrations']} "
-              f"({s['total_moved_bytes']} state bytes), every round within budget: {within}; "
-              f"state equals input: {state_ok}")
-        if overhead is not None:
-            print(f"routing overhead vs plain hash repartitioning (uniform stream, {overhead['rows']} records, "
-                  f"median of {overhead['repeats']} paired runs): {100 * overhead['routing_overhead']:+.1f}% "
-                  f"(median times: hash {overhead['seconds']['hash']:.2f}s, routed "
-                  f"{overhead['seconds']['routed']:.2f}s; fastest runs: "
-                  f"{100 * overhead['routing_overhead_min']:+.1f}%)")
-        print(f"wrote {out} and {png}")
-        driver.close()
-        spark.stop()
-        return 0
-    finally:
-        if proc is not None:
-            proc.stop()
+            doc = summarise(args, driver.reports, budget=budget, overhead=overhead, state_ok=state_ok,
+                            fallback_merges=driver.state.fallback_merges, seconds=time.perf_counter() - t_start)
+            within, tail = doc["summary"]["every_round_within_budget"], doc["summary"]["converged_over_last_batches"]
+            out.write_text(json.dumps(doc, indent=2) + "\n")
+            png = out.with_suffix(".png")
+            plot(doc, png)
+            s = doc["summary"]
+            print(f"\nafter convergence (mean of the last {tail} batches): hash {s['hash_max_over_mean']:.3f}, "
+                  f"rebalanced {s['rebalanced_max_over_mean']:.3f}; migrations {s['total_migrations']} "
+                  f"({s['total_moved_bytes']} state bytes), every round within budget: {within}; "
+                  f"state equals input: {state_ok}")
+            if overhead is not None:
+                print(f"routing overhead vs plain hash repartitioning (uniform stream, {overhead['rows']} records, "
+                      f"median of {overhead['repeats']} paired runs): {100 * overhead['routing_overhead']:+.1f}% "
+                      f"(median times: hash {overhead['seconds']['hash']:.2f}s, routed "
+                      f"{overhead['seconds']['routed']:.2f}s; fastest runs: "
+                      f"{100 * overhead['routing_overhead_min']:+.1f}%)")
+            print(f"wrote {out} and {png}")
+            driver.close()
+            spark.stop()
+            return 0
+        finally:
+            if proc is not None:
+                proc.stop()
 
 
 if __name__ == "__main__":

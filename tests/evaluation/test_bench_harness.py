@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 
 import pytest
 
@@ -13,7 +14,7 @@ pytest.importorskip("matplotlib")
 
 from benchmarks.bench_groupings import plot_dchoices  # noqa: E402
 from benchmarks.groupings_memory import plot_memory  # noqa: E402
-from benchmarks.harness import QUICK_NOTE, Bench, check_labelled, plot_positive, pyplot  # noqa: E402
+from benchmarks.harness import QUICK_NOTE, Bench, check_labelled, plot_positive, pyplot, scratch  # noqa: E402
 
 
 def _bench(tmp_path, *argv: str) -> Bench:
@@ -160,3 +161,18 @@ def test_bench_api_quick_run_against_a_real_server(tmp_path):
                                                    doc["soak"]["memory_growth"]]
     assert "mixed" not in doc  # the mixed-load phase is benchmarks.bench_mixed_load's
     assert (tmp_path / "api_soak.png").exists()
+
+
+def test_a_working_folder_is_removed_after_a_run_and_kept_after_a_failure(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    said: list[str] = []
+    with scratch("bench-x-", said.append) as work:
+        (work / "server.log").write_text("fine")
+    assert not work.exists() and not said
+    with pytest.raises(RuntimeError), scratch("bench-x-", said.append) as work:
+        (work / "server.log").write_text("what went wrong")
+        raise RuntimeError("the run failed")
+    assert (work / "server.log").read_text() == "what went wrong"
+    assert said == [f"the run failed; its working folder is kept: {work}"]
+    assert work.parent == tmp_path
