@@ -13,6 +13,8 @@ import atexit
 import multiprocessing.forkserver as mpfs
 import os
 import signal
+import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -64,6 +66,22 @@ _env_lock = threading.Lock()
 _stop_registered = False
 
 
+#: the longest path a Unix socket binds to (``sun_path``, its final NUL excluded)
+SUN_PATH_MAX = 103 if sys.platform == "darwin" else 107
+#: what multiprocessing adds to the temporary directory for the forkserver's socket
+_SOCKET_SUFFIX = len("/pymp-12345678/listener-12345678")
+
+
+def socket_tempdir() -> str | None:
+    """Where multiprocessing makes the folder of the forkserver's socket: the system's temporary directory (None:
+    its default) unless that path is too long for a Unix socket — the server would fail to start with "AF_UNIX path
+    too long" (measured with pytest-xdist's temporary folders as ``TMPDIR``) — then ``/tmp``, as Python 3.13 does."""
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) + _SOCKET_SUFFIX <= SUN_PATH_MAX or not os.access("/tmp", os.W_OK | os.X_OK):
+        return None
+    return "/tmp"
+
+
 def start_forkserver() -> None:
     """Start this process's forkserver (if it is not running). The kernel's parent-death signal follows the
     *thread* that started a process, so the forkserver binds itself to the server only when the main thread starts
@@ -77,10 +95,13 @@ def start_forkserver() -> None:
     on_main = threading.current_thread() is threading.main_thread()
     with _env_lock:
         os.environ[PDEATHSIG_ENV] = "1" if on_main else "0"
+        default_dir = tempfile.tempdir
+        tempfile.tempdir = socket_tempdir() or default_dir
         try:
             mpfs.ensure_running()
         finally:
             os.environ.pop(PDEATHSIG_ENV, None)
+            tempfile.tempdir = default_dir
         if not _stop_registered:
             atexit.register(stop_forkserver)
             _stop_registered = True
