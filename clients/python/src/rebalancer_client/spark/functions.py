@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from rebalancer_client.spark.jvm import joined, text_pieces
 from rebalancer_client.spark.placement import StateBase, no_adaptive
 from rebalancer_client.spark.routing import B_COL, KG_COL, ROUTE_COL, TOUCHED_COL, RoutingTable, key_group_column
 from rebalancer_client.spark.schemas import FORMAT_KEY, SCHEMAS_KEY, check_evolution, check_format
@@ -286,9 +287,9 @@ class FunctionState(StateBase):
         from pyspark.sql import functions as F
 
         is_stats = F.col(KIND_COL) == STATS
-        # one text "kg,records,bytes;…" (see KeyedState.batch_observation)
+        # one text "kg,records,bytes;…", in pieces (see KeyedState.batch_observation)
         stats = F.when(is_stats, F.concat_ws(",", F.col(KG_COL).cast("string"), F.col(DATA_COL)))
-        return [F.concat_ws(";", F.collect_list(stats)).alias("rows"),
+        return [text_pieces(F.concat_ws(";", F.collect_list(stats))).alias("rows"),
                 F.max(F.when(is_stats, F.col(ACT_COL))).alias("max_event"),
                 F.count(F.when(~is_stats, F.lit(1))).alias("keys")]
 
@@ -308,7 +309,7 @@ class FunctionState(StateBase):
     def statistics(self, observed: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, None]:
         n = np.zeros(self.routing.key_groups, dtype=np.int64)
         b = np.zeros(self.routing.key_groups, dtype=np.int64)
-        for text in (observed.get("rows") or "").split(";"):
+        for text in joined(observed.get("rows")).split(";"):
             if not text:
                 continue
             k, rn, rb = (int(x) for x in text.split(","))

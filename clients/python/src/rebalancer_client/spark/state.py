@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rebalancer_client.spark.exprs import shared
+from rebalancer_client.spark.jvm import joined, text_pieces
 from rebalancer_client.spark.merge_sql import MERGE, combinable, combined, kept
 from rebalancer_client.spark.partials import BatchPartials
 from rebalancer_client.spark.placement import (
@@ -122,9 +123,9 @@ class KeyedState(StateBase):
         bytes change)`` of each key the batch touched, as one text of comma-separated numbers (read without py4j's
         per-byte decoding of a pickled row, which cost ~0.15 s for 25,000 keys; each key's part is formatted in the
         tasks, so the driver's scheduler thread only joins the parts: formatting the numbers there when the job
-        ended cost ~30 ms a batch for 22,000 keys), and the number of keys — the batch
-        statistics, measured while the delta is written instead of in a job of their own (:meth:`statistics` sums
-        them per key group)."""
+        ended cost ~30 ms a batch for 22,000 keys) and read in pieces (:func:`~rebalancer_client.spark.jvm.text_pieces`:
+        one py4j answer of 32,000 characters took 44 ms), and the number of keys — the batch statistics, measured
+        while the delta is written instead of in a job of their own (:meth:`statistics` sums them per key group)."""
         from pyspark.sql import functions as F
 
         if "observation" not in self._exprs:  # built once per process (a JVM call per part)
@@ -132,7 +133,7 @@ class KeyedState(StateBase):
             parts = ", ".join(f"cast(coalesce({_q(c)}, 0) as string)" for c in columns)
             rows = f"array_join(collect_list(concat_ws(',', {parts})), ',')"  # "kg,n,b,d,kg,n,b,d,..."
             self._exprs["observation"] = shared(("observation", *columns), lambda: [
-                F.expr(rows).alias("rows"), F.expr("count(1)").alias("keys")])
+                text_pieces(F.expr(rows)).alias("rows"), F.expr("count(1)").alias("keys")])
         return self._exprs["observation"]
 
     def output_frame(self, df: DataFrame) -> DataFrame:
@@ -154,7 +155,7 @@ class KeyedState(StateBase):
         """(records, bytes, change of the state bytes or None) per key group, shape (G,) each, from
         :meth:`batch_observation`'s values."""
         # numpy's text parser: a third of the time of json.loads on 25,000 keys
-        rows = np.fromstring(observed.get("rows") or "", dtype=np.int64, sep=",").reshape(-1, 4)
+        rows = np.fromstring(joined(observed.get("rows")), dtype=np.int64, sep=",").reshape(-1, 4)
         G = self.routing.key_groups
         n, b, d = (np.bincount(rows[:, 0], weights=rows[:, i], minlength=G).astype(np.int64) for i in (1, 2, 3))
         return n, b, d

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from rebalancer_client.spark.commit_record import Commit
 from rebalancer_client.spark.exprs import shared
-from rebalancer_client.spark.jvm import hadoop_conf, jvm, names_in, observed_values
+from rebalancer_client.spark.jvm import hadoop_conf, jvm, names_in, observed_values, text_of
 from rebalancer_client.spark.stats import NamedColumns
 
 if TYPE_CHECKING:
@@ -138,14 +138,9 @@ class StateStore:
     def _read_text(self, p: str) -> str:
         stream = self._fs.open(self._path(p))
         try:
-            reader = self._jvm.java.io.BufferedReader(self._jvm.java.io.InputStreamReader(stream, "UTF-8"))
-            lines = []
-            while True:
-                line = reader.readLine()
-                if line is None:
-                    break
-                lines.append(line)
-            return "\n".join(lines)
+            text = self._jvm.java.io.StringWriter()
+            self._jvm.java.io.InputStreamReader(stream, "UTF-8").transferTo(text)
+            return text_of(text.getBuffer())  # in pieces: a record of many key groups is longer than one
         finally:
             stream.close()
 
