@@ -17,23 +17,43 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 ROOT = str(Path(__file__).resolve().parents[1])
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from tests.helpers import spark_cds  # noqa: E402 - needs ROOT on sys.path
+
 #: Every Spark JVM the tests start (the session's, the drivers started as subprocesses, ``rebalancer spark-stats``)
 #: compiles with C1 only and collects with the serial collector: the JVMs live for seconds to minutes and spend much
 #: of that in the JIT's C2 compiler and the parallel collector's threads. On 2 cores the suite used 1,406 core-seconds
 #: of CPU (98.9 % of the machine's) before and 992 after; ``tests/clients/test_spark_state.py`` alone 131 -> 76.
 #: A user's jobs keep the JVM's defaults (this only sets a default of the test processes' environment).
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+#: Once a class-data-sharing archive of the Spark JVM exists (:mod:`tests.helpers.spark_cds`, built by the first test
+#: process that runs a ``spark`` test), the JVMs started after it use it too.
+_OWN_JVM_OPTS = os.environ.get("SPARK_SUBMIT_OPTS", spark_cds.BASE_OPTS) == spark_cds.BASE_OPTS  # (xdist: inherited)
+os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_cds.BASE_OPTS)
+_cds_in_use = False
 
 _CLOCKLESS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 settings.register_profile("repeatable", derandomize=True, database=None, print_blob=True, **_CLOCKLESS)
 settings.register_profile("explore", print_blob=True, **_CLOCKLESS)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before a test's fixtures: the Spark JVMs of this process use the CDS archive once it exists; a ``spark``
+    test builds it when it is missing (unless another process is building it)."""
+    global _cds_in_use
+    if _cds_in_use or not _OWN_JVM_OPTS:
+        return
+    opts = spark_cds.jvm_options(build=item.get_closest_marker("spark") is not None)
+    if opts:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{spark_cds.BASE_OPTS} {opts}"
+        _cds_in_use = True
 
 
 def pytest_xdist_auto_num_workers(config: object) -> int:
