@@ -46,14 +46,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """Before a test's fixtures: the Spark JVMs of this process use the CDS archive once it exists; a ``spark``
-    test builds it when it is missing (unless another process is building it)."""
+    test waits for a build under way."""
     global _cds_in_use
     if _cds_in_use or not _OWN_JVM_OPTS:
         return
-    opts = spark_cds.jvm_options(build=item.get_closest_marker("spark") is not None)
+    opts = spark_cds.jvm_options(wait=item.get_closest_marker("spark") is not None)
     if opts:
         os.environ["SPARK_SUBMIT_OPTS"] = f"{spark_cds.BASE_OPTS} {opts}"
         _cds_in_use = True
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The tests to run are known (``-m`` applied): with Spark tests among them, the CDS archive is built in the
+    background if it is missing."""
+    if _OWN_JVM_OPTS and any(item.get_closest_marker("spark") for item in session.items):
+        spark_cds.start_build()
 
 
 def pytest_xdist_auto_num_workers(config: object) -> int:

@@ -7,11 +7,12 @@ before its first job. Java's dynamic CDS archive (JDK 13+, ``-XX:ArchiveClassesA
 small job with Parquet, a shuffle, a pandas UDF and a streaming query took 14-15 core-seconds in a new JVM and 8-9
 with the archive; the recovery and executor-loss tests (seven driver JVMs) 110 core-seconds and 77.
 
-The archive is built once per virtualenv (under ``sys.prefix``; ``make clean`` removes it) by the first test process
-that needs Spark, from a JVM that runs :func:`_exercise`, and used by the JVMs started after it. A JVM checks the
-archive itself and runs without it when it does not match (another JDK, other jars); a build that fails leaves no
-archive, and the tests run as before. A user's jobs are not concerned: this only sets a default of the test
-processes' environment.
+The archive is built once per virtualenv (under ``sys.prefix``; ``make clean`` removes it), in the background as soon
+as a test process has collected Spark tests (:func:`start_build`), from a JVM that runs :func:`_exercise`; a Spark
+test waits for a build under way (:func:`jvm_options`), and every JVM started after it uses the archive. A JVM
+checks the archive itself and runs without it when it does not match (another JDK, other jars); a build that fails
+leaves no archive (and a ``*.failed`` file saying why), and the tests run as before. A user's jobs are not
+concerned: this only sets a default of the test processes' environment.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import IO
 
 #: the flags of every test JVM (tests/conftest.py); the archive is keyed on them
 BASE_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -59,45 +62,86 @@ def _usable(path: Path, java: str) -> bool:
     return out.returncode == 0 and "sharing" in out.stderr
 
 
-def jvm_options(build: bool) -> str | None:
-    """The options that make a JVM use the archive; with ``build``, the archive is built first when missing and
-    no other process is building it (that process's JVMs then run without it). None: no archive to use."""
-    path, java = archive_path(), _java()
-    if path is None or java is None:
-        return None
-    use = f"-XX:SharedArchiveFile={path} {QUIET}"
-    if path.exists():
-        return use
-    failed = path.with_suffix(".failed")
-    if not build or failed.exists():
-        return None
+def _lock(path: Path) -> IO[str] | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = open(path.with_suffix(".lock"), "w")  # noqa: SIM115 - held until the build ends
+        return open(path.with_suffix(".lock"), "a")  # noqa: SIM115 - the caller holds it
     except OSError:
         return None
+
+
+def _building(path: Path) -> bool:
+    """A process holds the build's lock."""
+    lock = _lock(path)
+    if lock is None:
+        return False
     with lock:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return None
+            return True
+    return False
+
+
+_builder: subprocess.Popen[bytes] | None = None
+
+
+def start_build() -> None:
+    """Build the archive in the background (``python -m tests.helpers.spark_cds build``) unless it exists, a build
+    failed before (``*.failed`` beside it) or another process is building it. Called once the tests to run are
+    known, when they include Spark tests."""
+    global _builder
+    path = archive_path()
+    if path is None or path.exists() or path.with_suffix(".failed").exists() or _building(path):
+        return
+    _builder = subprocess.Popen([sys.executable, "-m", "tests.helpers.spark_cds", "build"], cwd=ROOT,
+                                env=dict(os.environ, PYTHONPATH=str(ROOT)), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def jvm_options(wait: bool) -> str | None:
+    """The options that make a JVM use the archive; None while there is none. With ``wait``, a build under way
+    (this process's or another's) is waited for first."""
+    path = archive_path()
+    if path is None:
+        return None
+    if wait and not path.exists():
+        if _builder is not None:
+            try:
+                _builder.wait(timeout=600)
+            except subprocess.TimeoutExpired:
+                return None
+        end = time.monotonic() + 600
+        while _building(path) and time.monotonic() < end:
+            time.sleep(0.2)
+    return f"-XX:SharedArchiveFile={path} {QUIET}" if path.exists() else None
+
+
+def _build() -> int:
+    """Run :func:`_exercise` in a JVM that writes the archive at its exit; check it; give it its name."""
+    path, java = archive_path(), _java()
+    lock = _lock(path) if path is not None else None
+    if path is None or java is None or lock is None:
+        return 1
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds the archive
         if path.exists():
-            return use
+            return 0
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        env = dict(os.environ, PYTHONPATH=str(ROOT), PYSPARK_PYTHON=sys.executable,
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
                    SPARK_SUBMIT_OPTS=f"{BASE_OPTS} -XX:ArchiveClassesAtExit={tmp} {QUIET}")
         try:
-            out = subprocess.run([sys.executable, "-m", "tests.helpers.spark_cds"], cwd=ROOT, env=env,
+            out = subprocess.run([sys.executable, "-m", "tests.helpers.spark_cds", "exercise"], cwd=ROOT, env=env,
                                  capture_output=True, text=True, timeout=600, check=False)
             if out.returncode == 0 and tmp.exists() and _usable(tmp, java):
                 os.replace(tmp, path)
-                return use
-            failed.write_text(f"exit status {out.returncode}\n{out.stderr[-4000:]}")
+                return 0
+            path.with_suffix(".failed").write_text(f"exit status {out.returncode}\n{out.stderr[-4000:]}")
         except (OSError, subprocess.TimeoutExpired) as exc:
-            failed.write_text(repr(exc))
+            path.with_suffix(".failed").write_text(repr(exc))
         finally:
             tmp.unlink(missing_ok=True)
-    return None
+    return 1
 
 
 def _exercise() -> None:
@@ -129,4 +173,7 @@ def _exercise() -> None:
 
 
 if __name__ == "__main__":
-    _exercise()
+    if sys.argv[1:] == ["exercise"]:
+        _exercise()
+    elif sys.argv[1:] == ["build"]:
+        sys.exit(_build())
