@@ -127,6 +127,8 @@ def _build() -> int:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a second builder waits, then finds the archive
         if path.exists():
             return 0
+        for stale in path.parent.glob(f"{path.stem}.*.tmp"):  # a build killed before its end (~200 MB each)
+            stale.unlink(missing_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
                    SPARK_SUBMIT_OPTS=f"{BASE_OPTS} -XX:ArchiveClassesAtExit={tmp} {QUIET}")
