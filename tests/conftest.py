@@ -31,8 +31,8 @@ from tests.helpers import spark_cds  # noqa: E402 - needs ROOT on sys.path
 #: of that in the JIT's C2 compiler and the parallel collector's threads. On 2 cores the suite used 1,406 core-seconds
 #: of CPU (98.9 % of the machine's) before and 992 after; ``tests/clients/test_spark_state.py`` alone 131 -> 76.
 #: A user's jobs keep the JVM's defaults (this only sets a default of the test processes' environment).
-#: Once a class-data-sharing archive of the Spark JVM exists (:mod:`tests.helpers.spark_cds`, built by the first test
-#: process that runs a ``spark`` test), the JVMs started after it use it too.
+#: Once a class-data-sharing archive of the Spark JVM exists (:mod:`tests.helpers.spark_cds`, built in the background
+#: once Spark tests are collected), the JVMs started after it use it too.
 _OWN_JVM_OPTS = os.environ.get("SPARK_SUBMIT_OPTS", spark_cds.BASE_OPTS) == spark_cds.BASE_OPTS  # (xdist: inherited)
 os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_cds.BASE_OPTS)
 _cds_in_use = False

@@ -57,7 +57,7 @@ def archive_path() -> Path | None:
 
 def _usable(path: Path, java: str) -> bool:
     """A JVM maps the archive (a truncated one crashes a JVM: only a checked file takes the final name)."""
-    out = subprocess.run([java, f"-XX:SharedArchiveFile={path}", QUIET.split()[0], "-version"],
+    out = subprocess.run([java, f"-XX:SharedArchiveFile={path}", *QUIET.split(), "-version"],
                          capture_output=True, text=True, timeout=60, check=False)
     return out.returncode == 0 and "sharing" in out.stderr
 
