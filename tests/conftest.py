@@ -24,7 +24,10 @@ ROOT = str(Path(__file__).resolve().parents[1])
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tests.helpers import spark_cds  # noqa: E402 - needs ROOT on sys.path
+from tests.helpers import spark_cds, temp_root  # noqa: E402 - needs ROOT on sys.path
+
+#: the run's temporary folder (:mod:`tests.helpers.temp_root`), before anything makes a temporary file
+_TMP, _OWNS_TMP = temp_root.enter()
 
 #: Every Spark JVM the tests start (the session's, the drivers started as subprocesses, ``rebalancer spark-stats``)
 #: compiles with C1 only and collects with the serial collector: the JVMs live for seconds to minutes and spend much
@@ -33,8 +36,10 @@ from tests.helpers import spark_cds  # noqa: E402 - needs ROOT on sys.path
 #: A user's jobs keep the JVM's defaults (this only sets a default of the test processes' environment).
 #: Once a class-data-sharing archive of the Spark JVM exists (:mod:`tests.helpers.spark_cds`, built in the background
 #: once Spark tests are collected), the JVMs started after it use it too.
-_OWN_JVM_OPTS = os.environ.get("SPARK_SUBMIT_OPTS", spark_cds.BASE_OPTS) == spark_cds.BASE_OPTS  # (xdist: inherited)
-os.environ.setdefault("SPARK_SUBMIT_OPTS", spark_cds.BASE_OPTS)
+#: (And their temporary files go to the run's folder.)
+_JVM_OPTS = f"{spark_cds.BASE_OPTS} {temp_root.java_option(_TMP)}"
+_OWN_JVM_OPTS = os.environ.get("SPARK_SUBMIT_OPTS", _JVM_OPTS) == _JVM_OPTS  # (xdist: inherited)
+os.environ.setdefault("SPARK_SUBMIT_OPTS", _JVM_OPTS)
 _cds_in_use = False
 
 _CLOCKLESS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
@@ -52,7 +57,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     opts = spark_cds.jvm_options(wait=item.get_closest_marker("spark") is not None)
     if opts:
-        os.environ["SPARK_SUBMIT_OPTS"] = f"{spark_cds.BASE_OPTS} {opts}"
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{_JVM_OPTS} {opts}"
         _cds_in_use = True
 
 
@@ -61,6 +66,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     background if it is missing."""
     if _OWN_JVM_OPTS and any(item.get_closest_marker("spark") for item in session.items):
         spark_cds.start_build()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The run's temporary folder is removed when the run passed (by the process that made it)."""
+    if _OWNS_TMP:
+        kept = temp_root.leave(_TMP, passed=exitstatus == 0)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if kept and reporter is not None:
+            reporter.write_line(kept)
 
 
 def pytest_xdist_auto_num_workers(config: object) -> int:

@@ -63,3 +63,19 @@ def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
         time.sleep(0.1)
         left = [p for p in left if alive(p)]
     return left
+
+
+def unix_sockets(pid: int) -> list[str]:
+    """The paths of the Unix sockets ``pid`` holds open that are bound to a path (its descriptors' inodes looked up
+    in ``/proc/net/unix``)."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:["):-1])
+        with open("/proc/net/unix") as f:
+            rows = [line.split() for line in f.readlines()[1:]]
+    except OSError:
+        return []
+    return [row[7] for row in rows if len(row) >= 8 and row[6] in inodes]

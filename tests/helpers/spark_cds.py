@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from tests.helpers import temp_root
+
 #: the flags of every test JVM (tests/conftest.py); the archive is keyed on them
 BASE_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 #: a JVM that cannot use the archive says so on standard output: the CLI tests read JSON there
@@ -95,8 +97,8 @@ def start_build() -> None:
     if path is None or path.exists() or path.with_suffix(".failed").exists() or _building(path):
         return
     _builder = subprocess.Popen([sys.executable, "-m", "tests.helpers.spark_cds", "build"], cwd=ROOT,
-                                env=dict(os.environ, PYTHONPATH=str(ROOT)), stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                env=dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=temp_root.parent()),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def jvm_options(wait: bool) -> str | None:

@@ -6,10 +6,10 @@ import os
 import signal
 from pathlib import Path
 
-from tests.helpers.procs import alive, cmdline, descendants, wait_gone
+from tests.helpers.procs import alive, cmdline, descendants, unix_sockets, wait_gone
 from tests.helpers.server import UNSTARVED, ServerProcess, free_port
 
-__all__ = ["ROOT", "Serve", "alive", "cmdline", "descendants", "free_port", "wait_gone"]
+__all__ = ["ROOT", "Serve", "alive", "cmdline", "descendants", "free_port", "unix_sockets", "wait_gone"]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from procs import Serve, cmdline, wait_gone  # noqa: E402
+from procs import Serve, cmdline, unix_sockets, wait_gone  # noqa: E402
 
 from controller.lifeline import SUN_PATH_MAX  # noqa: E402
 
@@ -39,6 +39,7 @@ def test_no_child_outlives_the_server(tmp_path: Path, sig: signal.Signals) -> No
         scratch.mkdir()
     srv = Serve(tmp_path, env={"TMPDIR": str(scratch)})
     kids: list[int] = []
+    sockets: list[str] = []
     try:
         srv.wait_healthy()
         kids = srv.wait_children(4)  # resource tracker, forkserver, 2 workers
@@ -49,6 +50,9 @@ def test_no_child_outlives_the_server(tmp_path: Path, sig: signal.Signals) -> No
                    "algorithm": "flux"}
             assert c.post("/v1/plans", json=doc).status_code == 200
         assert bool(list(scratch.iterdir())) == (sig == signal.SIGTERM), list(scratch.iterdir())  # the socket
+        # what a kill -9 leaves: the folder of the forkserver's socket (removed below)
+        sockets = [s for k in kids if "forkserver" in cmdline(k) for s in unix_sockets(k) if "/pymp-" in s]
+        assert sig == signal.SIGTERM or [s for s in sockets if s.startswith("/tmp/pymp-")], sockets
         srv.proc.send_signal(sig)
         status = srv.proc.wait(timeout=30)
         left = wait_gone(kids, timeout=10)
@@ -62,6 +66,8 @@ def test_no_child_outlives_the_server(tmp_path: Path, sig: signal.Signals) -> No
     finally:
         srv.cleanup(kids)
         shutil.rmtree(scratch, ignore_errors=True)
+        for path in sockets if sig == signal.SIGKILL else []:
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
 
 @pytest.mark.slow
