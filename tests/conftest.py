@@ -69,9 +69,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The run's temporary folder is removed when the run passed (by the process that made it)."""
+    """The run's temporary folder is removed when the run passed or ran nothing (by the process that made it)."""
     if _OWNS_TMP:
-        kept = temp_root.leave(_TMP, passed=exitstatus == 0)
+        kept = temp_root.leave(_TMP, passed=exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED))
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if kept and reporter is not None:
             reporter.write_line(kept)
