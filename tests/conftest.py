@@ -41,6 +41,7 @@ _JVM_OPTS = f"{spark_cds.BASE_OPTS} {temp_root.java_option(_TMP)}"
 _OWN_JVM_OPTS = os.environ.get("SPARK_SUBMIT_OPTS", _JVM_OPTS) == _JVM_OPTS  # (xdist: inherited)
 os.environ.setdefault("SPARK_SUBMIT_OPTS", _JVM_OPTS)
 _cds_in_use = False
+_kept: str | None = None  # the line naming a failed run's temporary folder
 
 _CLOCKLESS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 settings.register_profile("repeatable", derandomize=True, database=None, print_blob=True, **_CLOCKLESS)
@@ -70,11 +71,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The run's temporary folder is removed when the run passed or ran nothing (by the process that made it)."""
+    global _kept
     if _OWNS_TMP:
-        kept = temp_root.leave(_TMP, passed=exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED))
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        if kept and reporter is not None:
-            reporter.write_line(kept)
+        _kept = temp_root.leave(_TMP, passed=exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """A failed run names its temporary folder (kept by :func:`pytest_sessionfinish`, which runs before)."""
+    if _kept:
+        terminalreporter.write_sep("-", _kept)
 
 
 def pytest_xdist_auto_num_workers(config: object) -> int:
