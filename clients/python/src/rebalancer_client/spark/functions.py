@@ -269,9 +269,9 @@ class FunctionState(StateBase):
             if self.df is None:
                 state = self.session.createDataFrame([], schema)
             else:
-                state = self.df.filter(F.col(KIND_COL).isin(*self.live_kinds)).select(*self._state_columns())
+                state = self.df.filter(F.col(KIND_COL).isin(*self.live_kinds)).select(*self.state_columns())
             new = placed.groupBy(ROUTE_COL).cogroup(state.groupBy(ROUTE_COL)).applyInPandas(apply, schema)
-            self._replace(new.select(*self._state_columns()), lazy=lazy)
+            self._replace(new.select(*self.state_columns()), lazy=lazy)
         self.updates += 1
 
     def _batch_apply(self, batch_cols: list[str]) -> Callable[[Any, Any], Any]:

@@ -143,7 +143,8 @@ class StateBase:
                 raise ValueError(f"key column {k!r} is not in the stream (columns: {', '.join(batch_df.columns)})")
 
     # ------------------------------------------------------------------ rows, versions and restores
-    def _state_columns(self) -> list[str]:
+    def state_columns(self) -> list[str]:
+        """The columns of the state DataFrame, in order (what a restart checks a state kept in memory against)."""
         return [ROUTE_COL, KG_COL, *self.keys, *self.value_columns(), TOUCHED_COL, *self._batch_columns()]
 
     def changed_rows(self) -> Column:
@@ -224,7 +225,7 @@ class StateBase:
         columns = self._batch_columns()
         batch = shared(("unchanged", *columns), lambda: {TOUCHED_COL: F.lit(False),
                                                          **{c: F.lit(0).cast("long") for c in columns}})
-        return self._live(newest.withColumns(batch)).select(*self._cols(self._state_columns()))
+        return self._live(newest.withColumns(batch)).select(*self._cols(self.state_columns()))
 
     def _replace(self, new_df: DataFrame, lazy: bool = False, checkpoint: bool = True) -> None:
         """Materialise ``new_df`` as a local checkpoint (lineage cut, hash partitioning on the route kept: the
@@ -325,7 +326,7 @@ class StateBase:
         if self.df is None or (len(moved) == 0 and not rescale):
             return MigrationReport([int(k) for k in moved], [], 0, 0, time.perf_counter() - t0)
         moved_list = [int(k) for k in moved]
-        cols = self._state_columns()
+        cols = self.state_columns()
         state = self.df
         with no_adaptive(self.session):
             def everything() -> DataFrame:

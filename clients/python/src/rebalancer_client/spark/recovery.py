@@ -198,7 +198,7 @@ class Durable:
     def _kept_as(self, rec: Commit) -> tuple[Any, ...]:
         """What a state kept in memory for version ``rec`` must match to be this driver's (:mod:`handover`): the
         commit record (its time and stored schema), the kind of state and its columns, the routing."""
-        return (rec.committed_at, rec.schema, type(self.state).__name__, tuple(self.state._state_columns()),
+        return (rec.committed_at, rec.schema, type(self.state).__name__, tuple(self.state.state_columns()),
                 self.routing.n_partitions, tuple(self.routing.partition_of.tolist()))
 
     def _take_over(self) -> bool:
