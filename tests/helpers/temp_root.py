@@ -4,9 +4,11 @@ The processes the tests start leave files in the temporary directory when they a
 tests): a Spark JVM its ``spark-*``, ``blockmgr-*`` and ``artifacts-*`` folders and the native libraries it
 unpacked, a Python process its ``pymp-*`` folder. Measured on 2026-12-07: about 50 entries (3.6 MB) in ``/tmp`` per
 run of the suite, never removed. The run's first process (pytest, or pytest-xdist's controller) makes a folder in the
-system's temporary directory and sets it as ``TMPDIR``, which every process of the run inherits (pytest's own
-``tmp_path`` folders are made there too), and Spark's JVMs take it as ``java.io.tmpdir``
-(:func:`java_option`). The folder is removed when the run passes and kept, and named, when it fails.
+system's temporary directory and sets it as ``TMPDIR``, which every process it starts inherits (xdist's workers too),
+and Spark's JVMs take it as ``java.io.tmpdir`` (:func:`java_option`). The folder is removed when the run passes and
+kept, and named, when it fails. The first process's own temporary files stay where they were: pytest's ``tmp_path``
+folders (pytest keeps the last three runs'), and its multiprocessing folder, which it removes at its exit, after
+the run's folder is gone (a run with ``-n 0`` otherwise ended with a traceback from that removal).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ def enter() -> tuple[str, bool]:
         os.environ[ENV], os.environ[PARENT_ENV] = root, parent
     assert root is not None
     os.environ["TMPDIR"] = root
-    tempfile.tempdir = None  # found again from TMPDIR
+    # the first process keeps its own temporary files where they were: it removes the folder at its end, before its
+    # own multiprocessing folder is removed (the last thing it does) — that one is removed as usual
+    tempfile.tempdir = os.environ[PARENT_ENV] if owner else None
     return root, owner
 
 
