@@ -33,6 +33,11 @@ _TMP, _OWNS_TMP = temp_root.enter()
 #: compiles with C1 only and collects with the serial collector: the JVMs live for seconds to minutes and spend much
 #: of that in the JIT's C2 compiler and the parallel collector's threads. On 2 cores the suite used 1,406 core-seconds
 #: of CPU (98.9 % of the machine's) before and 992 after; ``tests/clients/test_spark_state.py`` alone 131 -> 76.
+#: With C1 only the JVM reserves 48 MB for compiled code instead of 240: a test JVM's compiled code passed 45 MB within
+#: 40 s of Spark tests (``jcmd PID Compiler.codecache``), and with less than 10 % free the JVM flushes compiled
+#: methods and compiles them again. 240 MB are reserved, as with tiered compilation: a JVM running the tests of
+#: ``test_spark_pandas_state.py`` and ``test_spark_state.py`` spent 17.5-19.0 core-seconds of 70.7-77.6 in its compiler
+#: and sweeper threads before, 7.9-8.8 of 57.8-63.2 after, with no sweeping (two runs each, alternated).
 #: A user's jobs keep the JVM's defaults (this only sets a default of the test processes' environment).
 #: Once a class-data-sharing archive of the Spark JVM exists (:mod:`tests.helpers.spark_cds`, built in the background
 #: once Spark tests are collected), the JVMs started after it use it too.

@@ -32,7 +32,7 @@ from typing import IO
 from tests.helpers import temp_root
 
 #: the flags of every test JVM (tests/conftest.py); the archive is keyed on them
-BASE_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+BASE_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m"
 #: a JVM that cannot use the archive says so on standard output: the CLI tests read JSON there
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 ROOT = Path(__file__).resolve().parents[2]
