@@ -110,6 +110,8 @@ def test_comm_bounds_are_valid_against_the_exact_reference(seed):
 def test_comm_bounds_are_valid_against_the_exact_reference_many():
     positive = proved = 0
     for seed in range(2000, 2020):
+        if seed == 2008:  # 5 nodes, 13 key groups: the reference proves no optimum in its 10 s (it would be skipped)
+            continue
         r = _check_valid(seed)
         if r is None:
             continue

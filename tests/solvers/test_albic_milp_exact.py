@@ -139,8 +139,10 @@ def test_lemma2_bound_when_the_budget_cannot_drain_the_removing_node():
 @pytest.mark.slow  # a 20-instance sweep against exact optima (24 s of the fast layer at load 2)
 def test_proven_bound_with_communication_is_valid_and_not_trivial():
     positive = granular = 0
-    for seed in range(20):
-        p = random_problem(np.random.default_rng(900 + seed), comm=True)
+    for seed in range(900, 920):
+        if seed == 912:  # 5 nodes, 14 key groups: the reference proves no optimum in its 10 s (it would be skipped)
+            continue
+        p = random_problem(np.random.default_rng(seed), comm=True)
         opt = exact_optimum(p, time_limit=10.0)
         if opt is None:
             continue
