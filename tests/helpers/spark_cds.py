@@ -7,12 +7,13 @@ before its first job. Java's dynamic CDS archive (JDK 13+, ``-XX:ArchiveClassesA
 small job with Parquet, a shuffle, a pandas UDF and a streaming query took 14-15 core-seconds in a new JVM and 8-9
 with the archive; the recovery and executor-loss tests (seven driver JVMs) 110 core-seconds and 77.
 
-The archive is built once per virtualenv (under ``sys.prefix``; ``make clean`` removes it), in the background as soon
-as a test process has collected Spark tests (:func:`start_build`), from a JVM that runs :func:`_exercise`; a Spark
-test waits for a build under way (:func:`jvm_options`), and every JVM started after it uses the archive. A JVM
-checks the archive itself and runs without it when it does not match (another JDK, other jars); a build that fails
-leaves no archive (and a ``*.failed`` file saying why), and the tests run as before. A user's jobs are not
-concerned: this only sets a default of the test processes' environment.
+The archive is built once per virtualenv (under ``sys.prefix``; ``make clean`` removes it, and a build removes the
+archives of other flags, jars or JDKs), in the background as soon as a test process has collected Spark tests
+(:func:`start_build`), from a JVM that runs :func:`_exercise`; a Spark test waits for a build under way
+(:func:`jvm_options`), and every JVM started after it uses the archive. A JVM checks the archive itself and runs
+without it when it does not match (another JDK, other jars); a build that fails leaves no archive (and a
+``*.failed`` file saying why), and the tests run as before. A user's jobs are not concerned: this only sets a
+default of the test processes' environment.
 """
 
 from __future__ import annotations
@@ -139,6 +140,9 @@ def _build() -> int:
                                  capture_output=True, text=True, timeout=600, check=False)
             if out.returncode == 0 and tmp.exists() and _usable(tmp, java):
                 os.replace(tmp, path)
+                for stale in path.parent.glob("spark-*.jsa"):  # of other flags, jars or JDK (~200 MB each)
+                    if stale != path:
+                        stale.unlink(missing_ok=True)
                 return 0
             path.with_suffix(".failed").write_text(f"exit status {out.returncode}\n{out.stderr[-4000:]}")
         except (OSError, subprocess.TimeoutExpired) as exc:
