@@ -50,6 +50,9 @@ SCALE_BITS = 40
 KNAPSACK_MAX = 1 << 60
 #: distance rows with a coefficient above this are solved without presolve (below it no wrong OPTIMAL was seen)
 PRESOLVE_MAX = 1 << 24
+#: seeds of ``random_problem(default_rng(seed), comm=True)`` whose optimum this reference does not prove in 10 s (912:
+#: 5 nodes, 14 key groups; 2008: 5 nodes, 13): the fixed-seed sweeps leave them out instead of waiting to skip them
+UNPROVED_COMM_SEEDS = frozenset({912, 2008})
 
 
 @dataclasses.dataclass
