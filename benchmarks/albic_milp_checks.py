@@ -196,7 +196,7 @@ def run_oracle(instances: int, log: Callable[[str], None]) -> dict[str, Any]:
     for seed in range(instances):
         p = random_tiny_problem(np.random.default_rng(seed))
         opt = brute_force_optimum(p)
-        cert = optimum_interval(p, time_limit=30.0)
+        cert = optimum_interval(p, work=30.0)
         if cert is None:
             unproven.append(seed)
             continue
@@ -224,7 +224,7 @@ def run_awkward(seeds: list[int], log: Callable[[str], None]) -> list[dict[str, 
     rows = []
     for seed in seeds:
         p = awkward_problem(seed)
-        opt = exact_optimum(p, time_limit=120.0)
+        opt = exact_optimum(p, work=120.0)
         plan = registry.solve("albic-milp", p, time_limit=1.0)
         d = metrics.load_distance(p, plan.assignment)
         rows.append({"seed": seed, "opt": None if opt is None else float(opt), "plan": d,

@@ -130,7 +130,7 @@ def calibrate(seconds: float, log: Callable[[str], None], path: Path = BEST_KNOW
     for key in only or CALIBRATION_KEYS:
         p = instance(key)
         t0 = time.perf_counter()
-        cert = optimum_interval(p, seconds, workers)
+        cert = optimum_interval(p, seconds=seconds, workers=workers)
         took = round(time.perf_counter() - t0, 1)
         if cert is None:
             log(f"[calibrate] {key}: not proven in {seconds:g} s")

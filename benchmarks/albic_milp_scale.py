@@ -144,7 +144,7 @@ def run_exact(instances: int, time_limit: float = 1.0, seed0: int = 0) -> dict:
     for i in range(seed0, seed0 + instances):
         p = random_problem(np.random.default_rng(i))
         t0 = time.perf_counter()
-        opt_f = exact_optimum(p, time_limit=10.0)
+        opt_f = exact_optimum(p, work=10.0)
         ref_s = time.perf_counter() - t0
         if opt_f is None:
             rows.append({"seed": i, "reference": "unproven"})

@@ -20,7 +20,7 @@ from tests.solvers.albic_exact_reference import brute_force_optimum, optimum_int
 def check(p: Problem) -> bool:
     """Assert the reference's certificate against brute force; True when it was found without presolve."""
     opt = brute_force_optimum(p)
-    cert = optimum_interval(p, time_limit=30.0)
+    cert = optimum_interval(p, work=30.0)
     assert cert is not None, "the reference proved nothing on a tiny instance"
     assert cert.lo <= opt <= cert.hi, (float(cert.lo), float(opt), float(cert.hi))
     t = Fraction(float(p.load.sum())) / Fraction(float(p.capacity[p.active].sum()))

@@ -21,7 +21,7 @@ from solvers import metrics, registry
 from solvers.albic.milp import lagrange_ranges
 from solvers.albic.milp.bounds import analytic_bound
 from solvers.model import Problem
-from tests.solvers.albic_exact_reference import exact_optimum, random_problem
+from tests.solvers.albic_exact_reference import SWEEP_WORK, exact_optimum, random_problem
 
 #: the larger cases of a sweep against exact references: `make test` runs them, `make test-fast` the smallest
 SWEEP = pytest.mark.slow
@@ -93,7 +93,7 @@ STRONGER = [31, 59, 75, 80, 85]
 @pytest.mark.parametrize("seed", STRONGER)
 def test_stronger_than_analytic_and_below_the_optimum(seed: int) -> None:
     p = random_problem(np.random.default_rng(seed), comm=False)
-    opt = exact_optimum(p, time_limit=10.0)
+    opt = exact_optimum(p, work=10.0)
     assert opt is not None
     d_cur = metrics.load_distance(p, p.current)
     new = lg.lagrange_bound(p, 0.0, d_cur, math.inf, steps=300)
@@ -117,7 +117,7 @@ def test_never_above_the_exact_optimum(pairs: int, box: int, monkeypatch) -> Non
         new = lg.lagrange_bound(p, 0.0, d_cur, math.inf, steps=200)
         if new <= 0:
             continue
-        opt = exact_optimum(p, time_limit=10.0)
+        opt = exact_optimum(p, work=SWEEP_WORK)
         if opt is None:
             continue
         t = metrics.target(p, metrics.node_loads(p, p.current))

@@ -20,7 +20,7 @@ from solvers.albic.milp.scaled import build, node_symmetry
 from solvers.albic.milp.state import State
 from solvers.albic.milp.units import build_units
 from solvers.model import Problem
-from tests.solvers.albic_exact_reference import UNPROVED_COMM_SEEDS, exact_optimum, random_problem
+from tests.solvers.albic_exact_reference import SWEEP_WORK, exact_optimum, random_problem
 
 #: the larger cases of a sweep against exact references: `make test` runs them, `make test-fast` the smallest
 SWEEP = pytest.mark.slow
@@ -51,7 +51,7 @@ def test_bound_positive_where_the_exact_cut_model_alone_stayed_zero(seed):
     indicators per edge side, no symmetry breaking) was 0 after 2 s: the symmetric model proves the optimum."""
     p = random_problem(np.random.default_rng(seed))
     assert p.communicates
-    opt_f = exact_optimum(p, time_limit=60.0)   # ~10 s on a busy machine
+    opt_f = exact_optimum(p, work=60.0)   # ~10 s on a busy machine
     if opt_f is None:
         pytest.skip("the exact reference did not prove the optimum in time")
     opt = float(opt_f)
@@ -72,19 +72,19 @@ def test_lemma2_with_communication_costs():
     lb = analytic_bound(p)
     assert lb == pytest.approx(40.0 / 2.0, rel=1e-6)
     assert comm_lemma2_bound(p) == pytest.approx(lb)
-    opt = float(exact_optimum(p, time_limit=10.0))
+    opt = float(exact_optimum(p, work=10.0))
     assert lb <= opt + _tol(opt)
     plan = registry.solve("albic-milp", p, time_limit=1.0)
     assert plan.lower_bound is not None and plan.lower_bound >= lb - 1e-9
     # no migration allowed at all: the current assignment is the only plan, its distance the optimum
     frozen = p.with_budget(0, None)
-    assert analytic_bound(frozen) == pytest.approx(float(exact_optimum(frozen, time_limit=10.0)), rel=1e-8)
+    assert analytic_bound(frozen) == pytest.approx(float(exact_optimum(frozen, work=10.0)), rel=1e-8)
     assert analytic_bound(p.with_budget(None, 0.5)) == pytest.approx(analytic_bound(frozen))  # every kg has 1 byte
 
 
 def _check_valid(seed: int) -> tuple[float, float] | None:
     p = random_problem(np.random.default_rng(seed), comm=True)
-    opt_f = exact_optimum(p, time_limit=10.0)
+    opt_f = exact_optimum(p, work=SWEEP_WORK)
     if opt_f is None:
         return None
     opt = float(opt_f)
@@ -110,8 +110,6 @@ def test_comm_bounds_are_valid_against_the_exact_reference(seed):
 def test_comm_bounds_are_valid_against_the_exact_reference_many():
     positive = proved = 0
     for seed in range(2000, 2020):
-        if seed in UNPROVED_COMM_SEEDS:
-            continue
         r = _check_valid(seed)
         if r is None:
             continue
@@ -146,7 +144,7 @@ def test_budget_through_permutations_gives_real_optimal_plans(seed):
     from solvers.albic.milp.comm_bounds import cut_model
     from solvers.albic.milp.state import Pool
     p = random_problem(np.random.default_rng(seed))
-    opt_f = exact_optimum(p, time_limit=60.0)   # seed 174: ~5 s for the single-worker reference, more under load
+    opt_f = exact_optimum(p, work=60.0)   # seed 174: ~5 s for the single-worker reference, more under load
     if opt_f is None:
         pytest.skip("the exact reference did not prove the optimum in time")
     opt = float(opt_f)

@@ -103,6 +103,6 @@ def test_awkward_capacities_are_proved_by_levels():
     assert sm.tol < 1e-8 * s.t   # the exact scale: integral coefficients
     pool = Pool(s.units, 0.0)
     _, bound, status, _ = full_levels(s, pool, 60.0, 1, 0, 1e-6 * s.t)
-    opt = float(exact_optimum(p, time_limit=60.0))
+    opt = float(exact_optimum(p, work=60.0))
     assert status == "optimal" and bound == pytest.approx(opt, rel=1e-6)
     assert pool.best is not None and pool.best[0][2] == pytest.approx(opt, rel=1e-6)
