@@ -1,5 +1,5 @@
 """The reference of Flux (Shah et al., ICDE 2003, as the ALBIC paper describes it, §2 and §5.2.1): the planner's
-implementation before issue 28, one key group at a time, kept to check :mod:`solvers.baselines.flux` (vectorised
+earlier implementation, one key group at a time, kept to check :mod:`solvers.baselines.flux` (vectorised
 per balance pass) against it move by move. See that module's docstring for the algorithm.
 
 Straightforward on purpose: per-node lists of ``(load, index)`` tuples, :class:`~solvers.metrics.LoadTracker` for

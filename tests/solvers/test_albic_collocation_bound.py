@@ -1,4 +1,4 @@
-"""The `albic` planner reports a proven lower bound on the load distance (issue 16.3), valid against an independent
+"""The `albic` planner reports a proven lower bound on the load distance, valid against an independent
 exact model, and a grouped start that breaks a resource limit no longer leaves the search without a plan."""
 
 from __future__ import annotations

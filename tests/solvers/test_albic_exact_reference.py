@@ -1,5 +1,5 @@
 """The exact reference (:mod:`tests.solvers.albic_exact_reference`) against brute force on tiny instances whose
-loads, rates and bytes reach 10^12 (issue 28.4: its CP-SAT model had reported optima above the brute-force optimum,
+loads, rates and bytes reach 10^12 (an earlier CP-SAT model of it reported optima above the brute-force optimum,
 e.g. 13,333,336.7 for 3,333,330.03).
 
 Every answer must be certified: ``lo ≤ OPT ≤ hi`` exactly, and ``hi`` (what :func:`exact_optimum` returns) within

@@ -1,4 +1,4 @@
-"""Tests of the ALBIC MILP planner (issue 3): optimum by enumeration, budgets, removing nodes, bounds, params."""
+"""Tests of the ALBIC MILP planner: optimum by enumeration, budgets, removing nodes, bounds, params."""
 
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def test_multi_dimensional_limits_respected():
     assert metrics.load_distance(p, plan.assignment) < metrics.load_distance(p, p.current)
 
 
-# ---------------------------------------------------------------------- grouped (contract of issue 4)
+# ---------------------------------------------------------------------- grouped (the planner on grouped units)
 def test_grouped_units_move_together_and_pay_for_spread_members():
     p = Problem.from_arrays([5, 5, 5, 1, 1, 1, 6, 1], [0, 0, 0, 1, 1, 2, 2, 2], [1, 1, 1], max_migrations=3)
     unit_of = np.array([0, 0, 1, 2, 3, 4, 5, 2])  # unit 2 = kg3 (node 1) + kg7 (node 2): to be collocated
@@ -306,7 +306,7 @@ def test_grouped_valid_and_optimal_when_collocation_fits(case):
 
 
 def test_decision_model_at_the_bound_finds_the_coordinated_exchange():
-    # issue 16.2's example (`rebalancer generate albic-synthetic --nodes 20 --max-migrations 10 --seed 3`): two nodes
+    # the instance of `rebalancer generate albic-synthetic --nodes 20 --max-migrations 10 --seed 3`: two nodes
     # 25 % over and two 25 % under; the optimum 0.4247 = the analytic bound needs each overloaded node to send the
     # right four key groups to the underloaded ones, plus one swap elsewhere (10 moves), which moves and swaps of the
     # local search did not find in 1 s (0.877). The decision model at the bound, from the current assignment, does.

@@ -1,4 +1,4 @@
-"""Issue 16 item 3: proven bounds of ``albic-milp`` with communication costs (:mod:`solvers.albic.milp.comm_bounds`).
+"""Proven bounds of ``albic-milp`` with communication costs (:mod:`solvers.albic.milp.comm_bounds`).
 
 Checked against the independent exact model of :mod:`tests.solvers.albic_exact_reference`: every bound is ≤ the
 exact optimum (validity), the exact cut model (one indicator per edge and node, value precedence between

@@ -19,7 +19,7 @@ from solvers.albic.milp.units import build_units
 from solvers.model import Problem
 from tests.solvers.albic_exact_reference import enumerate_plans, lexicographic_best, random_drain_problem
 
-#: issue 28.2: d = 3.2143 with 6.0 on the removing node w3 was reported optimal; a plan of the same d drains it
+#: d = 3.2143 with 6.0 on the removing node w3 was once reported optimal; a plan of the same d drains it
 ISSUE28_CASE = dict(load=[0, 1, 13.25, 6, 5.5, 1.25], current=[0, 0, 0, 3, 0, 2], capacity=[0.5, 1, 2, 0.5],
                     removing=[False, False, False, True])
 

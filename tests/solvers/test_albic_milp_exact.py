@@ -1,4 +1,4 @@
-"""Issue 16 item 1: ``albic-milp`` never claims a false proof — checked against an independent exact model.
+"""``albic-milp`` never claims a false proof — checked against an independent exact model.
 
 The reference (:mod:`tests.solvers.albic_exact_reference`) is the §4.3.1 MILP in exact integer arithmetic
 (CP-SAT), sharing no code with the planner. On random small instances (fractional and integral bytes, both budgets,
@@ -187,7 +187,7 @@ def test_band_bound_is_valid_with_any_pattern_box(seed, box):
 
 
 def test_band_bound_skips_a_setup_that_cannot_end_before_the_deadline(monkeypatch):
-    # issue 16.4: the O(m log m) setup cannot stop, so it is not started when its estimate passes the deadline;
+    # the O(m log m) setup cannot stop, so it is not started when its estimate passes the deadline;
     # the bound is then the granularity bound (valid on its own: the heaviest key group stays on an active node)
     import solvers.albic.milp.bounds as bounds_mod
     p = Problem.from_arrays([300.0, 10.0, 10.0, 10.0, 20.0], [0, 0, 0, 1, 2], [1.0, 1.0, 1.0], max_migrations=2)

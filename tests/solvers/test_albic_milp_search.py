@@ -92,7 +92,7 @@ def test_exact_scale_of_short_decimals():
 
 
 def test_awkward_capacities_are_proved_by_levels():
-    # issue 28.5: capacities 1.3 / 0.3 / 2.9; the weighted objective W1·d + hi − lo proved nothing in 10 s here,
+    # capacities 1.3 / 0.3 / 2.9; the weighted objective W1·d + hi − lo proved nothing in 10 s here,
     # d alone (level 1) proves the optimum in well under a second
     rng = np.random.default_rng(2)
     m = 26

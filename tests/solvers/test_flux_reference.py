@@ -1,5 +1,5 @@
 """The vectorised Flux (:mod:`solvers.baselines.flux`) makes exactly the moves of the one-at-a-time reference
-(``tests/solvers/flux_reference.py``, the implementation before issue 28) on seeded random instances: budgets by
+(``tests/solvers/flux_reference.py``, the earlier implementation) on seeded random instances: budgets by
 count and bytes, removing nodes, capacities, equal and zero loads, a start other than the current assignment, and
 communication costs. Complete runs only (a time limit no run reaches): nothing here depends on the machine's speed."""
 

@@ -58,21 +58,21 @@ def test_flux_is_listed():
 
 
 def test_a_planner_module_that_does_not_import_is_an_error_not_a_missing_planner(monkeypatch):
-    # issue 11 §5: registry.get swallowed the ModuleNotFoundError of a planner's own module ("not built yet")
+    # registry.get once swallowed the ModuleNotFoundError of a planner's own module ("not built yet")
     monkeypatch.setitem(registry.PLANNER_MODULES, "ghost", "solvers.ghost_planner_that_does_not_exist")
     with pytest.raises(ModuleNotFoundError):
         registry.get("ghost")
 
 
 def test_time_limit_in_params_names_the_right_place():
-    # issue 14.3: the time limit is listed with every planner but is not a planner parameter
+    # the time limit is listed with every planner but is not a planner parameter
     with pytest.raises(InvalidInput) as info:
         registry.get("flux").validate({"time_limit": 5})
     assert info.value.field == "params.time_limit" and "time_limit_s" in info.value.reason
 
 
 def test_a_plan_that_breaks_its_problem_is_a_planner_error():
-    # issue 11 §4: planner bugs are a PlannerError (a ServerError: 500 with a request id), not a bare RuntimeError
+    # planner bugs are a PlannerError (a ServerError: 500 with a request id), not a bare RuntimeError
     from solvers.errors import PlannerError
 
     p = tiny()
