@@ -20,7 +20,7 @@ from solvers.albic.milp.scaled import build, node_symmetry
 from solvers.albic.milp.state import State
 from solvers.albic.milp.units import build_units
 from solvers.model import Problem
-from tests.solvers.albic_exact_reference import SWEEP_WORK, exact_optimum, random_problem
+from tests.solvers.albic_exact_reference import BOUND_DEADLINE_S, SWEEP_WORK, exact_optimum, random_problem
 
 #: the larger cases of a sweep against exact references: `make test` runs them, `make test-fast` the smallest
 SWEEP = pytest.mark.slow
@@ -55,9 +55,9 @@ def test_bound_positive_where_the_exact_cut_model_alone_stayed_zero(seed):
     if opt_f is None:
         pytest.skip("the exact reference did not prove the optimum in time")
     opt = float(opt_f)
-    lb = comm_proven_bound(p, seconds=3.0)
+    lb = comm_proven_bound(p, seconds=BOUND_DEADLINE_S)
     assert 0 < lb <= opt + _tol(opt)
-    assert proven_bound(p, seconds=3.0) > 0
+    assert proven_bound(p, seconds=BOUND_DEADLINE_S) > 0
 
 
 def test_lemma2_with_communication_costs():
@@ -89,7 +89,7 @@ def _check_valid(seed: int) -> tuple[float, float] | None:
         return None
     opt = float(opt_f)
     assert comm_analytic_bound(p) <= opt + _tol(opt)
-    lb = comm_proven_bound(p, seconds=1.0)
+    lb = comm_proven_bound(p, seconds=BOUND_DEADLINE_S)
     assert lb <= opt + _tol(opt), (seed, lb, opt)
     # both forms of the exact cut model keep the optimum: when proved, their bound is the optimum up to the
     # utilisation rounding of the scaled model

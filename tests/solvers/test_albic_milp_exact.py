@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from solvers import metrics, registry
 from solvers.albic.milp.bounds import band_bound, comm_granularity_bound, lemma2_bound, proven_bound
 from solvers.model import Problem
-from tests.solvers.albic_exact_reference import SWEEP_WORK, exact_optimum, random_problem
+from tests.solvers.albic_exact_reference import BOUND_DEADLINE_S, SWEEP_WORK, exact_optimum, random_problem
 
 ISSUE16_CASE = {
     "nodes": [{"id": "w0"}, {"id": "w1"}, {"id": "w2"}, {"id": "w3"}, {"id": "w4"}],
@@ -144,7 +144,7 @@ def test_proven_bound_with_communication_is_valid_and_not_trivial():
         opt = exact_optimum(p, work=SWEEP_WORK)
         if opt is None:
             continue
-        lb = proven_bound(p, seconds=2.0)
+        lb = proven_bound(p, seconds=BOUND_DEADLINE_S)
         assert comm_granularity_bound(p) <= float(opt) + 1e-9
         assert lb <= float(opt) + 1e-6 * max(1.0, float(opt)), (seed, lb, float(opt))
         positive += lb > 0
