@@ -20,7 +20,7 @@ import pytest
 from solvers import metrics, registry
 from solvers.albic.milp import loader as loader_mod
 from solvers.model import Problem
-from tests.solvers.test_albic_milp_exact import ISSUE16_CASE
+from tests.solvers.test_albic_milp_exact import FRACTIONAL_BYTES_CASE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +49,7 @@ COLD = textwrap.dedent("""
 
 @pytest.mark.parametrize("time_limit", [0.01, 1.0])
 def test_fresh_process_runs_flux_greedy_and_bound_before_the_solver_import(time_limit):
-    out = subprocess.run([sys.executable, "-c", COLD, json.dumps(ISSUE16_CASE), str(time_limit)], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", COLD, json.dumps(FRACTIONAL_BYTES_CASE), str(time_limit)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120, check=True)
     res = json.loads(out.stdout)
     assert res["solver_loaded_at_bound"] is False
@@ -76,7 +76,7 @@ def slow_solver_import(tmp_path, monkeypatch):
 
 
 def test_a_slow_solver_import_does_not_hold_the_call_up(slow_solver_import):
-    p = Problem.from_dict(json.loads(json.dumps(ISSUE16_CASE)))
+    p = Problem.from_dict(json.loads(json.dumps(FRACTIONAL_BYTES_CASE)))
     t0 = time.perf_counter()
     plan = registry.solve("albic-milp", p, time_limit=0.5)
     assert time.perf_counter() - t0 < 10.0   # the import alone takes 20 s
@@ -89,6 +89,6 @@ def test_a_slow_solver_import_does_not_hold_the_call_up(slow_solver_import):
 def test_a_failed_solver_import_is_raised(monkeypatch):
     monkeypatch.setitem(loader_mod.MODULES, "cpsat", ("albic_no_such_solver_module",))
     monkeypatch.setattr(loader_mod, "_LOADERS", {})
-    p = Problem.from_dict(json.loads(json.dumps(ISSUE16_CASE)))   # its proof needs the exact model
+    p = Problem.from_dict(json.loads(json.dumps(FRACTIONAL_BYTES_CASE)))   # its proof needs the exact model
     with pytest.raises(ModuleNotFoundError):
         registry.solve("albic-milp", p, time_limit=2.0)

@@ -20,7 +20,7 @@ from solvers.model import Problem
 from tests.solvers.albic_exact_reference import enumerate_plans, lexicographic_best, random_drain_problem
 
 #: d = 3.2143 with 6.0 on the removing node w3 was once reported optimal; a plan of the same d drains it
-ISSUE28_CASE = dict(load=[0, 1, 13.25, 6, 5.5, 1.25], current=[0, 0, 0, 3, 0, 2], capacity=[0.5, 1, 2, 0.5],
+FALSE_DRAIN_PROOF_CASE = dict(load=[0, 1, 13.25, 6, 5.5, 1.25], current=[0, 0, 0, 3, 0, 2], capacity=[0.5, 1, 2, 0.5],
                     removing=[False, False, False, True])
 
 
@@ -56,7 +56,7 @@ def lexicographic_check(p: Problem, time_limit: float) -> tuple[str, bool]:
 
 
 def test_full_levels_prove_the_issue_case():
-    p = Problem.from_arrays(**ISSUE28_CASE)
+    p = Problem.from_arrays(**FALSE_DRAIN_PROOF_CASE)
     units = build_units(p)
     t = float(units.load.sum() / p.capacity[p.active].sum())
     pool = Pool(units, drain_floor(units, p.current))
@@ -69,7 +69,7 @@ def test_full_levels_prove_the_issue_case():
 
 
 def test_issue_case_is_optimal_only_with_the_removing_node_empty(no_restarts):
-    p = Problem.from_arrays(**ISSUE28_CASE)
+    p = Problem.from_arrays(**FALSE_DRAIN_PROOF_CASE)
     plan = registry.solve("albic-milp", p, time_limit=5.0)
     if plan.status == "optimal":   # the level-1 model alone finds d = 3.2143 with 6.0 on w3
         assert metrics.load_on_removing(p, plan.assignment) == 0.0

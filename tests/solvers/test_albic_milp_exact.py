@@ -22,7 +22,7 @@ from solvers.albic.milp.bounds import band_bound, comm_granularity_bound, lemma2
 from solvers.model import Problem
 from tests.solvers.albic_exact_reference import BOUND_DEADLINE_S, SWEEP_WORK, exact_optimum, random_problem
 
-ISSUE16_CASE = {
+FRACTIONAL_BYTES_CASE = {
     "nodes": [{"id": "w0"}, {"id": "w1"}, {"id": "w2"}, {"id": "w3"}, {"id": "w4"}],
     "key_groups": [{"id": "k7", "node": "w3", "load": 101, "state_bytes": 3.5},
                    {"id": "k8", "node": "w3", "load": 96, "state_bytes": 7.5},
@@ -68,8 +68,8 @@ def check_against_exact(p: Problem, time_limit: float, drain: bool = True) -> st
     return plan.status
 
 
-def test_issue16_fractional_bytes_case_is_not_a_false_proof():
-    p = Problem.from_dict(json.loads(json.dumps(ISSUE16_CASE)))
+def test_fractional_bytes_case_is_not_a_false_proof():
+    p = Problem.from_dict(json.loads(json.dumps(FRACTIONAL_BYTES_CASE)))
     assert float(exact_optimum(p)) == pytest.approx(58.6)
     plan = registry.solve("albic-milp", p, time_limit=1.0)
     d = metrics.load_distance(p, plan.assignment)
@@ -83,7 +83,7 @@ def test_a_small_exact_model_follows_the_warm_start_at_once():
     """Up to ``EXACT_FIRST_MAX`` units × nodes no restart round and no decision model at the bound run before the
     exact model: they only took its time (a 1 s plan of this instance on a loaded machine missed the optimum; a 10 s
     one took 4 s)."""
-    p = Problem.from_dict(json.loads(json.dumps(ISSUE16_CASE)))
+    p = Problem.from_dict(json.loads(json.dumps(FRACTIONAL_BYTES_CASE)))
     plan = registry.solve("albic-milp", p, time_limit=5.0)
     assert plan.details["full_model"] == "optimal" and plan.status == "optimal"
     assert plan.details["ruins"] == 0 and plan.details["kicks"] == 0, plan.details
@@ -92,7 +92,7 @@ def test_a_small_exact_model_follows_the_warm_start_at_once():
 
 @pytest.mark.parametrize("backend", ["cpsat", "cbc"])
 def test_fractional_bytes_and_limits_with_both_backends(backend):
-    p = Problem.from_dict(json.loads(json.dumps(ISSUE16_CASE)))
+    p = Problem.from_dict(json.loads(json.dumps(FRACTIONAL_BYTES_CASE)))
     plan = registry.solve("albic-milp", p, time_limit=1.5, backend=backend)
     assert plan.lower_bound <= 58.6 + 1e-6
     if plan.status == "optimal":
