@@ -147,15 +147,16 @@ def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0, memory_li
         _limit_memory(memory_limit)
         _init_worker()
     except BaseException as exc:  # reported to the server, which refuses solves with this reason
-        conn.send(("init-error", f"{type(exc).__name__}: {exc}"))
+        _send(conn, ("init-error", f"{type(exc).__name__}: {exc}"))
         return
-    conn.send(("ready", os.getpid()))
+    if not _send(conn, ("ready", os.getpid())):
+        return
     while True:
         try:
             head, bufs = _receive(conn)
+            conn.send_bytes(b"")  # the receipt: from now on the task is this worker's (the server retries it before)
         except (EOFError, OSError):
             return
-        conn.send_bytes(b"")  # the receipt: from now on the task is this worker's (the server retries it before)
         msg = pickle.loads(memoryview(head)[4:], buffers=bufs)
         if msg is None:
             return
@@ -164,7 +165,18 @@ def _worker_main(conn: mpc.Connection, server_pid: int, nice: int = 0, memory_li
             out = fn(*args)
         except Exception as exc:  # a bug in a task function: reported, the worker lives on
             out = ("error", _failure(exc))
-        conn.send(out)
+        if not _send(conn, out):
+            return
+
+
+def _send(conn: mpc.Connection, obj: Any) -> bool:
+    """Send ``obj`` to the server; ``False`` when the server has closed the pipe (it stopped, or gave up on this
+    worker: a pool shut down while the worker was still starting), and the worker then just ends, printing nothing."""
+    try:
+        conn.send(obj)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
 from controller.solving import PoolBroken, SolverPool, WorkerDied
 from tests.helpers.procs import alive
+from tests.helpers.server import ROOT
 from tests.ops.test_solver_pool import EVENT_TIMEOUT_S, run, small_problem, until
 
 
@@ -116,3 +119,13 @@ def test_a_solve_sent_to_a_worker_that_dies_before_receiving_it_goes_to_another_
         assert victim not in pool.pids() and pool.died == 0 and pool.health()["idle_died"] == 1
 
     run(body, workers=1)
+
+
+def test_a_worker_whose_pool_is_gone_before_it_is_ready_ends_quietly() -> None:
+    # a server stopped while its worker still imported the planners: the worker finds the pipe closed when it says
+    # it is ready, and ends with status 0 and nothing on stderr (it used to print a BrokenPipeError traceback)
+    code = ("import os; from multiprocessing import Pipe; from controller.solver_worker import _worker_main; "
+            "server, worker = Pipe(); server.close(); _worker_main(worker, os.getpid())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert (out.returncode, out.stderr) == (0, ""), out.stderr[-2000:]
