@@ -63,17 +63,21 @@ def run(args: argparse.Namespace) -> int:
     lease = acquire_lease(settings)
     previous = signal.signal(signal.SIGTERM, _stopped)
     try:
-        # the standard asyncio loop, even where uvloop is installed: with uvloop 0.23 the solver workers that are
-        # handed a request's raw body died receiving it (measured: 503 on every big /v1/plans)
         uvicorn.run(create_app(settings, lease=lease), host=args.host, port=port, log_level=args.log_level,
-                    access_log=args.access_log, http=header_timeout_protocol(settings.header_timeout_s),
-                    loop="asyncio", timeout_keep_alive=30)
+                    access_log=args.access_log, **uvicorn_options(settings))
     except _Stopped:
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
         lease.release()
     return 0
+
+
+def uvicorn_options(settings: Any) -> dict[str, Any]:
+    """The options uvicorn serves the app with, beyond the address and the logging (``run``; the tests' servers on
+    a thread take the same). The standard asyncio loop, even where uvloop is installed: with uvloop 0.23 the solver
+    workers that are handed a request's raw body died receiving it (measured: 503 on every big ``/v1/plans``)."""
+    return {"http": header_timeout_protocol(settings.header_timeout_s), "loop": "asyncio", "timeout_keep_alive": 30}
 
 
 class _Stopped(Exception):

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.server import ServerProcess
+from tests.helpers.server import ThreadServer
 
 JOB = "bounds-1"
 DEPTH = 1_200_000  # 2.4 MB
@@ -23,8 +23,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Any:
     d = tmp_path_factory.mktemp("bounds")
-    with ServerProcess(f"sqlite:///{d}/db.sqlite", log_path=d / "server.log",
-                       env={"REBALANCER_API_TOKENS": TOKEN}).start() as s:
+    with ThreadServer(f"sqlite:///{d}/db.sqlite", settings={"api_tokens": TOKEN}).start() as s:
         with s.client(headers=AUTH) as c:
             r = c.put(f"/v1/jobs/{JOB}", json={"nodes": ["a", "b"], "operators": [{"id": "op", "key_groups": 4}],
                                                "algorithm": "flux", "window_batches": 2})

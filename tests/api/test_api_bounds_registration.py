@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.server import ServerProcess
+from tests.helpers.server import ThreadServer
 
 CAPS = {"max_total_key_groups": 20_000, "max_total_window_cells": 60_000, "offload_min_bytes": 2048}
 
@@ -18,7 +18,7 @@ CAPS = {"max_total_key_groups": 20_000, "max_total_window_cells": 60_000, "offlo
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Any:
     d = tmp_path_factory.mktemp("registration")
-    with ServerProcess(f"sqlite:///{d}/db.sqlite", settings=CAPS, log_path=d / "server.log").start() as s:
+    with ThreadServer(f"sqlite:///{d}/db.sqlite", settings=CAPS).start() as s:
         yield s
 
 

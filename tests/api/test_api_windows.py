@@ -4,7 +4,6 @@ batch ids are signed 64-bit integers and a far-future id cannot freeze the windo
 from __future__ import annotations
 
 import httpx
-import pytest
 
 from controller.service import Controller
 from tests.api.inproc import run, stats
@@ -89,13 +88,12 @@ def test_a_far_future_batch_id_does_not_freeze_the_window(tmp_path):
     run(tmp_path / "r.db", main)
 
 
-@pytest.mark.slow  # a real server process
 def test_a_batch_id_beyond_64_bits_is_a_422_on_a_live_keep_alive_connection(tmp_path):
-    """Over real HTTP (``rebalancer serve``): the 422 comes back and the same connection serves the next request
-    (not a 500 and a dropped keep-alive connection)."""
-    from tests.helpers.server import ServerProcess
+    """Over real HTTP (uvicorn, as ``rebalancer serve`` runs it): the 422 comes back and the same connection serves
+    the next request (not a 500 and a dropped keep-alive connection)."""
+    from tests.helpers.server import ThreadServer
 
-    with ServerProcess(f"sqlite:///{tmp_path}/r.db", log_path=tmp_path / "server.log").start() as srv:
+    with ThreadServer(f"sqlite:///{tmp_path}/r.db").start() as srv:
         ports: set[int] = set()
         with httpx.Client(base_url=srv.url, timeout=30) as c:
             def note(r: httpx.Response) -> None:

@@ -1,8 +1,9 @@
 """Fixtures of the client tests: one local SparkSession for the whole session; ``controller`` and
 ``make_controller``: real ``rebalancer serve`` processes (:class:`tests.helpers.server.ServerProcess`) for the tests
-where the process matters (a driver whose controller is frozen or stopped); ``app_server``: the app in process
-(:class:`tests.helpers.server.InProcessServer`) for the Python client's behaviour tests, through
-``RebalancerClient(app_server.url, transport=app_server.transport())``."""
+where the process matters (a driver whose controller is frozen or stopped); ``http_server``: the app served by
+uvicorn on a thread (:class:`tests.helpers.server.ThreadServer`) for tests of the client over real HTTP;
+``app_server``: the app in process (:class:`tests.helpers.server.InProcessServer`) for the Python client's behaviour
+tests, through ``RebalancerClient(app_server.url, transport=app_server.transport())``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.server import UNSTARVED, InProcessServer, ServerProcess, free_port
+from tests.helpers.server import UNSTARVED, InProcessServer, ServerProcess, ThreadServer, free_port
 
 
 def _controller(db: Path) -> ServerProcess:
@@ -38,6 +39,13 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     c = _controller(tmp_path_factory.mktemp("controller") / "rebalancer.db")
     yield c
     c.stop()
+
+
+@pytest.fixture(scope="session")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadServer]:
+    d = tmp_path_factory.mktemp("http_server")
+    with ThreadServer(f"sqlite:///{d}/rebalancer.db", test_settings=False, settings=UNSTARVED).start() as srv:
+        yield srv
 
 
 @pytest.fixture(scope="session")

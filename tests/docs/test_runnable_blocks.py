@@ -18,9 +18,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from runnable import blocks, run_page  # noqa: E402
 
-from tests.helpers.server import ServerProcess  # noqa: E402
+from tests.helpers.server import ThreadServer  # noqa: E402
 
-#: slow: each page runs its commands in fresh processes (a shell, the CLI, curl, a controller) — ~45 s of CPU in all
+#: slow: each page runs its commands in fresh processes (a shell, the CLI, curl, Python) — ~45 s of CPU in all
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,13 +30,13 @@ TOOLS = ("bash", "jq", "curl")
 
 
 @pytest.fixture(scope="module")
-def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadServer]:
     db = tmp_path_factory.mktemp("docs-controller") / "rebalancer.db"
-    with ServerProcess(f"sqlite:///{db}") as server:
+    with ThreadServer(f"sqlite:///{db}") as server:
         yield server
 
 
-def environment(server: ServerProcess) -> dict[str, str]:
+def environment(server: ThreadServer) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REBALANCER_")}
     env.update({"PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
                 "REBALANCER_URL": server.url, "PORT": str(server.port), "PYTHONPATH": str(ROOT)})
@@ -49,7 +49,7 @@ def test_some_pages_have_runnable_blocks() -> None:
 
 
 @pytest.mark.parametrize("page", RUNNABLE, ids=[str(p.relative_to(ROOT)) for p in RUNNABLE])
-def test_runnable_blocks_run_as_printed(page: Path, controller: ServerProcess, tmp_path: Path) -> None:
+def test_runnable_blocks_run_as_printed(page: Path, controller: ThreadServer, tmp_path: Path) -> None:
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     assert not missing, f"the documentation's examples need {missing} (Debian: apt-get install {' '.join(missing)})"
     shutil.copytree(ROOT / "docs" / "examples", tmp_path, dirs_exist_ok=True)

@@ -1,12 +1,16 @@
 """The one way tests and benchmarks start a Rebalancer controller.
 
-Two kinds, one shape (``url``, ``client()``, ``stop()``, usable as context managers):
+Three kinds, one shape (``url``, ``client()``, ``stop()``, usable as context managers):
 
 * :class:`InProcessServer` — the FastAPI app of :func:`api.app.create_app` in this process, spoken to through
   ``httpx.ASGITransport``. The app's lifespan (database load, writer, solver pool) runs on a private event-loop
   thread for the server's whole life, exactly as under uvicorn, so background tasks keep running between
   requests and concurrent requests from several threads interleave on one loop. ``client()`` is an ordinary
   synchronous ``httpx.Client``. No port, no process start: use it for API behaviour tests.
+* :class:`ThreadServer` — the app served by uvicorn on a free 127.0.0.1 port, on a thread of this process, with
+  the options ``rebalancer serve`` gives uvicorn: for what only real HTTP shows (stalled uploads, bodies uvicorn
+  reads, a request's headers and their timeout), without a process start (~2.5 CPU-seconds each: the imports and
+  the forkserver's preload, which this process has already paid).
 * :class:`ServerProcess` — ``python -m cli.main serve`` on a free 127.0.0.1 port, in its own process group (so
   ``kill9()`` also takes the forkserver and the solver workers). Use it only where the process matters: kill -9 and
   restart, signals and shutdown, PostgreSQL, Spark drivers, HTTP benchmarks.
@@ -253,6 +257,57 @@ async def app_client(settings: Any, warm: bool = False) -> AsyncIterator[tuple[h
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url=InProcessServer.url, timeout=60) as c:
             yield c, app.state.controller
+
+
+# ---------------------------------------------------------------------------------------------- uvicorn on a thread
+class ThreadServer(_Server):
+    """``create_app(Settings(database_url=…, **settings))`` served by uvicorn on ``port`` (default: a free one) of
+    127.0.0.1 on a thread, with :func:`cli.serve.uvicorn_options`; ``settings`` as :class:`InProcessServer`'s."""
+
+    def __init__(self, database_url: str, *, settings: Mapping[str, Any] | None = None, test_settings: bool = True,
+                 port: int | None = None):
+        from controller.settings import Settings
+
+        self.settings = Settings(database_url=database_url,
+                                 **{**(TEST_SETTINGS if test_settings else {}), **(settings or {})})
+        self.port = port or free_port()
+        self.url = f"http://{HOST}:{self.port}"
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, timeout: float = 90.0) -> ThreadServer:
+        """Serve on the thread; return once uvicorn listens (the app's lifespan has run)."""
+        import uvicorn
+
+        from api.app import create_app
+        from cli.serve import uvicorn_options
+
+        config = uvicorn.Config(create_app(self.settings), host=HOST, port=self.port, log_level="warning",
+                                log_config=None, access_log=False, **uvicorn_options(self.settings))
+        self._server = server = uvicorn.Server(config)
+        self._thread = thread = threading.Thread(target=server.run, name=f"uvicorn-{self.port}", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the server on a thread did not start in {timeout:.0f} s")
+            time.sleep(0.02)
+        return self
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """uvicorn's graceful shutdown (the lifespan's too), as on SIGTERM."""
+        server, thread, self._server, self._thread = self._server, self._thread, None, None
+        if server is not None and thread is not None:
+            server.should_exit = True
+            thread.join(timeout)
+
+    def client(self, **kw: Any) -> httpx.Client:
+        kw.setdefault("timeout", 60.0)
+        return httpx.Client(base_url=self.url, **kw)
+
+    def __enter__(self) -> ThreadServer:
+        return self if self._server is not None else self.start()
 
 
 # ---------------------------------------------------------------------------------------------- a process

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers.server import HOST, ServerProcess
+from tests.helpers.server import HOST, ThreadServer
 
 MB = 1_000_000
 LIMITS = {"max_body_bytes": 2 * MB, "max_client_upload_bytes": 4 * MB, "max_upload_bytes": 16 * MB,
@@ -23,8 +23,7 @@ TOKENS = ("tok-a", "tok-b")
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Any:
     d = tmp_path_factory.mktemp("uploads")
-    with ServerProcess(f"sqlite:///{d}/db.sqlite", settings=LIMITS, log_path=d / "server.log",
-                       env={"REBALANCER_API_TOKENS": ",".join(TOKENS)}).start() as s:
+    with ThreadServer(f"sqlite:///{d}/db.sqlite", settings={**LIMITS, "api_tokens": ",".join(TOKENS)}).start() as s:
         yield s
 
 

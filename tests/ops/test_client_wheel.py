@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.server import ServerProcess
+from tests.helpers.server import ThreadServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER_PACKAGES = ("api", "controller", "solvers", "cli", "evaluation", "clients")
@@ -27,7 +27,7 @@ def test_the_client_wheel_installs_the_client_alone(tmp_path: Path) -> None:
     py = env_dir / "bin" / "python"
     subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                     "-c", str(ROOT / "constraints.txt"), str(wheel)], check=True)
-    with ServerProcess(f"sqlite:///{tmp_path / 'c.db'}").start() as srv:
+    with ThreadServer(f"sqlite:///{tmp_path / 'c.db'}").start() as srv:
         probe = subprocess.run([str(py), "-c", (
             "import importlib.util, sys, sysconfig, os\n"
             "import rebalancer_client\n"

@@ -11,13 +11,13 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.helpers.server import HOST, ServerProcess
+from tests.helpers.server import HOST, ThreadServer
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadServer]:
     db = tmp_path_factory.mktemp("metrics") / "m.db"
-    with ServerProcess(f"sqlite:///{db}") as srv:
+    with ThreadServer(f"sqlite:///{db}") as srv:
         yield srv
 
 
@@ -44,7 +44,7 @@ def counted(url: str, key: tuple[str, str, str], timeout: float = 20.0) -> dict[
     return counts
 
 
-def test_static_documentation_files_count_under_their_mount(server: ServerProcess) -> None:
+def test_static_documentation_files_count_under_their_mount(server: ThreadServer) -> None:
     r = httpx.get(server.url + "/docs-assets/swagger-ui.css", timeout=10)
     assert r.status_code == 200, r.status_code
     counts = counted(server.url, ("GET", "/docs-assets/{path}", "200"))
@@ -59,7 +59,7 @@ def aborted(counts: dict[tuple[str, str, str], float]) -> float:
 
 
 @pytest.mark.parametrize("declared,sent", [(100_000, 30), (8_000_000, 2_000_000)], ids=["small", "large"])
-def test_an_aborted_upload_is_not_a_server_error(server: ServerProcess, declared: int, sent: int) -> None:
+def test_an_aborted_upload_is_not_a_server_error(server: ThreadServer, declared: int, sent: int) -> None:
     before = aborted(requests_total(server.url))
     with socket.create_connection((HOST, server.port), timeout=10) as s:
         s.sendall(b"POST /v1/plans HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
