@@ -1,9 +1,9 @@
-"""Fixtures of the client tests: one local SparkSession for the whole session; ``controller`` and
-``make_controller``: real ``rebalancer serve`` processes (:class:`tests.helpers.server.ServerProcess`) for the tests
-where the process matters (a driver whose controller is frozen or stopped); ``http_server``: the app served by
-uvicorn on a thread (:class:`tests.helpers.server.ThreadServer`) for tests of the client over real HTTP;
-``app_server``: the app in process (:class:`tests.helpers.server.InProcessServer`) for the Python client's behaviour
-tests, through ``RebalancerClient(app_server.url, transport=app_server.transport())``."""
+"""Fixtures of the client tests: one local SparkSession for the whole session; ``controller``: the app served by
+uvicorn on a thread (:class:`tests.helpers.server.ThreadServer`, the server's own defaults) for the session, for the
+tests of the client and the Spark driver over real HTTP; ``make_controller``: real ``rebalancer serve`` processes
+(:class:`tests.helpers.server.ServerProcess`) for the tests where the process matters (a controller frozen, stopped
+or restarted); ``app_server``: the app in process (:class:`tests.helpers.server.InProcessServer`) for the Python
+client's behaviour tests, through ``RebalancerClient(app_server.url, transport=app_server.transport())``."""
 
 from __future__ import annotations
 
@@ -20,31 +20,23 @@ import pytest
 from tests.helpers.server import UNSTARVED, InProcessServer, ServerProcess, ThreadServer, free_port
 
 
-def _controller(db: Path) -> ServerProcess:
-    """The server's own defaults (two solver workers, 5 s request wait; the workers not niced), no tokens, a fresh
-    SQLite file; returned once both solver workers have answered a plan, so that a test's first solve does not wait
-    for a worker's imports (drivers here use timeouts of 1.5 s; on a loaded machine a cold worker took longer)."""
-    srv = ServerProcess(f"sqlite:///{db}", test_settings=False, settings=UNSTARVED,
-                        log_path=db.with_suffix(".log")).start()
+def _warm(srv: ServerProcess | ThreadServer) -> None:
+    """Return once both solver workers have answered a plan, so that a test's first solve does not wait for a
+    worker's start (drivers here use timeouts of 1.5 s; on a loaded machine a cold worker took longer)."""
     problem = {"nodes": [{"id": "a"}, {"id": "b"}], "key_groups": [{"id": "k", "node": "a", "load": 1.0}]}
     with ThreadPoolExecutor(2) as ex, srv.client(timeout=120) as c:
         codes = list(ex.map(lambda _: c.post("/v1/plans", json={"problem": problem, "algorithm": "flux"}).status_code,
                             range(2)))
     assert codes == [200, 200], codes
-    return srv
 
 
 @pytest.fixture(scope="session")
-def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    c = _controller(tmp_path_factory.mktemp("controller") / "rebalancer.db")
-    yield c
-    c.stop()
-
-
-@pytest.fixture(scope="session")
-def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadServer]:
-    d = tmp_path_factory.mktemp("http_server")
+def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadServer]:
+    """The server's own defaults (two solver workers, 5 s request wait; the workers not niced), no tokens, a fresh
+    SQLite file."""
+    d = tmp_path_factory.mktemp("controller")
     with ThreadServer(f"sqlite:///{d}/rebalancer.db", test_settings=False, settings=UNSTARVED).start() as srv:
+        _warm(srv)
         yield srv
 
 
@@ -61,8 +53,10 @@ def make_controller(tmp_path: Path) -> Iterator[Callable[[], ServerProcess]]:
     started: list[ServerProcess] = []
 
     def make() -> ServerProcess:
-        c = _controller(tmp_path / f"c{len(started)}.db")
-        started.append(c)
+        db = tmp_path / f"c{len(started)}.db"
+        c = ServerProcess(f"sqlite:///{db}", test_settings=False, settings=UNSTARVED, log_path=db.with_suffix(".log"))
+        started.append(c.start())
+        _warm(c)
         return c
 
     yield make

@@ -1,4 +1,4 @@
-"""``POST /v1/partitioning`` over real HTTP (uvicorn: the ``http_server`` fixture): a built
+"""``POST /v1/partitioning`` over real HTTP (uvicorn: the ``controller`` fixture): a built
 function document goes back as the next spec's ``previous``, as JSON and through ``RebalancerClient.partitioning``
 (typed both ways: ``PartitioningSpec`` in, ``PartitionFunction`` out, read by ``wire.read``)."""
 
@@ -15,9 +15,9 @@ FREQUENCIES = {f"k{i}": 0.2 / i**1.2 for i in range(1, 60)}  # summing to 0.68
 KEYS = [f"k{i}" for i in range(1, 400)]
 
 
-def test_build_and_rebuild_from_the_previous_over_http(http_server):
+def test_build_and_rebuild_from_the_previous_over_http(controller):
     spec = {"algorithm": "readj", "channels": 4, "frequencies": FREQUENCIES, "domain_size": 10_000}
-    with http_server.client(timeout=60) as http:
+    with controller.client(timeout=60) as http:
         first = http.post("/v1/partitioning", json=spec)
         assert first.status_code == 200, first.text
         doc = first.json()
@@ -34,8 +34,8 @@ def test_build_and_rebuild_from_the_previous_over_http(http_server):
                                                                 "reason": "must be an integer, got '4'"}]
 
 
-def test_the_client_sends_and_reads_the_typed_documents(http_server):
-    with RebalancerClient(http_server.url, timeout=60) as rc:
+def test_the_client_sends_and_reads_the_typed_documents(controller):
+    with RebalancerClient(controller.url, timeout=60) as rc:
         first = rc.partitioning({"channels": 4, "frequencies": FREQUENCIES, "domain_size": 10_000})
         assert isinstance(first, contract.PartitionFunction) and isinstance(first.hash, contract.KeyHash)
         assert first.algorithm == "readj" and first.explicit and first.params is not None

@@ -27,9 +27,9 @@ def _stats(loads):
     return [{"id": f"agg/{k}", "load": float(v), "state_bytes": 64.0} for k, v in enumerate(loads)]
 
 
-def test_full_flow_and_typed_errors(http_server):
+def test_full_flow_and_typed_errors(controller):
     jid = _job_id()
-    with RebalancerClient(http_server.url, timeout=10) as rc:
+    with RebalancerClient(controller.url, timeout=10) as rc:
         job = rc.put_job(jid, nodes=["p0", "p1"], operators=[{"id": "agg", "key_groups": 8}], algorithm="flux",
                          budget={"max_migrations": 2}, window_batches=2)
         assert isinstance(job, contract.JobState) and job.epoch == 0
@@ -77,10 +77,10 @@ def test_full_flow_and_typed_errors(http_server):
             rc.get_job(jid)
 
 
-def test_stateless_plan(http_server):
+def test_stateless_plan(controller):
     problem = {"nodes": [{"id": "a"}, {"id": "b"}],
                "key_groups": [{"id": "k0", "node": "a", "load": 10}, {"id": "k1", "node": "a", "load": 10}]}
-    with RebalancerClient(http_server.url, timeout=10) as rc:
+    with RebalancerClient(controller.url, timeout=10) as rc:
         plan = rc.plan(problem, "flux")
         ev = rc.evaluate(problem, plan)
     assert isinstance(plan, contract.Plan)

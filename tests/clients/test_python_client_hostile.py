@@ -304,9 +304,9 @@ def test_ids_are_one_url_encoded_path_segment(scripted):
     assert len(server.requests) == 3
 
 
-def test_encoded_ids_against_the_real_controller(http_server):
+def test_encoded_ids_against_the_real_controller(controller):
     victim = "victim-" + uuid.uuid4().hex[:8]
-    with RebalancerClient(http_server.url, timeout=10, retries=0) as rc:
+    with RebalancerClient(controller.url, timeout=10, retries=0) as rc:
         rc.put_job(victim, nodes=["p0"], operators=[{"id": "agg", "key_groups": 2}], algorithm="flux")
         with pytest.raises(RebalancerError):
             rc.delete_job(victim + "?x=")

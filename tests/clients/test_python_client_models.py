@@ -163,10 +163,10 @@ def _route(call: str, jobs: list[str]) -> str:
     return f"{method} {'/'.join(parts)}"
 
 
-def test_every_answer_of_the_real_controller_is_read_exactly(http_server):
+def test_every_answer_of_the_real_controller_is_read_exactly(controller):
     jid, auto = "m-" + uuid.uuid4().hex[:10], "a-" + uuid.uuid4().hex[:10]
     recorder = Recorder()
-    with RebalancerClient(http_server.url, timeout=30, transport=recorder) as rc:
+    with RebalancerClient(controller.url, timeout=30, transport=recorder) as rc:
         assert rc.health() == contract.Health(status="ok")
         assert {"flux", "albic-milp"} <= {a.name for a in rc.algorithms()}
         plan = rc.plan(PROBLEM, "flux")
@@ -221,7 +221,7 @@ def test_every_answer_of_the_real_controller_is_read_exactly(http_server):
         check_answer(DOCUMENTS[route], raw, seen)
     assert routes == set(DOCUMENTS)
     # the errors are documents too
-    with httpx.Client(base_url=http_server.url) as http:
+    with httpx.Client(base_url=controller.url) as http:
         err = http.post("/v1/plans", json={"problem": {"nodes": []}}).json()
         check_answer(contract.Error, err, seen)
         check_answer(contract.Error, http.get("/v1/jobs/nope-nope").json(), seen)
