@@ -13,7 +13,7 @@ Three kinds, one shape (``url``, ``client()``, ``stop()``, usable as context man
   the forkserver's preload, which this process has already paid).
 * :class:`ServerProcess` — ``python -m cli.main serve`` on a free 127.0.0.1 port, in its own process group (so
   ``kill9()`` also takes the forkserver and the solver workers). Use it only where the process matters: kill -9 and
-  restart, signals and shutdown, PostgreSQL, Spark drivers, HTTP benchmarks.
+  restart, signals and shutdown, the lease, PostgreSQL, a controller a test freezes or stops, HTTP benchmarks.
 * :func:`app_client` — the app on the CALLER's event loop (an async context manager yielding an
   ``httpx.AsyncClient`` and the controller), for async tests that order requests precisely (races).
 
@@ -274,6 +274,13 @@ class ThreadServer(_Server):
         self.url = f"http://{HOST}:{self.port}"
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        self._status: int | str | None = None
+
+    def _run(self, server: Any) -> None:
+        try:
+            server.run()
+        except SystemExit as exc:  # uvicorn's way out of a failed startup (status 3)
+            self._status = exc.code
 
     def start(self, timeout: float = 90.0) -> ThreadServer:
         """Serve on the thread; return once uvicorn listens (the app's lifespan has run)."""
@@ -285,11 +292,16 @@ class ThreadServer(_Server):
         config = uvicorn.Config(create_app(self.settings), host=HOST, port=self.port, log_level="warning",
                                 log_config=None, access_log=False, **uvicorn_options(self.settings))
         self._server = server = uvicorn.Server(config)
-        self._thread = thread = threading.Thread(target=server.run, name=f"uvicorn-{self.port}", daemon=True)
+        self._thread = thread = threading.Thread(target=self._run, args=(server,), name=f"uvicorn-{self.port}",
+                                                 daemon=True)
         thread.start()
         deadline = time.monotonic() + timeout
         while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
+            if not thread.is_alive():
+                self.stop()
+                raise RuntimeError(f"the server on a thread stopped while starting (uvicorn's status {self._status}: "
+                                   f"the lifespan failed, its error is in the log)")
+            if time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"the server on a thread did not start in {timeout:.0f} s")
             time.sleep(0.02)
@@ -301,6 +313,8 @@ class ThreadServer(_Server):
         if server is not None and thread is not None:
             server.should_exit = True
             thread.join(timeout)
+            if thread.is_alive():
+                raise RuntimeError(f"the server on a thread did not stop in {timeout:.0f} s")
 
     def client(self, **kw: Any) -> httpx.Client:
         kw.setdefault("timeout", 60.0)

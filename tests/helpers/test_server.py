@@ -1,5 +1,6 @@
 """The test servers themselves: the in-process app runs its lifespan (load, writer, solver pool) and shuts it down;
-a server process leaves nothing of its process group behind."""
+the server on a thread is real HTTP with the app's settings and fails at once when its lifespan does; a server
+process leaves nothing of its process group behind."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import asyncio
 import threading
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.helpers.procs import group_pids, wait_gone
-from tests.helpers.server import InProcessServer, ServerProcess, app_client
+from tests.helpers.server import InProcessServer, ServerProcess, ThreadServer, app_client
 
 JOB = {"nodes": ["a", "b"], "operators": [{"id": "agg", "key_groups": 4}], "algorithm": "flux"}
 
@@ -72,3 +74,28 @@ def test_server_process_stop_leaves_no_process_of_its_group(tmp_path: Path):
     assert "PUT /v1/jobs/j1" in srv.log_text()
     srv.stop()
     assert group_pids(pgid) == [] and wait_gone(kids, timeout=0) == []
+
+
+def test_a_thread_server_serves_real_http_and_its_stop_runs_the_shutdown(tmp_path: Path):
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    with ThreadServer(url, settings={"api_tokens": "t"}).start() as srv:
+        with srv.client() as c:
+            assert c.put("/v1/jobs/j1", json=JOB).status_code == 401  # the settings reach the app
+            assert c.put("/v1/jobs/j1", json=JOB, headers={"Authorization": "Bearer t"}).status_code == 201
+            assert c.get("/healthz").headers["server"] == "uvicorn"
+    with pytest.raises(httpx.TransportError):
+        httpx.get(srv.url + "/healthz", timeout=2)  # stopped: the port is closed
+    with InProcessServer(database_url=url, warm=False, api_tokens="t").start() as again, again.client() as c:
+        assert c.get("/v1/jobs/j1", headers={"Authorization": "Bearer t"}).status_code == 200  # written at the stop
+
+
+def test_a_thread_server_whose_lifespan_fails_says_so_at_once(tmp_path: Path):
+    from controller.lease import ServerLease
+
+    db = tmp_path / "db.sqlite"
+    held = ServerLease(f"sqlite:///{db}", db).acquire()  # another server's: the lifespan cannot take it
+    try:
+        with pytest.raises(RuntimeError, match="stopped while starting"):
+            ThreadServer(f"sqlite:///{db}").start(timeout=60)
+    finally:
+        held.release()
