@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.server import UNSTARVED, InProcessServer, ServerProcess, ThreadServer, free_port
+from tests.helpers.server import UNSTARVED, InProcessServer, ServerProcess, ThreadServer, refused_port
 
 
 def _warm(srv: ServerProcess | ThreadServer) -> None:
@@ -85,8 +85,10 @@ def spark():
 
 
 @pytest.fixture
-def unused_port() -> int:
-    return free_port()
+def unused_port() -> Iterator[int]:
+    """A port that refuses connections for the whole test (:func:`tests.helpers.server.refused_port`)."""
+    with refused_port() as port:
+        yield port
 
 
 @pytest.fixture

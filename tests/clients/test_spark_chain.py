@@ -4,7 +4,6 @@ controller that is down — real local Spark and a real controller over HTTP."""
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections import Counter
 
@@ -138,11 +137,8 @@ def test_a_crash_between_the_two_stages_commits_is_exactly_once(spark, tmp_path)
     again.close()
 
 
-def test_the_chain_runs_every_batch_with_the_controller_down(spark, tmp_path):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    client = RebalancerClient(f"http://127.0.0.1:{port}", timeout=1, connect_timeout=0.5, retries=0)
+def test_the_chain_runs_every_batch_with_the_controller_down(spark, tmp_path, unused_port):
+    client = RebalancerClient(f"http://127.0.0.1:{unused_port}", timeout=1, connect_timeout=0.5, retries=0)
     chain = _chain(spark, client, "down", tmp_path / "chk", backoff_s=0.01)
     assert chain.start() is False
     rng = np.random.default_rng(2)

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -61,10 +61,20 @@ UNSTARVED: dict[str, Any] = {"solver_nice": 0}
 
 
 def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
+    """A TCP port that is free on 127.0.0.1 right now (for a server about to listen on it)."""
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A port of 127.0.0.1 that refuses connections while the block runs: bound and never listening, so no server
+    of the run's other test processes can take it, as one can take a port merely found free (a driver meant to find
+    its controller down once got 'ok' from another process's server that had been given the same port)."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        yield int(s.getsockname()[1])
 
 
 def settings_env(settings: Mapping[str, Any]) -> dict[str, str]:
