@@ -271,8 +271,10 @@ async def app_client(settings: Any, warm: bool = False) -> AsyncIterator[tuple[h
 
 # ---------------------------------------------------------------------------------------------- uvicorn on a thread
 class ThreadServer(_Server):
-    """``create_app(Settings(database_url=…, **settings))`` served by uvicorn on ``port`` (default: a free one) of
-    127.0.0.1 on a thread, with :func:`cli.serve.uvicorn_options`; ``settings`` as :class:`InProcessServer`'s."""
+    """``create_app(Settings(database_url=…, **settings))`` served by uvicorn on ``port`` of 127.0.0.1 on a thread,
+    with :func:`cli.serve.uvicorn_options`; ``settings`` as :class:`InProcessServer`'s. Without ``port`` uvicorn binds
+    any free one and :attr:`url` is known once :meth:`start` returns (no port found free and then taken by another
+    test process in between)."""
 
     def __init__(self, database_url: str, *, settings: Mapping[str, Any] | None = None, test_settings: bool = True,
                  port: int | None = None):
@@ -280,7 +282,7 @@ class ThreadServer(_Server):
 
         self.settings = Settings(database_url=database_url,
                                  **{**(TEST_SETTINGS if test_settings else {}), **(settings or {})})
-        self.port = port or free_port()
+        self.port = port or 0
         self.url = f"http://{HOST}:{self.port}"
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -302,7 +304,7 @@ class ThreadServer(_Server):
         config = uvicorn.Config(create_app(self.settings), host=HOST, port=self.port, log_level="warning",
                                 log_config=None, access_log=False, **uvicorn_options(self.settings))
         self._server = server = uvicorn.Server(config)
-        self._thread = thread = threading.Thread(target=self._run, args=(server,), name=f"uvicorn-{self.port}",
+        self._thread = thread = threading.Thread(target=self._run, args=(server,), name="uvicorn",
                                                  daemon=True)
         thread.start()
         deadline = time.monotonic() + timeout
@@ -315,6 +317,8 @@ class ThreadServer(_Server):
                 self.stop()
                 raise RuntimeError(f"the server on a thread did not start in {timeout:.0f} s")
             time.sleep(0.02)
+        self.port = int(server.servers[0].sockets[0].getsockname()[1])
+        self.url = f"http://{HOST}:{self.port}"
         return self
 
     def stop(self, timeout: float = 60.0) -> None:
