@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from tests.helpers import spark_cds, temp_root  # noqa: E402 - needs ROOT on sys.path
+from tests.helpers.server import refused_port  # noqa: E402
 
 #: the run's temporary folder (:mod:`tests.helpers.temp_root`), before anything makes a temporary file
 _TMP, _OWNS_TMP = temp_root.enter()
@@ -113,3 +115,11 @@ def pytest_collection_modifyitems(config: object, items: list[Any]) -> None:
         slow, spark = (item.get_closest_marker(m) is not None for m in ("slow", "spark"))
         rank[path] = min(rank.get(path, 3), 0 if slow and spark else 1 if slow else 2 if spark else 3)
     items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
+
+
+@pytest.fixture
+def unused_port() -> Iterator[int]:
+    """A port of 127.0.0.1 that refuses connections for the whole test: a controller that is down
+    (:func:`tests.helpers.server.refused_port`; no other test process's server can be given it meanwhile)."""
+    with refused_port() as port:
+        yield port

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.server import UNSTARVED, InProcessServer, ServerProcess, ThreadServer, refused_port
+from tests.helpers.server import UNSTARVED, InProcessServer, ServerProcess, ThreadServer
 
 
 def _warm(srv: ServerProcess | ThreadServer) -> None:
@@ -82,13 +82,6 @@ def spark():
     yield s
     s.stop()
     del pyspark
-
-
-@pytest.fixture
-def unused_port() -> Iterator[int]:
-    """A port that refuses connections for the whole test (:func:`tests.helpers.server.refused_port`)."""
-    with refused_port() as port:
-        yield port
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers.server import UNSTARVED, ThreadServer, refused_port
+from tests.helpers.server import UNSTARVED, ThreadServer
 
 
 @pytest.fixture(scope="module")
@@ -16,11 +16,3 @@ def controller(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadServe
     db = tmp_path_factory.mktemp("controller") / "rebalancer.db"
     with ThreadServer(f"sqlite:///{db}", test_settings=False, settings=UNSTARVED).start() as c:
         yield c
-
-
-@pytest.fixture
-def refused() -> Iterator[int]:
-    """A port that refuses connections for the whole test: the controller "down" (another test process's server
-    cannot be given it)."""
-    with refused_port() as port:
-        yield port

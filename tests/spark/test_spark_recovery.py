@@ -83,10 +83,10 @@ def _check(tmp: Path, frames: list[pd.DataFrame], result: dict) -> None:
         assert (mine["total"].to_numpy() == exp_b["sum"].to_numpy()).all()
 
 
-def test_kill_9s_of_the_driver_at_every_point_then_a_restart_are_exactly_once(tmp_path, controller, refused):
+def test_kill_9s_of_the_driver_at_every_point_then_a_restart_are_exactly_once(tmp_path, controller, unused_port):
     frames = _input(tmp_path / "src")
     job_id = "rec-" + uuid.uuid4().hex[:8]
-    dead = f"http://127.0.0.1:{refused}"
+    dead = f"http://127.0.0.1:{unused_port}"
     marker = tmp_path / "result.killed"
     for kill, ctl in KILLS:
         rc, _ = _run(tmp_path, kill, controller.url if ctl == "up" else dead, job_id)
