@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         database = args.database or f"sqlite:///{tmp}/bench.db"
         server = ServerProcess(database, settings={"solver_workers": args.workers}, test_settings=False,
                                log_path=tmp / "server.log")
-        bench.log(f"starting server on {server.url} ({database}); log {tmp}/server.log")
         server.start()
+        bench.log(f"server on {server.url} ({database}); log {tmp}/server.log")
         bench.result["config"] = {"clients": args.clients, "key_groups_per_post": args.key_groups,
                                   "stats_form": args.stats_form, "phase_seconds": secs, "open_loop_rate": args.rate,
                                   "soak_seconds": soak, "soak_rate": args.soak_rate,

@@ -233,8 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         srv = ServerProcess(f"sqlite:///{tmp}/bench.db",
                             settings={"solver_workers": args.workers, "request_wait_s": 300},
                             test_settings=False, log_path=tmp / "server.log")
-        bench.log(f"server {srv.url}, log {tmp}/server.log")
         srv.start()
+        bench.log(f"server {srv.url}, log {tmp}/server.log")
         bare = BareServer()
         try:
             wait_workers(srv, args.workers)

@@ -11,7 +11,7 @@ Three kinds, one shape (``url``, ``client()``, ``stop()``, usable as context man
   the options ``rebalancer serve`` gives uvicorn: for what only real HTTP shows (stalled uploads, bodies uvicorn
   reads, a request's headers and their timeout), without a process start (~2.5 CPU-seconds each: the imports and
   the forkserver's preload, which this process has already paid).
-* :class:`ServerProcess` — ``python -m cli.main serve`` on a free 127.0.0.1 port, in its own process group (so
+* :class:`ServerProcess` — ``python -m cli.main serve`` on 127.0.0.1, in its own process group (so
   ``kill9()`` also takes the forkserver and the solver workers). Use it only where the process matters: kill -9 and
   restart, signals and shutdown, the lease, PostgreSQL, a controller a test freezes or stops, HTTP benchmarks.
 * :func:`app_client` — the app on the CALLER's event loop (an async context manager yielding an
@@ -65,6 +65,25 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
+
+
+def listening_port(pid: int) -> int | None:
+    """The TCP port process ``pid`` listens on (IPv4; Linux's ``/proc``), or None while it listens on none."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+    if not inodes:
+        return None
+    with open(f"/proc/{pid}/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                return int(fields[1].rsplit(":", 1)[1], 16)
+    return None
 
 
 @contextlib.contextmanager
@@ -340,7 +359,9 @@ class ThreadServer(_Server):
 
 # ---------------------------------------------------------------------------------------------- a process
 class ServerProcess(_Server):
-    """``python -m cli.main serve --database URL`` on a free port of 127.0.0.1, in its own process group.
+    """``python -m cli.main serve --database URL`` on 127.0.0.1, in its own process group: on ``port``, or without one
+    on any free port the server binds itself (``--port 0``), read from ``/proc`` once it listens (:attr:`url` is
+    known from then on; a restart comes back on the same port).
 
     ``settings`` become ``REBALANCER_*`` variables (over :data:`TEST_SETTINGS` unless ``test_settings=False``);
     ``env`` is added last, verbatim. ``REBALANCER_API_TOKENS`` of the caller's environment is dropped (tests and
@@ -356,8 +377,9 @@ class ServerProcess(_Server):
         self.args = list(args)
         self.env = {**settings_env({**(TEST_SETTINGS if test_settings else {}), **(settings or {})}),
                     **dict(env or {})}
-        self.port = port or free_port()
-        self.url = f"http://{HOST}:{self.port}"
+        # without a port the server binds any free one and start() reads it from /proc (Linux): a port found free
+        # here could be given to another test process's server before this one binds it
+        self.port: int | None = port or (None if sys.platform.startswith("linux") else free_port())
         self.log_path = log_path
         self.log_level = log_level
         self.proc: subprocess.Popen[bytes] | None = None
@@ -366,6 +388,12 @@ class ServerProcess(_Server):
     def pid(self) -> int:
         assert self.proc is not None, "not started"
         return self.proc.pid
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the server's port is known once it listens (start() or wait_healthy())")
+        return f"http://{HOST}:{self.port}"
 
     def start(self, timeout: float = 90.0) -> ServerProcess:
         """Spawn the server and wait until ``/healthz`` answers."""
@@ -377,7 +405,7 @@ class ServerProcess(_Server):
         env.update({"PYTHONUNBUFFERED": "1", **self.env})
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         try:
-            argv = [sys.executable, "-m", "cli.main", "serve", "--host", HOST, "--port", str(self.port),
+            argv = [sys.executable, "-m", "cli.main", "serve", "--host", HOST, "--port", str(self.port or 0),
                     "--log-level", self.log_level, *self.args]
             if self.database_url is not None:
                 argv += ["--database", self.database_url]
@@ -401,6 +429,11 @@ class ServerProcess(_Server):
         raise RuntimeError(f"server did not become healthy in {timeout:.0f} s{self._log_tail()}")
 
     def healthy(self) -> bool:
+        """``/healthz`` answers 200 (False while the server listens on no port yet)."""
+        if self.port is None and self.proc is not None:
+            self.port = listening_port(self.proc.pid)
+        if self.port is None:
+            return False
         try:
             return httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200
         except httpx.HTTPError:

@@ -1,10 +1,12 @@
 """The test servers themselves: the in-process app runs its lifespan (load, writer, solver pool) and shuts it down;
 the server on a thread is real HTTP with the app's settings and fails at once when its lifespan does; a server
-process leaves nothing of its process group behind."""
+process takes any free port and leaves nothing of its process group behind."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import httpx
 import pytest
 
 from tests.helpers.procs import group_pids, wait_gone
-from tests.helpers.server import InProcessServer, ServerProcess, ThreadServer, app_client
+from tests.helpers.server import InProcessServer, ServerProcess, ThreadServer, app_client, listening_port
 
 JOB = {"nodes": ["a", "b"], "operators": [{"id": "agg", "key_groups": 4}], "algorithm": "flux"}
 
@@ -66,6 +68,8 @@ def test_app_client_runs_on_the_callers_loop(tmp_path: Path):
 def test_server_process_stop_leaves_no_process_of_its_group(tmp_path: Path):
     srv = ServerProcess(f"sqlite:///{tmp_path}/db.sqlite", log_path=tmp_path / "server.log", log_level="info",
                         args=("--access-log",)).start()
+    # no port given: the server took a free one, which uvicorn names too
+    assert f"Uvicorn running on http://127.0.0.1:{srv.port} " in srv.log_text()
     with srv.client() as c:
         assert c.put("/v1/jobs/j1", json=JOB).status_code == 201
     kids = srv.wait_children(1)  # resource tracker, forkserver, workers
@@ -74,6 +78,24 @@ def test_server_process_stop_leaves_no_process_of_its_group(tmp_path: Path):
     assert "PUT /v1/jobs/j1" in srv.log_text()
     srv.stop()
     assert group_pids(pgid) == [] and wait_gone(kids, timeout=0) == []
+
+
+def test_listening_port_is_the_port_a_process_listens_on_and_none_before():
+    """What :class:`ServerProcess` reads to learn the port its server chose (``serve --port 0``)."""
+    code = ("import socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1], "
+            "flush=True); sys.stdin.readline(); s.listen(); print('listening', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        port = int(proc.stdout.readline())
+        assert listening_port(proc.pid) is None  # bound, not listening yet
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "listening"
+        assert listening_port(proc.pid) == port
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_thread_server_serves_real_http_and_its_stop_runs_the_shutdown(tmp_path: Path):
