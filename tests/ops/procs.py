@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import uuid
 from pathlib import Path
 
 from tests.helpers.procs import alive, cmdline, descendants, unix_sockets, wait_gone
@@ -16,16 +17,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class Serve(ServerProcess):
     """:class:`tests.helpers.server.ServerProcess` as the operations tests use it: spawned at once (not waited
-    for), info-level log in ``tmp``, two solver workers, the SQLite file ``tmp/ops-<port>.db`` unless ``args`` name
-    a ``--database``; its own session, so that a test can signal the server pid alone (what a process manager or
-    the OOM killer does)."""
+    for: :meth:`wait_healthy` before its :attr:`url`, the port being the server's own choice), info-level log in
+    ``tmp``, two solver workers, an SQLite file of its own in ``tmp`` unless ``args`` name a ``--database``; its own
+    session, so that a test can signal the server pid alone (what a process manager or the OOM killer does)."""
 
     def __init__(self, tmp: Path, env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
-        port = free_port()
-        self.db = None if "--database" in args else f"sqlite:///{tmp}/ops-{port}.db"
+        name = uuid.uuid4().hex[:8]
+        self.db = None if "--database" in args else f"sqlite:///{tmp}/ops-{name}.db"
         super().__init__(self.db, settings={"solver_workers": 2, **UNSTARVED}, env=env,
-                         log_path=tmp / f"serve-{port}.log", test_settings=False, log_level="info", port=port,
-                         args=args)
+                         log_path=tmp / f"serve-{name}.log", test_settings=False, log_level="info", args=args)
         self.spawn()
 
     def text(self) -> str:
