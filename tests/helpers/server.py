@@ -68,7 +68,8 @@ def free_port() -> int:
 
 
 def listening_port(pid: int) -> int | None:
-    """The TCP port process ``pid`` listens on (IPv4; Linux's ``/proc``), or None while it listens on none."""
+    """The TCP port process ``pid`` listens on (IPv4; Linux's ``/proc``), or None while it listens on none (or has
+    ended)."""
     inodes = set()
     with contextlib.suppress(OSError):
         for fd in os.listdir(f"/proc/{pid}/fd"):
@@ -78,11 +79,15 @@ def listening_port(pid: int) -> int | None:
                     inodes.add(link[8:-1])
     if not inodes:
         return None
-    with open(f"/proc/{pid}/net/tcp") as table:
-        for line in table.readlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                return int(fields[1].rsplit(":", 1)[1], 16)
+    try:
+        with open(f"/proc/{pid}/net/tcp") as table:
+            lines = table.readlines()[1:]
+    except OSError:  # the process ended meanwhile
+        return None
+    for line in lines:
+        fields = line.split()
+        if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+            return int(fields[1].rsplit(":", 1)[1], 16)
     return None
 
 

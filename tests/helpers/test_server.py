@@ -96,6 +96,7 @@ def test_listening_port_is_the_port_a_process_listens_on_and_none_before():
     finally:
         proc.kill()
         proc.wait()
+    assert listening_port(proc.pid) is None  # ended
 
 
 def test_a_thread_server_serves_real_http_and_its_stop_runs_the_shutdown(tmp_path: Path):
