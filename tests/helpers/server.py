@@ -293,8 +293,26 @@ async def app_client(settings: Any, warm: bool = False) -> AsyncIterator[tuple[h
             yield c, app.state.controller
 
 
+# ---------------------------------------------------------------------------------------------- on a port
+class _OnPort(_Server):
+    """A server on a TCP port of 127.0.0.1: the one given, or any free one it binds itself (``port`` None until it
+    listens: no port is found free here and then given to another test process before the server binds it)."""
+
+    port: int | None
+
+    @property
+    def url(self) -> str:  # type: ignore[override]
+        if self.port is None:
+            raise RuntimeError("the server's port is known once it listens (start())")
+        return f"http://{HOST}:{self.port}"
+
+    def client(self, **kw: Any) -> httpx.Client:
+        kw.setdefault("timeout", 60.0)
+        return httpx.Client(base_url=self.url, **kw)
+
+
 # ---------------------------------------------------------------------------------------------- uvicorn on a thread
-class ThreadServer(_Server):
+class ThreadServer(_OnPort):
     """``create_app(Settings(database_url=…, **settings))`` served by uvicorn on ``port`` of 127.0.0.1 on a thread,
     with :func:`cli.serve.uvicorn_options`; ``settings`` as :class:`InProcessServer`'s. Without ``port`` uvicorn binds
     any free one and :attr:`url` is known once :meth:`start` returns (no port found free and then taken by another
@@ -306,8 +324,7 @@ class ThreadServer(_Server):
 
         self.settings = Settings(database_url=database_url,
                                  **{**(TEST_SETTINGS if test_settings else {}), **(settings or {})})
-        self.port = port or 0
-        self.url = f"http://{HOST}:{self.port}"
+        self.port = port
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._status: int | str | None = None
@@ -325,7 +342,7 @@ class ThreadServer(_Server):
         from api.app import create_app
         from cli.serve import uvicorn_options
 
-        config = uvicorn.Config(create_app(self.settings), host=HOST, port=self.port, log_level="warning",
+        config = uvicorn.Config(create_app(self.settings), host=HOST, port=self.port or 0, log_level="warning",
                                 log_config=None, access_log=False, **uvicorn_options(self.settings))
         self._server = server = uvicorn.Server(config)
         self._thread = thread = threading.Thread(target=self._run, args=(server,), name="uvicorn",
@@ -342,7 +359,6 @@ class ThreadServer(_Server):
                 raise RuntimeError(f"the server on a thread did not start in {timeout:.0f} s")
             time.sleep(0.02)
         self.port = int(server.servers[0].sockets[0].getsockname()[1])
-        self.url = f"http://{HOST}:{self.port}"
         return self
 
     def stop(self, timeout: float = 60.0) -> None:
@@ -354,16 +370,12 @@ class ThreadServer(_Server):
             if thread.is_alive():
                 raise RuntimeError(f"the server on a thread did not stop in {timeout:.0f} s")
 
-    def client(self, **kw: Any) -> httpx.Client:
-        kw.setdefault("timeout", 60.0)
-        return httpx.Client(base_url=self.url, **kw)
-
     def __enter__(self) -> ThreadServer:
         return self if self._server is not None else self.start()
 
 
 # ---------------------------------------------------------------------------------------------- a process
-class ServerProcess(_Server):
+class ServerProcess(_OnPort):
     """``python -m cli.main serve --database URL`` on 127.0.0.1, in its own process group: on ``port``, or without one
     on any free port the server binds itself (``--port 0``), read from ``/proc`` once it listens (:attr:`url` is
     known from then on; a restart comes back on the same port).
@@ -393,12 +405,6 @@ class ServerProcess(_Server):
     def pid(self) -> int:
         assert self.proc is not None, "not started"
         return self.proc.pid
-
-    @property
-    def url(self) -> str:
-        if self.port is None:
-            raise RuntimeError("the server's port is known once it listens (start() or wait_healthy())")
-        return f"http://{HOST}:{self.port}"
 
     def start(self, timeout: float = 90.0) -> ServerProcess:
         """Spawn the server and wait until ``/healthz`` answers."""
@@ -495,10 +501,6 @@ class ServerProcess(_Server):
             except (ProcessLookupError, PermissionError):
                 pass
             time.sleep(0.05)
-
-    def client(self, **kw: Any) -> httpx.Client:
-        kw.setdefault("timeout", 60.0)
-        return httpx.Client(base_url=self.url, **kw)
 
     def __enter__(self) -> ServerProcess:
         return self if self.proc is not None else self.start()
