@@ -53,16 +53,19 @@ def pg_url():
     os.mkdir(data)
     if os.geteuid() == 0:
         os.chown(data, pw.pw_uid, pw.pw_gid)
-    port = free_port()
     try:
         r = subprocess.run(prefix + [initdb, "-D", data, "-A", "trust", "-U", "rebalancer", "--no-sync"],
                            capture_output=True, text=True, timeout=120)
         if r.returncode != 0:
             pytest.skip(f"initdb failed: {r.stderr.strip()[-300:]}")
-        opts = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=on"
-        r = subprocess.run(prefix + [pg_ctl, "-D", data, "-o", opts, "-l", os.path.join(data, "log"), "-w", "start"],
-                           capture_output=True, text=True, timeout=120)
-        if r.returncode != 0:
+        for _ in range(3):  # a port found free may be taken before the server binds it (by a connection of another
+            port = free_port()  # test process): then another port, rather than a skip that hides these tests
+            opts = f"-p {port} -k {data} -c listen_addresses=127.0.0.1 -c fsync=on"
+            r = subprocess.run(prefix + [pg_ctl, "-D", data, "-o", opts, "-l", os.path.join(data, "log"), "-w",
+                                         "start"], capture_output=True, text=True, timeout=120)
+            if r.returncode == 0:
+                break
+        else:
             pytest.skip(f"pg_ctl start failed: {r.stderr.strip()[-300:]}")
         yield f"postgresql://rebalancer@127.0.0.1:{port}/postgres"
     finally:
