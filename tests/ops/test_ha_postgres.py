@@ -90,10 +90,10 @@ def test_a_standby_names_the_leader_and_a_takeover_reloads_the_jobs(db_url: str,
     import psycopg
 
     a = replica(db_url, tmp_path, "a").start()
-    b = replica(db_url, tmp_path, "b")
+    b: ServerProcess | None = None
     try:
         wait_for("a leads", lambda: leads(a))
-        b.start()
+        b = replica(db_url, tmp_path, "b").start()  # (its port found free just before its start)
         # the standby: alive, not ready, and every API request answered with where the leader is (nothing done)
         assert httpx.get(b.url + "/healthz").status_code == 200
         r = httpx.get(b.url + "/readyz")
@@ -127,7 +127,8 @@ def test_a_standby_names_the_leader_and_a_takeover_reloads_the_jobs(db_url: str,
         assert leads(b)
     finally:
         a.kill9()
-        b.stop()
+        if b is not None:
+            b.stop()
 
 
 def _blocked_insert(db_url: str) -> bool:
@@ -169,10 +170,10 @@ def test_an_old_leader_can_neither_write_after_a_takeover_nor_block_the_new_lead
     import psycopg
 
     a = replica(db_url, tmp_path, "a").start()
-    b = replica(db_url, tmp_path, "b")
+    b: ServerProcess | None = None
     try:
         wait_for("a leads", lambda: leads(a))
-        b.start()
+        b = replica(db_url, tmp_path, "b").start()  # (its port found free just before its start)
         with httpx.Client(base_url=a.url, timeout=60) as c:
             assert c.put("/v1/jobs/j", json=JOB).status_code == 201
             assert c.post("/v1/jobs/j/stats", json=stats(1)).status_code == 202
@@ -215,4 +216,5 @@ def test_an_old_leader_can_neither_write_after_a_takeover_nor_block_the_new_lead
             assert c.get("/v1/jobs/j").json()["window"]["batches"] == [1, 4]
     finally:
         a.kill9()
-        b.kill9()
+        if b is not None:
+            b.kill9()
