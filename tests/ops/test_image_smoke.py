@@ -200,12 +200,20 @@ def image() -> Iterator[Stage]:
 
 
 class Container:
-    """The image's CMD as its USER, with its ENV and WORKDIR, on ``port`` (``docker run -e PORT=…``)."""
+    """The image's CMD as its USER, with its ENV and WORKDIR, on its ``port`` (:meth:`listen_on`; ``docker run -e
+    PORT=…``)."""
 
-    def __init__(self, stage: Stage, port: int, log: Path):
-        self.stage, self.port, self.log = stage, port, log
-        self.env = {**stage.environment(), "PORT": str(port)}
+    def __init__(self, stage: Stage, log: Path):
+        self.stage, self.log = stage, log
+        self.env = stage.environment()
         self.proc: subprocess.Popen[bytes] | None = None
+        self.listen_on(0)
+
+    def listen_on(self, port: int) -> None:
+        """The server's ``PORT`` (taken just before the start: a port found free and then held for seconds is one
+        another test process can be given)."""
+        self.port = port
+        self.env["PORT"] = str(port)
 
     def run(self, argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(self.stage.as_user(argv), cwd=self.stage.path(self.stage.workdir), env=self.env,
@@ -294,8 +302,7 @@ def placement(job: dict) -> dict:
 
 
 def test_the_image_installs_migrates_serves_stops_and_keeps_its_data(image: Stage) -> None:
-    port = free_port()
-    container = Container(image, port, image.root / "server.log")
+    container = Container(image, image.root / "server.log")
     version = container.run(["rebalancer", "--version"])
     assert version.returncode == 0 and re.fullmatch(r"rebalancer \d+\.\d+\.\d+\S*\n", version.stdout), version
     usage = container.run(["rebalancer", "--help"])
@@ -311,6 +318,7 @@ def test_the_image_installs_migrates_serves_stops_and_keeps_its_data(image: Stag
     database = image.path("/data/rebalancer.db")
     assert image.user is not None and image.user[0] != 0, "no non-root USER"
     assert database.exists() and database.stat().st_uid == image.user[0], "the database is not in the volume"
+    container.listen_on(port := free_port())
     assert container.healthcheck() != 0, "the HEALTHCHECK passes while nothing listens"
     try:
         container.start()
