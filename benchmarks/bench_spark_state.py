@@ -17,8 +17,9 @@ fresh checkpoints, the second pass in the reverse order (A B B A: :func:`both_pa
 the jobs of the query's job group (``statusTracker``) / batches. Bytes written per batch: the state directory's
 growth for ``builtin`` (its checkpoint ``state/`` folder), the commit records for ``rebalancer``. Recovery: one
 more file, a new query (and a new driver) on the same checkpoint, seconds from ``start()`` to that batch's end;
-the median of ``--restarts`` restarts per side, the sides alternating, and its ratio. A restart of the driver in the
-process takes over the state its closed predecessor kept in memory (``DurabilityConfig.keep_s``, local recovery);
+the median of ``--restarts`` restarts per side, the sides taking turns (every other round in the reverse order),
+and its ratio. A restart of the driver in the process takes over the state its closed predecessor kept in memory
+(``DurabilityConfig.keep_s``, local recovery);
 ``recovery_from_files_s`` is the median of as many more restarts that read it from the store's files instead (what a
 restart in a new process reads; ``--cold-restarts`` measures those in new processes). Besides the ratio of the
 medians, ``recovery_paired_ratio_*`` is the median of the per-restart ratios (restart ``i`` of each side runs back to
@@ -215,7 +216,9 @@ def _workload(spark, args, work: Path, client, name: str, z: float | None) -> di
         # the same extra file (same seed) for every side in restart i
         write_batches(work / "tmp-extra", batches=1, rows=args.rows, keys=args.keys, z=z, seed=99 + i,
                       first=args.batches + i)
-        for side in restarting:
+        # every other restart in the reverse order: no side always follows the same other one (what the one before
+        # leaves behind — its garbage, its closing writes — falls on each side alike)
+        for side in restarting if i % 2 == 0 else restarting[::-1]:
             own = "rebalancer" if side == FILES else side
             extra = work / "tmp-extra" / "b-0000.parquet"
             (work / f"src-{name}-{own}" / f"c-{i:04d}-{side}.parquet").write_bytes(extra.read_bytes())
