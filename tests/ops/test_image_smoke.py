@@ -207,7 +207,7 @@ class Container:
         self.stage, self.log = stage, log
         self.env = stage.environment()
         self.proc: subprocess.Popen[bytes] | None = None
-        self.listen_on(0)
+        self.port: int | None = None  # until listen_on: the image's own ENV (its PORT), as `docker run` without -e
 
     def listen_on(self, port: int) -> None:
         """The server's ``PORT`` (taken just before the start: a port found free and then held for seconds is one
@@ -221,7 +221,7 @@ class Container:
 
     def start(self) -> None:
         argv = instruction("CMD").exec_form()
-        assert argv is not None
+        assert argv is not None and self.port is not None, "listen_on(port) before the start"
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(self.stage.as_user(argv), cwd=self.stage.path(self.stage.workdir),
                                          env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
